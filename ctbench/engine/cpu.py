@@ -1,0 +1,85 @@
+"""The cpu backend: compiled C++/OpenMP kernels called through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from .base import Backend, Rays, Tile, VolumeGrid
+from .cpu_build import load_cpu_library
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_L = ctypes.c_longlong
+_D = ctypes.c_double
+
+_FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
+                 _P, _I, _I]
+_BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
+                  _P, _L, _I]
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+
+
+def _fn(family: str, name: str, dtype: torch.dtype, argtypes):
+    lib = load_cpu_library(family)
+    f = getattr(lib, f"{name}_{_SUFFIX[dtype]}")
+    f.argtypes = argtypes
+    f.restype = None
+    return f
+
+
+def num_threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.data_ptr()
+
+
+def _geometry(rays: Rays, dtype):
+    ts = [t.detach().to(dtype=dtype).contiguous() for t in rays.tensors()]
+    return ts, [_ptr(t) for t in ts]
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def supports(self, device: torch.device) -> bool:
+        return device.type == "cpu"
+
+    def project(self, volume, grid: VolumeGrid, z0, rays: Rays, tile: Tile, out=None):
+        B, nz, H, W = volume.shape
+        vol = volume.detach().contiguous()
+        nu, nv = tile.shape
+        accumulate = out is not None
+        if out is None:
+            out = torch.empty((B, rays.n_views, nu, nv), dtype=vol.dtype, device=vol.device)
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        if rays.n_views == 0 or nu == 0 or nv == 0:
+            return out
+        keep, g = _geometry(rays, vol.dtype)
+        dz, dy, dx = grid.spacing
+        U, V = rays.detector_shape
+        _fn("joseph", "joseph_forward", vol.dtype, _FORWARD_ARGS)(
+            _ptr(vol), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz, *g, int(rays.cone),
+            rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), int(accumulate), num_threads())
+        return out
+
+    def backproject(self, sinogram, grid: VolumeGrid, z0, z1, rays: Rays, tile: Tile, out=None):
+        B = sinogram.shape[0]
+        sino = sinogram.detach().contiguous()
+        if out is None:
+            out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=sino.dtype, device=sino.device)
+        if not out.is_contiguous():
+            raise ValueError("out must be contiguous")
+        if rays.n_views == 0 or z1 <= z0:
+            return out
+        keep, g = _geometry(rays, sino.dtype)
+        dz, dy, dx = grid.spacing
+        U, V = rays.detector_shape
+        _fn("joseph", "joseph_backward", sino.dtype, _BACKWARD_ARGS)(
+            _ptr(sino), B, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz, *g, int(rays.cone), rays.n_views, U, V,
+            tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), (z1 - z0) * grid.H * grid.W, num_threads())
+        return out

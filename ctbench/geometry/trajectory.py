@@ -1,0 +1,204 @@
+"""The trajectory type: per-view source (or ray direction), detector centre and axes.
+
+A trajectory is pure geometry: four ``(n_views, 3)`` tensors in world
+coordinates ``(x, y, z)`` (mm) plus the beam type.  Detector pixel pitch and
+shape belong to the :class:`~ctbench.projector.Projector`; ``detector_u`` and
+``detector_v`` are the (normally unit) directions of the detector axes.
+Every tensor may ``requires_grad``: the projector differentiates through them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+BEAMS = ("cone", "parallel")
+_FIELDS = ("source", "detector_center", "detector_u", "detector_v")
+
+
+@dataclass(frozen=True, eq=False)
+class Trajectory:
+    """Per-view scan geometry.
+
+    ``source`` holds source positions for ``beam="cone"`` and ray directions
+    for ``beam="parallel"`` (then :attr:`direction` is an alias).
+    ``ndim`` is 2 for fan/parallel 2D scans (one detector row in the plane
+    z=0, volumes of depth 1). ``meta`` records the generator and its
+    parameters (used by FDK and by the GUI); it never affects projection.
+    """
+
+    source: torch.Tensor
+    detector_center: torch.Tensor
+    detector_u: torch.Tensor
+    detector_v: torch.Tensor
+    beam: str = "cone"
+    ndim: int = 3
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.beam not in BEAMS:
+            raise ValueError(f"beam must be one of {BEAMS}, got {self.beam!r}")
+        if self.ndim not in (2, 3):
+            raise ValueError(f"ndim must be 2 or 3, got {self.ndim!r}")
+        n = None
+        ref = None
+        for name in _FIELDS:
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"trajectory {name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.ndim != 2 or t.shape[1] != 3:
+                raise ValueError(f"trajectory {name} must have shape (n_views, 3), got {tuple(t.shape)}")
+            if not t.is_floating_point():
+                raise TypeError(f"trajectory {name} must be floating point, got {t.dtype}")
+            if n is None:
+                n, ref = t.shape[0], t
+            elif t.shape[0] != n:
+                raise ValueError(
+                    f"trajectory {name} has {t.shape[0]} views but source has {n}")
+            elif t.device != ref.device or t.dtype != ref.dtype:
+                raise ValueError(
+                    f"trajectory {name} is {t.dtype} on {t.device} but source is "
+                    f"{ref.dtype} on {ref.device}; all four tensors must match")
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def n_views(self) -> int:
+        return int(self.source.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_views
+
+    @property
+    def direction(self) -> torch.Tensor:
+        """Ray directions of a parallel beam (alias of ``source``)."""
+        if self.beam != "parallel":
+            raise AttributeError("direction is defined for parallel beams; cone beams have source")
+        return self.source
+
+    @property
+    def device(self) -> torch.device:
+        return self.source.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.source.dtype
+
+    @property
+    def requires_grad(self) -> bool:
+        return any(getattr(self, f).requires_grad for f in _FIELDS)
+
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return tuple(getattr(self, f) for f in _FIELDS)  # type: ignore[return-value]
+
+    def replace(self, **changes: Any) -> "Trajectory":
+        kw = {f: getattr(self, f) for f in (*_FIELDS, "beam", "ndim", "meta")}
+        kw.update(changes)
+        return Trajectory(**kw)
+
+    def to(self, device=None, dtype=None) -> "Trajectory":
+        return self.replace(**{f: getattr(self, f).to(device=device, dtype=dtype) for f in _FIELDS})
+
+    def detach(self) -> "Trajectory":
+        return self.replace(**{f: getattr(self, f).detach() for f in _FIELDS})
+
+    def __getitem__(self, index) -> "Trajectory":
+        """Select views: an int, a slice, an index tensor/list or a boolean mask."""
+        if isinstance(index, int):
+            index = slice(index, index + 1 if index != -1 else None)
+        meta = dict(self.meta)
+        if "angles" in meta:
+            meta["angles"] = [float(a) for a in torch.as_tensor(meta["angles"], dtype=torch.float64)[index].reshape(-1)]
+        return self.replace(**{f: getattr(self, f)[index] for f in _FIELDS}, meta=meta)
+
+    def cat(self, other: "Trajectory") -> "Trajectory":
+        if other.beam != self.beam or other.ndim != self.ndim:
+            raise ValueError("can only concatenate trajectories of the same beam and ndim")
+        return self.replace(**{f: torch.cat([getattr(self, f), getattr(other, f)]) for f in _FIELDS}, meta={})
+
+    def validate_finite(self) -> None:
+        for f in _FIELDS:
+            t = getattr(self, f)
+            if not torch.isfinite(t).all():
+                bad = (~torch.isfinite(t)).any(dim=1).nonzero()[:, 0].tolist()
+                raise ValueError(f"trajectory {f} has non-finite values in views {bad[:10]}")
+
+    # ------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        return {
+            "format": "ctbench.trajectory",
+            "version": 1,
+            "beam": self.beam,
+            "ndim": self.ndim,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            # Python's float repr round-trips float64 exactly; float32 widens exactly.
+            **{f: getattr(self, f).detach().cpu().to(torch.float64).tolist() for f in _FIELDS},
+            "meta": _jsonable(self.meta),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, device=None) -> "Trajectory":
+        if not isinstance(d, dict) or d.get("format") != "ctbench.trajectory":
+            raise ValueError("not a ctbench trajectory: expected a dict with format='ctbench.trajectory'")
+        dtype = getattr(torch, d.get("dtype", "float64"), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"trajectory JSON has an invalid dtype {d.get('dtype')!r}")
+        tensors = {}
+        for f in _FIELDS:
+            if f not in d:
+                raise ValueError(f"trajectory JSON lacks the field {f!r}")
+            t = torch.tensor(d[f], dtype=torch.float64)
+            if t.ndim == 1 and t.numel() == 0:
+                t = t.reshape(0, 3)
+            tensors[f] = t.to(dtype=dtype, device=device)
+        return cls(**tensors, beam=d.get("beam", "cone"), ndim=int(d.get("ndim", 3)), meta=d.get("meta", {}))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str, device=None) -> "Trajectory":
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"trajectory JSON is malformed: {e}") from None
+        return cls.from_dict(d, device=device)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path, device=None) -> "Trajectory":
+        return cls.from_json(Path(path).read_text(), device=device)
+
+    def __repr__(self) -> str:
+        kind = self.meta.get("kind", "custom")
+        return (f"Trajectory({kind}, beam={self.beam!r}, ndim={self.ndim}, n_views={self.n_views}, "
+                f"dtype={self.dtype}, device={self.device})")
+
+
+def _jsonable(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().to(torch.float64).tolist()
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    return obj
+
+
+def load_trajectory(path: str | Path, device=None) -> Trajectory:
+    return Trajectory.load(path, device=device)
+
+
+def save_trajectory(trajectory: Trajectory, path: str | Path) -> None:
+    trajectory.save(path)

@@ -1,0 +1,272 @@
+"""Projector: the public, differentiable Joseph operator.
+
+``Projector(trajectory, volume_shape, detector_shape)`` maps volumes
+``(*batch, D, H, W)`` to sinograms ``(*batch, n_views, U, V)`` (2D scans:
+``(*batch, H, W)`` to ``(*batch, n_views, U)``) and back.  Both directions
+are torch autograd functions, each other's adjoint in backward, with
+gradients for the trajectory tensors as well.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from .engine import BACKENDS, Rays, VolumeGrid, get_backend
+from .engine.executor import make_executor
+from .engine.ops import backproject_op, project_op
+from .geometry import Trajectory
+
+_DTYPES = (torch.float32, torch.float64)
+
+
+def _positive_ints(value, name: str, n: int | None = None) -> tuple[int, ...]:
+    try:
+        t = tuple(int(v) for v in (value if isinstance(value, (tuple, list, torch.Size)) else (value,)))
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a tuple of positive integers, got {value!r}") from None
+    if n is not None and len(t) != n:
+        raise ValueError(f"{name} must have {n} entries, got {value!r}")
+    if any(v <= 0 for v in t):
+        raise ValueError(f"{name} must contain positive integers (zero-length axes are invalid), got {value!r}")
+    return t
+
+
+def _spacing(value, name: str, n: int) -> tuple[float, ...]:
+    if isinstance(value, (int, float)):
+        vals = (float(value),) * n
+    else:
+        vals = tuple(float(v) for v in value)
+        if len(vals) != n:
+            raise ValueError(f"{name} must be a scalar or {n} values, got {value!r}")
+    if any(not math.isfinite(v) or v <= 0 for v in vals):
+        raise ValueError(f"{name} must be positive and finite (mm), got {value!r}")
+    return vals
+
+
+class Projector:
+    """Joseph forward projector and its exact adjoint for any trajectory.
+
+    Parameters
+    ----------
+    trajectory : Trajectory
+        Per-view geometry; its tensors may require grad.
+    volume_shape : (D, H, W), or (H, W) for 2D scans
+    detector_shape : (U, V), or U for 2D scans
+    beam : "cone" or "parallel"; defaults to the trajectory's beam.
+    detector_spacing : pixel pitch (du, dv) in mm, or a scalar.
+    voxel_spacing : (dz, dy, dx) in mm, or a scalar ((dy, dx) in 2D).
+    backend : "auto" (cuda for CUDA tensors, cpu otherwise), "cpu", "cuda" or "reference".
+    """
+
+    def __init__(self, trajectory: Trajectory, volume_shape: Sequence[int], detector_shape, *,
+                 beam: str | None = None, detector_spacing=1.0, voxel_spacing=1.0, backend: str = "auto",
+                 **options):
+        if not isinstance(trajectory, Trajectory):
+            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        unknown = set(options) - _EXTENSION_OPTIONS
+        if unknown:
+            raise TypeError(f"Projector got unexpected keyword arguments {sorted(unknown)}")
+        self.beam = beam or trajectory.beam
+        if self.beam not in ("cone", "parallel"):
+            raise ValueError(f"beam must be 'cone' or 'parallel', got {self.beam!r}")
+
+        vs = volume_shape if isinstance(volume_shape, (tuple, list, torch.Size)) else (volume_shape,)
+        self.is_2d = len(vs) == 2
+        if len(vs) not in (2, 3):
+            raise ValueError(f"volume_shape must be (D, H, W) or, for 2D scans, (H, W); got {volume_shape!r}")
+        if trajectory.ndim == 2 and not self.is_2d:
+            raise ValueError(f"a 2D trajectory needs a 2D volume_shape (H, W), got {volume_shape!r}")
+        vs = _positive_ints(vs, "volume_shape")
+        self.global_volume_shape = (1, *vs) if self.is_2d else vs
+
+        if self.is_2d:
+            ds = detector_shape if isinstance(detector_shape, (tuple, list)) else (detector_shape,)
+            if len(ds) == 2 and int(ds[1]) != 1:
+                raise ValueError(f"2D scans have one detector row: detector_shape must be U or (U, 1), got {detector_shape!r}")
+            self.detector_shape = (_positive_ints(ds[:1], "detector_shape")[0], 1)
+            dy, dx = _spacing(voxel_spacing, "voxel_spacing", 2)
+            self.voxel_spacing = (dy, dy, dx)  # the single plane's depth never enters: rays stay in z=0
+            dsp = detector_spacing if isinstance(detector_spacing, (int, float)) else tuple(detector_spacing)[0]
+            self.detector_spacing = _spacing(dsp, "detector_spacing", 1) * 2
+        else:
+            self.detector_shape = _positive_ints(detector_shape, "detector_shape", 2)
+            self.voxel_spacing = _spacing(voxel_spacing, "voxel_spacing", 3)
+            self.detector_spacing = _spacing(detector_spacing, "detector_spacing", 2)
+
+        self.grid = VolumeGrid(self.global_volume_shape, self.voxel_spacing)
+        self.backend_name = backend
+        self.trajectory = self._check_trajectory(trajectory)
+        self.options = options
+        # Defaults of a single process; a strategy may narrow them (distributed ranks).
+        self.rank, self.world_size = 0, 1
+        self.view_slice = slice(0, self.n_views)
+        self.volume_slice = slice(0, self.global_volume_shape[0])
+        self.partition = None
+        self._strategy = make_strategy(self, options)
+
+    # ------------------------------------------------------------ attributes
+    @property
+    def n_views(self) -> int:
+        return self.trajectory.n_views
+
+    @property
+    def volume_shape(self) -> tuple[int, ...]:
+        """Shape that project() takes and backproject() returns on this process."""
+        D, H, W = self.global_volume_shape
+        nz = self.volume_slice.stop - self.volume_slice.start
+        return (H, W) if self.is_2d else (nz, H, W)
+
+    @property
+    def local_volume_shape(self) -> tuple[int, ...]:
+        return self.volume_shape
+
+    @property
+    def projection_shape(self) -> tuple[int, ...]:
+        """Shape that project() returns and backproject() takes on this process."""
+        n = self.view_slice.stop - self.view_slice.start
+        return (n, self.detector_shape[0]) if self.is_2d else (n, *self.detector_shape)
+
+    # ------------------------------------------------------------- checking
+    def _check_trajectory(self, trajectory: Trajectory) -> Trajectory:
+        if not isinstance(trajectory, Trajectory):
+            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+        trajectory.validate_finite()
+        if trajectory.n_views == 0:
+            raise ValueError("trajectory has no views")
+        for name in ("detector_u", "detector_v"):
+            norms = getattr(trajectory, name).detach().norm(dim=1)
+            if (norms == 0).any():
+                raise ValueError(f"trajectory {name} has zero-length vectors in views "
+                                 f"{(norms == 0).nonzero()[:, 0].tolist()[:10]}")
+        if self.beam == "parallel":
+            norms = trajectory.source.detach().norm(dim=1)
+            if (norms == 0).any():
+                raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
+        else:
+            half = torch.tensor([self.grid.W * self.grid.spacing[2], self.grid.H * self.grid.spacing[1],
+                                 self.grid.D * self.grid.spacing[0]], dtype=torch.float64) / 2
+            src = trajectory.source.detach().to(torch.float64).cpu()
+            inside = (src.abs() < half).all(dim=1)
+            if self.is_2d:
+                inside = (src[:, :2].abs() < half[:2]).all(dim=1)
+            if inside.any():
+                raise ValueError(f"the source lies inside the volume in views {inside.nonzero()[:, 0].tolist()[:10]}; "
+                                 "move the source outside (larger sid) or use a smaller volume")
+        return trajectory
+
+    def _rays(self, trajectory: Trajectory | None, dtype, device) -> Rays:
+        tr = self.trajectory if trajectory is None else self._check_override(trajectory)
+        du, dv = self.detector_spacing
+        src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in tr.tensors())
+        return Rays(src, ctr, u * du, v * dv, self.beam == "cone", self.detector_shape)
+
+    def _check_override(self, trajectory: Trajectory) -> Trajectory:
+        if not isinstance(trajectory, Trajectory):
+            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+        if trajectory.n_views != self.trajectory.n_views:
+            raise ValueError(f"trajectory override has {trajectory.n_views} views; this projector has "
+                             f"{self.trajectory.n_views}")
+        return self._check_trajectory(trajectory)
+
+    def _executor(self, device: torch.device):
+        """The executor that runs this projector's windows on ``device``."""
+        backend = get_backend(self.backend_name, device)
+        if not backend.supports(device):
+            raise ValueError(f"backend {backend.name!r} cannot run on {device}; pass tensors on "
+                             f"{'a CUDA device' if backend.name == 'cuda' else 'the CPU'} or choose backend='auto'")
+        return make_executor(backend, self.grid, self.detector_shape, self.options)
+
+    def _check_input(self, x: torch.Tensor, name: str, core: tuple[int, ...]) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in _DTYPES:
+            raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+        if tuple(x.shape[x.ndim - len(core):]) != core or x.ndim < len(core):
+            raise ValueError(f"{name} must have shape (*batch, {', '.join(map(str, core))}), got {tuple(x.shape)}")
+        return x
+
+    # ------------------------------------------------------------ operators
+    def project(self, volume: torch.Tensor, trajectory: Trajectory | None = None) -> torch.Tensor:
+        """Line integrals of ``volume`` (*batch, *volume_shape) -> (*batch, *projection_shape)."""
+        volume = self._check_input(volume, "volume", self.volume_shape)
+        batch = volume.shape[:volume.ndim - len(self.volume_shape)]
+        nz = self.volume_slice.stop - self.volume_slice.start
+        vol4 = volume.reshape(-1, nz, *self.global_volume_shape[1:])
+        rays = self._rays(trajectory, volume.dtype, volume.device)
+        sino = self._strategy.project(vol4, rays)
+        return sino.reshape(*batch, *self.projection_shape)
+
+    def backproject(self, sinogram: torch.Tensor, trajectory: Trajectory | None = None) -> torch.Tensor:
+        """The exact adjoint of :meth:`project`: (*batch, *projection_shape) -> (*batch, *volume_shape)."""
+        sinogram = self._check_input(sinogram, "sinogram", self.projection_shape)
+        batch = sinogram.shape[:sinogram.ndim - len(self.projection_shape)]
+        sino4 = sinogram.reshape(-1, self.projection_shape[0], *self.detector_shape)
+        rays = self._rays(trajectory, sinogram.dtype, sinogram.device)
+        vol = self._strategy.backproject(sino4, rays)
+        return vol.reshape(*batch, *self.volume_shape)
+
+    # Inner products that solvers use, so that they stay correct under every
+    # partition (a distributed strategy reduces across ranks: owned volume
+    # parts are summed, replicated rays counted once).
+    def inner_volume(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """<a, b> over the global volume, for tensors of this process's volume_shape."""
+        return self._strategy.inner_volume(a, b)
+
+    def inner_projection(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """<a, b> over all global rays, for tensors of this process's projection_shape."""
+        return self._strategy.inner_projection(a, b)
+
+    __call__ = project
+
+    def __repr__(self) -> str:
+        return (f"Projector({self.trajectory!r}, volume_shape={self.volume_shape}, "
+                f"detector_shape={self.detector_shape}, beam={self.beam!r}, backend={self.backend_name!r})")
+
+
+class SingleDeviceStrategy:
+    """One process, one device: the whole call runs on the input's device."""
+
+    def __init__(self, projector: "Projector"):
+        self.p = projector
+
+    def project(self, vol4: torch.Tensor, rays: Rays) -> torch.Tensor:
+        p = self.p
+        ex = p._executor(vol4.device)
+        return project_op(vol4, *rays.tensors(), ex, p.volume_slice.start, rays.cone, p.detector_shape)
+
+    def backproject(self, sino4: torch.Tensor, rays: Rays) -> torch.Tensor:
+        p = self.p
+        ex = p._executor(sino4.device)
+        return backproject_op(sino4, *rays.tensors(), ex, p.volume_slice.start, p.volume_slice.stop, rays.cone,
+                              p.detector_shape)
+
+    def inner_volume(self, a, b):
+        return (a * b).sum()
+
+    def inner_projection(self, a, b):
+        return (a * b).sum()
+
+
+def make_strategy(projector: "Projector", options: dict):
+    """Pick how calls are spread: one device, several devices, or torchrun ranks."""
+    if options.get("distributed"):
+        from .distributed.strategy import make_distributed_strategy
+        return make_distributed_strategy(projector, options)
+    devices = options.get("devices")
+    if devices is not None:
+        from .engine.devices import MultiDeviceStrategy
+        return MultiDeviceStrategy(projector, devices)
+    return SingleDeviceStrategy(projector)
+
+
+# Keyword options of the layers above one device: several devices, planning
+# of windows under a memory budget, and torchrun ranks.
+_EXTENSION_OPTIONS: set[str] = {
+    "devices", "memory_budget", "volume_chunk_shape", "view_chunk_size", "detector_chunk_shape",
+    "distributed", "process_group", "partition", "partition_grid",
+}

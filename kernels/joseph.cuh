@@ -1,0 +1,223 @@
+// Joseph's method: per-ray forward projection and its exact transpose.
+//
+// A ray steps through the voxel-centre planes of its dominant axis (the axis
+// along which it advances fastest in voxel units) and interpolates bilinearly
+// in each plane; voxels outside the window count as zero.  The sample weight
+// is the path length between consecutive planes.  Forward and backward use
+// the very same Ray set-up and stencil, so the backprojector is the exact
+// transpose of the projector.
+#pragma once
+#include "common.cuh"
+
+namespace ct {
+
+template <typename real>
+struct Ray {
+  // Continuous voxel index of the other two axes at plane n of the dominant
+  // axis a:  f_b(n) = Ab + n * Bb,  f_c(n) = Ac + n * Bc.
+  int a, b, c;
+  real Ab, Bb, Ac, Bc;
+  real w;                  // path length between consecutive planes (mm)
+  int n0, n1;              // planes to march, [n0, n1)
+  int lob, hib, loc, hic;  // index ranges of axes b and c that hold voxels
+  i64 sa, sb, sc;          // strides of axes a, b, c in the slab array
+  i64 offset;              // global -> slab-local index (z0 * H * W)
+};
+
+// Restrict the plane interval (nlo, nhi) to planes where A + n*B lies in (lo-1, hi):
+// outside it the bilinear stencil touches no voxel of [lo, hi).
+template <typename real>
+CT_HD void restrict_planes(real A, real B, int lo, int hi, real& nlo, real& nhi) {
+  if (B == real(0)) {
+    if (!(A > real(lo - 1) && A < real(hi))) { nlo = real(1); nhi = real(-1); }
+    return;
+  }
+  real t1 = (real(lo - 1) - A) / B;
+  real t2 = (real(hi) - A) / B;
+  if (t1 > t2) { real t = t1; t1 = t2; t2 = t; }
+  nlo = tmax(nlo, t1);
+  nhi = tmin(nhi, t2);
+}
+
+// Build the ray with origin o and direction d (world, mm) against the volume
+// window, restricted to voxels whose z index lies in [zlo, zhi).  Returns
+// false when the ray touches no voxel there.
+template <typename real>
+CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, real ddx, real ddy, real ddz,
+                    int zlo, int zhi, Ray<real>& r) {
+  if (zlo >= zhi) return false;
+  real fo[3] = {ox / vw.dx + real(0.5) * real(vw.W - 1), oy / vw.dy + real(0.5) * real(vw.H - 1),
+                oz / vw.dz + real(0.5) * real(vw.D - 1)};
+  real fd[3] = {ddx / vw.dx, ddy / vw.dy, ddz / vw.dz};
+  int a = 0;
+  if (CT_ABS(fd[1]) > CT_ABS(fd[a])) a = 1;
+  if (CT_ABS(fd[2]) > CT_ABS(fd[a])) a = 2;
+  if (fd[a] == real(0)) return false;
+  int b = (a == 0) ? 1 : 0;
+  int c = (a == 2) ? 1 : 2;
+  int lo[3] = {0, 0, zlo};
+  int hi[3] = {vw.W, vw.H, zhi};
+  i64 stride[3] = {1, (i64)vw.W, (i64)vw.W * vw.H};
+  r.a = a; r.b = b; r.c = c;
+  r.Bb = fd[b] / fd[a];
+  r.Ab = fo[b] - fo[a] * r.Bb;
+  r.Bc = fd[c] / fd[a];
+  r.Ac = fo[c] - fo[a] * r.Bc;
+  r.w = CT_SQRT(ddx * ddx + ddy * ddy + ddz * ddz) / CT_ABS(fd[a]);
+  r.lob = lo[b]; r.hib = hi[b]; r.loc = lo[c]; r.hic = hi[c];
+  r.sa = stride[a]; r.sb = stride[b]; r.sc = stride[c];
+  r.offset = (i64)vw.z0 * stride[2];
+  real nlo = real(lo[a]), nhi = real(hi[a] - 1);
+  restrict_planes(r.Ab, r.Bb, lo[b], hi[b], nlo, nhi);
+  restrict_planes(r.Ac, r.Bc, lo[c], hi[c], nlo, nhi);
+  if (!(nlo <= nhi + real(1))) return false;
+  // Conservative integer bounds (one spare plane each side absorbs rounding;
+  // the stencil's own bounds checks zero any sample outside the window).
+  const real big = real(1.0e8);
+  int n0 = (int)CT_FLOOR(clampd(nlo, -big, big));
+  int n1 = (int)CT_FLOOR(clampd(nhi, -big, big)) + 2;
+  r.n0 = n0 > lo[a] ? n0 : lo[a];
+  r.n1 = n1 < hi[a] ? n1 : hi[a];
+  return r.n0 < r.n1;
+}
+
+// Line integral of one ray through a slab array (global indices minus offset).
+template <typename real>
+CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
+  real acc = real(0);
+  for (int n = r.n0; n < r.n1; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb;
+    const real fc = r.Ac + real(n) * r.Bc;
+    const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
+    const int ib = (int)flb, ic = (int)flc;
+    const real tb = fb - flb, tc = fc - flc;
+    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+    if (ib >= r.lob && ib + 1 < r.hib && ic >= r.loc && ic + 1 < r.hic) {
+      // Interior: all four neighbours exist, no further checks.
+      const real* p = vol + base;
+      acc += (real(1) - tc) * ((real(1) - tb) * p[0] + tb * p[r.sb]) +
+             tc * ((real(1) - tb) * p[r.sc] + tb * p[r.sb + r.sc]);
+    } else {
+      const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
+      const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
+      real s = real(0);
+      if (b0 && c0) s += (real(1) - tb) * (real(1) - tc) * vol[base];
+      if (b1 && c0) s += tb * (real(1) - tc) * vol[base + r.sb];
+      if (b0 && c1) s += (real(1) - tb) * tc * vol[base + r.sc];
+      if (b1 && c1) s += tb * tc * vol[base + r.sb + r.sc];
+      acc += s;
+    }
+  }
+  return acc * r.w;
+}
+
+// Transpose: spread value * w along the ray into the slab array.  ATOMIC is
+// true on the GPU (threads share voxels) and false on the CPU, where a thread
+// owns the z-range the ray was built for.
+template <typename real, bool ATOMIC>
+CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
+  const real v = value * r.w;
+  for (int n = r.n0; n < r.n1; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb;
+    const real fc = r.Ac + real(n) * r.Bc;
+    const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
+    const int ib = (int)flb, ic = (int)flc;
+    const real tb = fb - flb, tc = fc - flc;
+    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+    const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
+    const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
+    const real w00 = (real(1) - tb) * (real(1) - tc) * v, w10 = tb * (real(1) - tc) * v;
+    const real w01 = (real(1) - tb) * tc * v, w11 = tb * tc * v;
+    if (ATOMIC) {
+      if (b0 && c0) CT_ATOMIC_ADD(vol + base, w00);
+      if (b1 && c0) CT_ATOMIC_ADD(vol + base + r.sb, w10);
+      if (b0 && c1) CT_ATOMIC_ADD(vol + base + r.sc, w01);
+      if (b1 && c1) CT_ATOMIC_ADD(vol + base + r.sb + r.sc, w11);
+    } else if (b0 && b1 && c0 && c1) {
+      real* p = vol + base;
+      p[0] += w00; p[r.sb] += w10; p[r.sc] += w01; p[r.sb + r.sc] += w11;
+    } else {
+      if (b0 && c0) vol[base] += w00;
+      if (b1 && c0) vol[base + r.sb] += w10;
+      if (b0 && c1) vol[base + r.sc] += w01;
+      if (b1 && c1) vol[base + r.sb + r.sc] += w11;
+    }
+  }
+}
+
+// World-space origin and direction of the ray through pixel (iu, iv) of view k.
+// Geometry arrays are (n_views, 3): src holds the source (cone) or the ray
+// direction (parallel); ustep/vstep are the detector axes times pixel pitch.
+template <typename real>
+CT_HD void pixel_ray(const real* src, const real* ctr, const real* ustep, const real* vstep, int cone,
+                     int k, int iu, int iv, int U, int V, real o[3], real d[3]) {
+  const real su = real(iu) - real(0.5) * real(U - 1);
+  const real sv = real(iv) - real(0.5) * real(V - 1);
+  for (int q = 0; q < 3; ++q) {
+    const real p = ctr[3 * k + q] + su * ustep[3 * k + q] + sv * vstep[3 * k + q];
+    if (cone) { o[q] = src[3 * k + q]; d[q] = p - src[3 * k + q]; }
+    else { o[q] = p; d[q] = src[3 * k + q]; }
+  }
+}
+
+// Detector pixel ranges [iu_lo, iu_hi) x [iv_lo, iv_hi) whose rays can touch
+// voxels of the z-range [zlo, zhi) in view k: the box (widened by the one-voxel
+// stencil support) is projected corner by corner onto the detector plane.  A
+// perspective map sends the box to the convex hull of its corner images as
+// long as the box lies on one side of the plane through the source parallel to
+// the detector; otherwise the whole detector is returned.
+template <typename real>
+CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
+                             const real* vstep, int cone, int k, int zlo, int zhi, int U, int V,
+                             int& iu_lo, int& iu_hi, int& iv_lo, int& iv_hi) {
+  iu_lo = 0; iu_hi = U; iv_lo = 0; iv_hi = V;
+  const double eu[3] = {ustep[3 * k], ustep[3 * k + 1], ustep[3 * k + 2]};
+  const double ev[3] = {vstep[3 * k], vstep[3 * k + 1], vstep[3 * k + 2]};
+  const double c[3] = {ctr[3 * k], ctr[3 * k + 1], ctr[3 * k + 2]};
+  const double s[3] = {src[3 * k], src[3 * k + 1], src[3 * k + 2]};
+  const double nrm[3] = {eu[1] * ev[2] - eu[2] * ev[1], eu[2] * ev[0] - eu[0] * ev[2], eu[0] * ev[1] - eu[1] * ev[0]};
+  const double guu = eu[0] * eu[0] + eu[1] * eu[1] + eu[2] * eu[2];
+  const double gvv = ev[0] * ev[0] + ev[1] * ev[1] + ev[2] * ev[2];
+  const double guv = eu[0] * ev[0] + eu[1] * ev[1] + eu[2] * ev[2];
+  const double det = guu * gvv - guv * guv;
+  if (!(det > 1e-30 * guu * gvv)) return;
+  const double lo[3] = {(-1.0 - 0.5 * (vw.W - 1)) * vw.dx, (-1.0 - 0.5 * (vw.H - 1)) * vw.dy,
+                        (zlo - 1.0 - 0.5 * (vw.D - 1)) * vw.dz};
+  const double hi[3] = {(vw.W - 0.5 * (vw.W - 1)) * vw.dx, (vw.H - 0.5 * (vw.H - 1)) * vw.dy,
+                        (zhi - 0.5 * (vw.D - 1)) * vw.dz};
+  double amin = 1e300, amax = -1e300, bmin = 1e300, bmax = -1e300;
+  int side = 0;
+  for (int corner = 0; corner < 8; ++corner) {
+    const double X[3] = {(corner & 1) ? hi[0] : lo[0], (corner & 2) ? hi[1] : lo[1], (corner & 4) ? hi[2] : lo[2]};
+    double P[3];
+    if (cone) {
+      const double dX[3] = {X[0] - s[0], X[1] - s[1], X[2] - s[2]};
+      const double den = nrm[0] * dX[0] + nrm[1] * dX[1] + nrm[2] * dX[2];
+      const double num = nrm[0] * (c[0] - s[0]) + nrm[1] * (c[1] - s[1]) + nrm[2] * (c[2] - s[2]);
+      const int sg = den > 0 ? 1 : (den < 0 ? -1 : 0);
+      if (sg == 0 || (side != 0 && sg != side)) return;
+      side = sg;
+      const double t = num / den;
+      for (int q = 0; q < 3; ++q) P[q] = s[q] + t * dX[q];
+    } else {
+      const double den = nrm[0] * s[0] + nrm[1] * s[1] + nrm[2] * s[2];
+      if (den == 0) return;
+      const double t = (nrm[0] * (c[0] - X[0]) + nrm[1] * (c[1] - X[1]) + nrm[2] * (c[2] - X[2])) / den;
+      for (int q = 0; q < 3; ++q) P[q] = X[q] + t * s[q];
+    }
+    const double r[3] = {P[0] - c[0], P[1] - c[1], P[2] - c[2]};
+    const double ru = r[0] * eu[0] + r[1] * eu[1] + r[2] * eu[2];
+    const double rv = r[0] * ev[0] + r[1] * ev[1] + r[2] * ev[2];
+    const double A = (gvv * ru - guv * rv) / det + 0.5 * (U - 1);
+    const double B = (guu * rv - guv * ru) / det + 0.5 * (V - 1);
+    amin = A < amin ? A : amin; amax = A > amax ? A : amax;
+    bmin = B < bmin ? B : bmin; bmax = B > bmax ? B : bmax;
+  }
+  const double big = 1e9;
+  const int a0 = (int)CT_FLOOR(clampd(amin, -big, big)) - 1, a1 = (int)CT_FLOOR(clampd(amax, -big, big)) + 2;
+  const int b0 = (int)CT_FLOOR(clampd(bmin, -big, big)) - 1, b1 = (int)CT_FLOOR(clampd(bmax, -big, big)) + 2;
+  iu_lo = a0 > 0 ? a0 : 0; iu_hi = a1 < U ? a1 : U;
+  iv_lo = b0 > 0 ? b0 : 0; iv_hi = b1 < V ? b1 : V;
+}
+
+}  // namespace ct

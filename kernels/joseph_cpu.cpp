@@ -1,0 +1,108 @@
+// CPU entry points of the Joseph family: the per-ray functions of joseph.cuh
+// in OpenMP loops.  Built at first use by ctbench/engine/cpu_build.py and
+// called through ctypes (which releases the GIL).
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "joseph.cuh"
+
+namespace {
+
+using ct::i64;
+
+// Forward: threads take (view, detector row) blocks; the inner loop walks
+// neighbouring pixels of a row so consecutive rays share cache lines.
+template <typename real>
+void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<real> vw, const real* src,
+             const real* ctr, const real* ustep, const real* vstep, int cone, ct::DetectorWindow dw, real* out,
+             int accumulate, int nthreads) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const i64 out_batch_stride = (i64)dw.n_views * nu * nv;
+  const i64 rows = (i64)dw.n_views * nu;
+#pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
+  for (i64 row = 0; row < rows; ++row) {
+    const int k = (int)(row / nu);
+    const int iu = dw.u0 + (int)(row % nu);
+    for (int iv = dw.v0; iv < dw.v1; ++iv) {
+      real o[3], d[3];
+      ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
+      ct::Ray<real> r{};
+      const bool hit = ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r);
+      const i64 oi = row * nv + (iv - dw.v0);
+      for (int q = 0; q < batch; ++q) {
+        const real val = hit ? ct::ray_forward(vol + q * vol_batch_stride, r) : real(0);
+        real& dst = out[q * out_batch_stride + oi];
+        dst = accumulate ? dst + val : val;
+      }
+    }
+  }
+}
+
+// Backward without atomics: each thread owns a z-chunk of the output slab and,
+// per view, visits only the detector pixels whose rays cross that chunk.
+template <typename real>
+void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real* src, const real* ctr,
+              const real* ustep, const real* vstep, int cone, ct::DetectorWindow dw, real* vol,
+              i64 vol_batch_stride, int nthreads) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
+  const int nz = vw.z1 - vw.z0;
+  if (nz <= 0 || nu <= 0 || nv <= 0) return;
+  // Enough chunks for dynamic balance, few enough that rays rarely span many.
+  const int target = std::max(1, 4 * nthreads);
+  const int cz = std::max(1, (nz + target - 1) / target);
+  const int nchunks = (nz + cz - 1) / cz;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int zlo = vw.z0 + ch * cz, zhi = std::min(vw.z1, zlo + cz);
+    for (int k = 0; k < dw.n_views; ++k) {
+      int ulo, uhi, vlo, vhi;
+      ct::slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
+      ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+      vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+      for (int iu = ulo; iu < uhi; ++iu) {
+        for (int iv = vlo; iv < vhi; ++iv) {
+          const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
+          bool any = false;
+          for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
+          if (!any) continue;
+          real o[3], d[3];
+          ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
+          ct::Ray<real> r{};
+          if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], zlo, zhi, r)) continue;
+          for (int q = 0; q < batch; ++q)
+            ct::ray_backward<real, false>(vol + q * vol_batch_stride, r, sino[q * sino_batch_stride + si]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#define CT_EXPORT extern "C" __attribute__((visibility("default")))
+
+#define CT_JOSEPH_ENTRIES(real, suffix)                                                                          \
+  CT_EXPORT void joseph_forward_##suffix(const real* vol, i64 vol_batch_stride, int batch, int D, int H, int W,   \
+                                         int z0, int z1, double dx, double dy, double dz, const real* src,        \
+                                         const real* ctr, const real* ustep, const real* vstep, int cone,          \
+                                         int n_views, int U, int V, int u0, int u1, int v0, int v1, real* out,     \
+                                         int accumulate, int nthreads) {                                          \
+    ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};                                    \
+    ct::DetectorWindow dw{n_views, U, V, u0, u1, v0, v1};                                                        \
+    forward<real>(vol, vol_batch_stride, batch, vw, src, ctr, ustep, vstep, cone, dw, out, accumulate, nthreads); \
+  }                                                                                                              \
+  CT_EXPORT void joseph_backward_##suffix(const real* sino, int batch, int D, int H, int W, int z0, int z1,       \
+                                          double dx, double dy, double dz, const real* src, const real* ctr,      \
+                                          const real* ustep, const real* vstep, int cone, int n_views, int U,     \
+                                          int V, int u0, int u1, int v0, int v1, real* vol,                       \
+                                          i64 vol_batch_stride, int nthreads) {                                   \
+    ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};                                    \
+    ct::DetectorWindow dw{n_views, U, V, u0, u1, v0, v1};                                                        \
+    backward<real>(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, vol, vol_batch_stride, nthreads);           \
+  }
+
+CT_JOSEPH_ENTRIES(float, f32)
+CT_JOSEPH_ENTRIES(double, f64)

@@ -1,0 +1,1 @@
+"""napari plugin of ctbench: trajectory designer, projection, reconstruction."""
