@@ -22,6 +22,8 @@ struct Ray {
   int lob, hib, loc, hic;  // index ranges of axes b and c that hold voxels
   i64 sa, sb, sc;          // strides of axes a, b, c in the slab array
   i64 offset;              // global -> slab-local index (z0 * H * W)
+  int planar;              // the ray stays on voxel plane pc of axis c (2D scans,
+  int pc;                  // axis-aligned rays): 1D interpolation along b only
 };
 
 // Restrict the plane interval (nlo, nhi) to planes where A + n*B lies in (lo-1, hi):
@@ -67,9 +69,23 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
   r.lob = lo[b]; r.hib = hi[b]; r.loc = lo[c]; r.hic = hi[c];
   r.sa = stride[a]; r.sb = stride[b]; r.sc = stride[c];
   r.offset = (i64)vw.z0 * stride[2];
+  // A ray that never leaves one voxel plane of b or c interpolates in 1D; put
+  // that axis in c.  (Same values as the bilinear stencil with a zero weight.)
+  if (r.Bb == real(0) && r.Ab == CT_FLOOR(r.Ab) && !(r.Bc == real(0) && r.Ac == CT_FLOOR(r.Ac))) {
+    real tA = r.Ab, tB = r.Bb; r.Ab = r.Ac; r.Bb = r.Bc; r.Ac = tA; r.Bc = tB;
+    int tl = r.lob, th = r.hib; r.lob = r.loc; r.hib = r.hic; r.loc = tl; r.hic = th;
+    i64 ts = r.sb; r.sb = r.sc; r.sc = ts;
+    int tx = r.b; r.b = r.c; r.c = tx;
+  }
+  r.planar = (r.Bc == real(0) && r.Ac == CT_FLOOR(r.Ac)) ? 1 : 0;
+  r.pc = 0;
+  if (r.planar) {
+    r.pc = (int)r.Ac;
+    if (r.pc < r.loc || r.pc >= r.hic) return false;
+  }
   real nlo = real(lo[a]), nhi = real(hi[a] - 1);
-  restrict_planes(r.Ab, r.Bb, lo[b], hi[b], nlo, nhi);
-  restrict_planes(r.Ac, r.Bc, lo[c], hi[c], nlo, nhi);
+  restrict_planes(r.Ab, r.Bb, r.lob, r.hib, nlo, nhi);
+  restrict_planes(r.Ac, r.Bc, r.loc, r.hic, nlo, nhi);
   if (!(nlo <= nhi + real(1))) return false;
   // Conservative integer bounds (one spare plane each side absorbs rounding;
   // the stencil's own bounds checks zero any sample outside the window).
@@ -83,7 +99,28 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
 
 // Line integral of one ray through a slab array (global indices minus offset).
 template <typename real>
+CT_HD real ray_forward_planar(const real* CT_RESTRICT vol, const Ray<real>& r) {
+  real acc = real(0);
+  const i64 plane = (i64)r.pc * r.sc - r.offset;
+  for (int n = r.n0; n < r.n1; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb;
+    const real flb = CT_FLOOR(fb);
+    const int ib = (int)flb;
+    const real tb = fb - flb;
+    const real* p = vol + ((i64)n * r.sa + (i64)ib * r.sb + plane);
+    if (ib >= r.lob && ib + 1 < r.hib) {
+      acc += (real(1) - tb) * p[0] + tb * p[r.sb];
+    } else {
+      if (ib >= r.lob && ib < r.hib) acc += (real(1) - tb) * p[0];
+      if (ib + 1 >= r.lob && ib + 1 < r.hib) acc += tb * p[r.sb];
+    }
+  }
+  return acc * r.w;
+}
+
+template <typename real>
 CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
+  if (r.planar) return ray_forward_planar(vol, r);
   real acc = real(0);
   for (int n = r.n0; n < r.n1; ++n) {
     const real fb = r.Ab + real(n) * r.Bb;
@@ -117,6 +154,25 @@ CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
 template <typename real, bool ATOMIC>
 CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
   const real v = value * r.w;
+  if (r.planar) {
+    const i64 plane = (i64)r.pc * r.sc - r.offset;
+    for (int n = r.n0; n < r.n1; ++n) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const real flb = CT_FLOOR(fb);
+      const int ib = (int)flb;
+      const real tb = fb - flb;
+      const i64 base = (i64)n * r.sa + (i64)ib * r.sb + plane;
+      const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
+      if (ATOMIC) {
+        if (b0) CT_ATOMIC_ADD(vol + base, (real(1) - tb) * v);
+        if (b1) CT_ATOMIC_ADD(vol + base + r.sb, tb * v);
+      } else {
+        if (b0) vol[base] += (real(1) - tb) * v;
+        if (b1) vol[base + r.sb] += tb * v;
+      }
+    }
+    return;
+  }
   for (int n = r.n0; n < r.n1; ++n) {
     const real fb = r.Ab + real(n) * r.Bb;
     const real fc = r.Ac + real(n) * r.Bc;

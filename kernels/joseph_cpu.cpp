@@ -50,6 +50,48 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
+  const i64 slab = (i64)nz * vw.H * vw.W;
+  // A thin slab (2D scans) cannot feed every thread with z-chunks: then threads
+  // take views instead and each accumulates into a private copy of the slab,
+  // summed at the end (still no atomics).
+  const bool thin = nz < 2 * nthreads && nthreads > 1 &&
+                    (double)slab * batch * nthreads * sizeof(real) < 512.0 * (1 << 20);
+  if (thin) {
+    std::vector<std::vector<real>> priv(nthreads);
+#pragma omp parallel num_threads(nthreads)
+    {
+      const int tid = omp_get_thread_num();
+      std::vector<real>& acc = priv[tid];
+      acc.assign((size_t)(slab * batch), real(0));
+#pragma omp for schedule(dynamic, 1)
+      for (int k = 0; k < dw.n_views; ++k) {
+        for (int iu = dw.u0; iu < dw.u1; ++iu) {
+          for (int iv = dw.v0; iv < dw.v1; ++iv) {
+            const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
+            bool any = false;
+            for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
+            if (!any) continue;
+            real o[3], d[3];
+            ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
+            ct::Ray<real> r{};
+            if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r)) continue;
+            for (int q = 0; q < batch; ++q)
+              ct::ray_backward<real, false>(acc.data() + q * slab, r, sino[q * sino_batch_stride + si]);
+          }
+        }
+      }
+      // implicit barrier of omp for; then reduce the private slabs
+#pragma omp for schedule(static)
+      for (i64 i = 0; i < slab * batch; ++i) {
+        real sum = real(0);
+        for (int t = 0; t < nthreads; ++t)
+          if (!priv[t].empty()) sum += priv[t][i];
+        const i64 q = i / slab;
+        vol[q * vol_batch_stride + (i % slab)] += sum;
+      }
+    }
+    return;
+  }
   // Enough chunks for dynamic balance, few enough that rays rarely span many.
   const int target = std::max(1, 4 * nthreads);
   const int cz = std::max(1, (nz + target - 1) / target);
