@@ -20,6 +20,7 @@ ground truth that the discrete projectors are measured against.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -222,7 +223,7 @@ def _check_shape(shape) -> tuple[int, ...]:
     if not isinstance(shape, (tuple, list)) or len(shape) not in (2, 3):
         raise ValueError(f"shape must be a tuple (D, H, W) or (H, W) of positive integers, got {shape!r}")
     for n in shape:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"shape must contain positive integers, got {tuple(shape)!r}")
     return tuple(int(n) for n in shape)
 
@@ -250,9 +251,9 @@ def _spacing(spacing, n: int, name: str, accept: Iterable[int] = ()) -> tuple[fl
 
 
 def _check_supersample(supersample) -> int:
-    if isinstance(supersample, bool) or not isinstance(supersample, int) or supersample < 1:
+    if isinstance(supersample, bool) or not isinstance(supersample, numbers.Integral) or supersample < 1:
         raise ValueError(f"supersample must be a positive integer, got {supersample!r}")
-    return supersample
+    return int(supersample)
 
 
 def _check_ellipsoids(ellipsoids) -> list[Ellipsoid]:
@@ -467,7 +468,7 @@ def _detector(trajectory, detector_shape, detector_spacing):
     if not isinstance(trajectory, Trajectory):
         raise TypeError(f"trajectory must be a ctbench.geometry.Trajectory, got {type(trajectory).__name__}")
     squeeze = False
-    if isinstance(detector_shape, int) and not isinstance(detector_shape, bool):
+    if isinstance(detector_shape, numbers.Integral) and not isinstance(detector_shape, bool):
         if trajectory.ndim != 2:
             raise ValueError("detector_shape must be a pair (U, V) for a 3D trajectory; "
                              f"an int U is only accepted for ndim=2, got {detector_shape!r}")
@@ -477,7 +478,7 @@ def _detector(trajectory, detector_shape, detector_spacing):
     if not isinstance(detector_shape, (tuple, list)) or len(detector_shape) != 2:
         raise ValueError(f"detector_shape must be a pair (U, V) of positive integers, got {detector_shape!r}")
     for n in detector_shape:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
             raise ValueError(f"detector_shape must contain positive integers, got {tuple(detector_shape)!r}")
     U, V = (int(n) for n in detector_shape)
     if trajectory.ndim == 2 and V != 1:
@@ -583,7 +584,7 @@ def ellipsoid_projections(ellipsoids, trajectory, detector_shape, detector_spaci
         total = torch.zeros((s_.shape[0], U, V), dtype=f64, device=dev)
         for (M, c, A), corners in zip(mats, boxes):
             # Only the pixels in the shadow of the ellipsoid's box can see it (small ones cover few).
-            iu, jv = _shadow_window(corners, s_, c_, u_, v_, cone, U, V, du, dv)
+            iu, jv = _shadow_window(corners, *(t.detach() for t in (s_, c_, u_, v_)), cone, U, V, du, dv)
             if iu.stop <= iu.start or jv.stop <= jv.start:
                 continue
             Mu, Mv = u_ @ M.T, v_ @ M.T
