@@ -63,7 +63,9 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
       const int tid = omp_get_thread_num();
       std::vector<real>& acc = priv[tid];
       acc.assign((size_t)(slab * batch), real(0));
-#pragma omp for schedule(dynamic, 1)
+      // static: a fixed view -> thread map keeps the summation order, so repeated
+      // and batched calls agree bitwise (gradcheck reentrancy, batch == per item).
+#pragma omp for schedule(static, 1)
       for (int k = 0; k < dw.n_views; ++k) {
         for (int iu = dw.u0; iu < dw.u1; ++iu) {
           for (int iv = dw.v0; iv < dw.v1; ++iv) {

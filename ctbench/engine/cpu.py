@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import torch
 
@@ -29,8 +30,14 @@ def _fn(family: str, name: str, dtype: torch.dtype, argtypes):
     return f
 
 
+# A calling thread may take a share of the cores (several CPU "devices" in one
+# process, ctbench.engine.devices); otherwise kernels use torch's thread count.
+_THREAD_SHARE = threading.local()
+
+
 def num_threads() -> int:
-    return max(1, torch.get_num_threads())
+    share = getattr(_THREAD_SHARE, "count", None)
+    return share if share else max(1, torch.get_num_threads())
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -83,3 +90,8 @@ class CpuBackend(Backend):
             _ptr(sino), B, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz, *g, int(rays.cone), rays.n_views, U, V,
             tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), (z1 - z0) * grid.H * grid.W, num_threads())
         return out
+
+    def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
+        """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the OpenMP kernel."""
+        from .geometry_grad import cpu_geometry_vjp
+        return cpu_geometry_vjp(volume, grid, z0, grad_sino, rays, tile, num_threads())

@@ -108,3 +108,8 @@ class CudaBackend(Backend):
                 np.int64((z1 - z0) * grid.H * grid.W))
         launch(k, rays.n_views * nu * nv, args, sino.device)
         return out
+
+    def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
+        """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the CUDA kernel."""
+        from .geometry_grad import cuda_geometry_vjp
+        return cuda_geometry_vjp(volume, grid, z0, grad_sino, rays, tile)

@@ -1,0 +1,115 @@
+"""Python side of the geometry-gradient kernels (kernels/joseph_grad*).
+
+``cpu_geometry_vjp`` and ``cuda_geometry_vjp`` compute, for one window
+(a volume slab starting at global plane ``z0`` and a detector tile),
+
+    d <A(g) volume, grad_sino> / d(source, center, ustep, vstep)
+
+per view, summed over the batch.  The kernels accumulate per view in float64;
+the four results come back in the rays' dtype, each ``(n_views, 3)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+
+from .base import Rays, Tile, VolumeGrid
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_L = ctypes.c_longlong
+_D = ctypes.c_double
+_CPU_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
+             _P, _P, _I]
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_FAMILY = "joseph_grad"
+_CUDA_NAMES = ("joseph_geometry_vjp",)
+_CUDA_BLOCK = 256         # must match CT_GRAD_BLOCK in joseph_grad_cuda.cu
+_CUDA_MAX_GRID_Y = 65535  # views per launch (gridDim.y limit)
+
+
+def _check(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays, tile: Tile):
+    if volume.ndim != 4 or tuple(volume.shape[2:]) != (grid.H, grid.W):
+        raise ValueError(f"volume must be a (B, nz, {grid.H}, {grid.W}) slab, got {tuple(volume.shape)}")
+    B, nz = volume.shape[:2]
+    if not 0 <= z0 <= z0 + nz <= grid.D:
+        raise ValueError(f"slab [z0={z0}, {z0 + nz}) lies outside the grid's {grid.D} planes")
+    want = (B, rays.n_views, *tile.shape)
+    if tuple(grad_sino.shape) != want:
+        raise ValueError(f"grad_sino must have shape {want}, got {tuple(grad_sino.shape)}")
+    if grad_sino.dtype != volume.dtype or volume.dtype not in _SUFFIX:
+        raise TypeError(f"volume and grad_sino must share a float32/float64 dtype, got {volume.dtype} "
+                        f"and {grad_sino.dtype}")
+
+
+def _split(out: torch.Tensor, dtype: torch.dtype):
+    """(n_views, 12) float64 -> (source, center, ustep, vstep), each (n_views, 3)."""
+    out = out.to(dtype).reshape(-1, 4, 3)
+    return tuple(out[:, i].contiguous() for i in range(4))
+
+
+def _zeros(rays: Rays, dtype, device):
+    return tuple(torch.zeros((rays.n_views, 3), dtype=dtype, device=device) for _ in range(4))
+
+
+def cpu_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays,
+                     tile: Tile, nthreads: int):
+    """Geometry VJP of one window with the OpenMP kernel (tensors on the CPU)."""
+    from .cpu_build import load_cpu_library
+
+    _check(volume, grid, z0, grad_sino, rays, tile)
+    dtype = volume.dtype
+    B, nz, H, W = volume.shape
+    if rays.n_views == 0 or B == 0 or nz == 0 or tile.shape[0] == 0 or tile.shape[1] == 0:
+        return _zeros(rays, dtype, volume.device)
+    vol = volume.detach().contiguous()
+    g = grad_sino.detach().contiguous()
+    geo = [t.detach().to(dtype=dtype).contiguous() for t in rays.tensors()]
+    out = torch.empty((rays.n_views, 12), dtype=torch.float64)
+    fn = getattr(load_cpu_library(_FAMILY), f"joseph_geometry_vjp_{_SUFFIX[dtype]}")
+    fn.argtypes, fn.restype = _CPU_ARGS, None
+    dz, dy, dx = grid.spacing
+    U, V = rays.detector_shape
+    fn(vol.data_ptr(), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz,
+       *[t.data_ptr() for t in geo], int(rays.cone), rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1,
+       g.data_ptr(), out.data_ptr(), max(1, int(nthreads)))
+    return _split(out, dtype)
+
+
+def cuda_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays,
+                      tile: Tile):
+    """Geometry VJP of one window with the CUDA kernel (NVRTC through CuPy), on torch's current stream."""
+    import numpy as np
+
+    from .cuda import _cupy, as_cupy, get_kernel
+
+    _check(volume, grid, z0, grad_sino, rays, tile)
+    dtype, device = volume.dtype, volume.device
+    B, nz, H, W = volume.shape
+    nu, nv = tile.shape
+    if rays.n_views == 0 or B == 0 or nz == 0 or nu == 0 or nv == 0:
+        return _zeros(rays, dtype, device)
+    vol = volume.detach().contiguous()
+    g = grad_sino.detach().contiguous()
+    geo = [t.detach().to(device=device, dtype=dtype).contiguous() for t in rays.tensors()]
+    out = torch.zeros((rays.n_views, 12), dtype=torch.float64, device=device)
+    kernel = get_kernel(_FAMILY, "joseph_geometry_vjp", dtype, device, _CUDA_NAMES)
+    dz, dy, dx = grid.spacing
+    U, V = rays.detector_shape
+    cp = _cupy()
+    idx = device.index or 0
+    stream = torch.cuda.current_stream(device)
+    blocks_x = math.ceil(nu * nv / _CUDA_BLOCK)
+    with cp.cuda.Device(idx), cp.cuda.ExternalStream(stream.cuda_stream, idx):
+        for k0 in range(0, rays.n_views, _CUDA_MAX_GRID_Y):
+            n_k = min(_CUDA_MAX_GRID_Y, rays.n_views - k0)
+            args = (as_cupy(vol), np.int64(nz * H * W), np.int32(B), np.int32(grid.D), np.int32(grid.H),
+                    np.int32(grid.W), np.int32(z0), np.int32(z0 + nz), np.float64(dx), np.float64(dy),
+                    np.float64(dz), *[as_cupy(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views),
+                    np.int32(U), np.int32(V), np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0),
+                    np.int32(tile.v1), np.int32(k0), as_cupy(g), as_cupy(out))
+            kernel((blocks_x, n_k), (_CUDA_BLOCK,), args)
+    return _split(out, dtype)
