@@ -24,6 +24,7 @@ struct Ray {
   i64 offset;              // global -> slab-local index (z0 * H * W)
   int planar;              // the ray stays on voxel plane pc of axis c (2D scans,
   int pc;                  // axis-aligned rays): 1D interpolation along b only
+  int i0, i1;              // interior planes: every stencil neighbour is in the window
 };
 
 // Restrict the plane interval (nlo, nhi) to planes where A + n*B lies in (lo-1, hi):
@@ -36,6 +37,24 @@ CT_HD void restrict_planes(real A, real B, int lo, int hi, real& nlo, real& nhi)
   }
   real t1 = (real(lo - 1) - A) / B;
   real t2 = (real(hi) - A) / B;
+  if (t1 > t2) { real t = t1; t1 = t2; t2 = t; }
+  nlo = tmax(nlo, t1);
+  nhi = tmin(nhi, t2);
+}
+
+// Narrow (nlo, nhi) to planes where A + n*B lies in [lo + m, hi - m].  The
+// margin m is far above the rounding of A + n*B, so in that range floor()
+// cannot step outside [lo, hi] and the stencil needs no bounds checks.
+template <typename real>
+CT_HD void interior_planes(real A, real B, int lo, int hi, real& nlo, real& nhi) {
+  const real m = real(1.0 / 64.0);
+  if (hi - lo < 1) { nlo = real(1); nhi = real(-1); return; }  // window too thin for a full stencil
+  if (B == real(0)) {
+    if (!(A >= real(lo) + m && A <= real(hi) - m)) { nlo = real(1); nhi = real(-1); }
+    return;
+  }
+  real t1 = (real(lo) + m - A) / B;
+  real t2 = (real(hi) - m - A) / B;
   if (t1 > t2) { real t = t1; t1 = t2; t2 = t; }
   nlo = tmax(nlo, t1);
   nhi = tmin(nhi, t2);
@@ -94,57 +113,89 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
   int n1 = (int)CT_FLOOR(clampd(nhi, -big, big)) + 2;
   r.n0 = n0 > lo[a] ? n0 : lo[a];
   r.n1 = n1 < hi[a] ? n1 : hi[a];
-  return r.n0 < r.n1;
+  if (r.n0 >= r.n1) return false;
+  // Interior planes [i0, i1): floor(f) in [lo, hi-2] for b (and c), so both
+  // neighbours of the stencil exist.
+  real ilo = real(r.n0), ihi = real(r.n1 - 1);
+  interior_planes(r.Ab, r.Bb, r.lob, r.hib - 1, ilo, ihi);
+  if (!r.planar) interior_planes(r.Ac, r.Bc, r.loc, r.hic - 1, ilo, ihi);
+  r.i0 = r.n0; r.i1 = r.n0;
+  if (ilo <= ihi) {
+    const int c0 = -(int)CT_FLOOR(clampd(-ilo, -big, big));     // ceil(ilo)
+    const int c1 = (int)CT_FLOOR(clampd(ihi, -big, big)) + 1;   // floor(ihi) + 1
+    const int i0 = c0 > r.n0 ? c0 : r.n0;
+    const int i1 = c1 < r.n1 ? c1 : r.n1;
+    if (i0 < i1) { r.i0 = i0; r.i1 = i1; }
+  }
+  return true;
 }
 
 // Line integral of one ray through a slab array (global indices minus offset).
+// Re-point a ray at a copy of the slab stored with other strides for the
+// world axes (x, y, z); the z stride (plane size) must stay the same.
 template <typename real>
-CT_HD real ray_forward_planar(const real* CT_RESTRICT vol, const Ray<real>& r) {
-  real acc = real(0);
-  const i64 plane = (i64)r.pc * r.sc - r.offset;
-  for (int n = r.n0; n < r.n1; ++n) {
-    const real fb = r.Ab + real(n) * r.Bb;
-    const real flb = CT_FLOOR(fb);
-    const int ib = (int)flb;
-    const real tb = fb - flb;
-    const real* p = vol + ((i64)n * r.sa + (i64)ib * r.sb + plane);
-    if (ib >= r.lob && ib + 1 < r.hib) {
-      acc += (real(1) - tb) * p[0] + tb * p[r.sb];
-    } else {
-      if (ib >= r.lob && ib < r.hib) acc += (real(1) - tb) * p[0];
-      if (ib + 1 >= r.lob && ib + 1 < r.hib) acc += tb * p[r.sb];
-    }
-  }
-  return acc * r.w;
+CT_HD void ray_use_strides(Ray<real>& r, i64 sx, i64 sy, i64 sz) {
+  const i64 st[3] = {sx, sy, sz};
+  r.sa = st[r.a]; r.sb = st[r.b]; r.sc = st[r.c];
 }
 
+// One stencil sample with bounds checks (edge planes of a ray).
+template <typename real>
+CT_HD real sample_checked(const real* CT_RESTRICT vol, const Ray<real>& r, int n) {
+  const real fb = r.Ab + real(n) * r.Bb;
+  const real flb = CT_FLOOR(fb);
+  const int ib = (int)flb;
+  const real tb = fb - flb;
+  const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
+  if (r.planar) {
+    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)r.pc * r.sc - r.offset;
+    real s = real(0);
+    if (b0) s += (real(1) - tb) * vol[base];
+    if (b1) s += tb * vol[base + r.sb];
+    return s;
+  }
+  const real fc = r.Ac + real(n) * r.Bc;
+  const real flc = CT_FLOOR(fc);
+  const int ic = (int)flc;
+  const real tc = fc - flc;
+  const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
+  const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+  real s = real(0);
+  if (b0 && c0) s += (real(1) - tb) * (real(1) - tc) * vol[base];
+  if (b1 && c0) s += tb * (real(1) - tc) * vol[base + r.sb];
+  if (b0 && c1) s += (real(1) - tb) * tc * vol[base + r.sc];
+  if (b1 && c1) s += tb * tc * vol[base + r.sb + r.sc];
+  return s;
+}
+
+// Line integral of one ray through a slab array (global indices minus offset):
+// checked edge planes, then the interior planes without any bounds checks.
 template <typename real>
 CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
-  if (r.planar) return ray_forward_planar(vol, r);
   real acc = real(0);
-  for (int n = r.n0; n < r.n1; ++n) {
-    const real fb = r.Ab + real(n) * r.Bb;
-    const real fc = r.Ac + real(n) * r.Bc;
-    const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
-    const int ib = (int)flb, ic = (int)flc;
-    const real tb = fb - flb, tc = fc - flc;
-    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
-    if (ib >= r.lob && ib + 1 < r.hib && ic >= r.loc && ic + 1 < r.hic) {
-      // Interior: all four neighbours exist, no further checks.
-      const real* p = vol + base;
-      acc += (real(1) - tc) * ((real(1) - tb) * p[0] + tb * p[r.sb]) +
-             tc * ((real(1) - tb) * p[r.sc] + tb * p[r.sb + r.sc]);
-    } else {
-      const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-      const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
-      real s = real(0);
-      if (b0 && c0) s += (real(1) - tb) * (real(1) - tc) * vol[base];
-      if (b1 && c0) s += tb * (real(1) - tc) * vol[base + r.sb];
-      if (b0 && c1) s += (real(1) - tb) * tc * vol[base + r.sc];
-      if (b1 && c1) s += tb * tc * vol[base + r.sb + r.sc];
-      acc += s;
+  for (int n = r.n0; n < r.i0; ++n) acc += sample_checked(vol, r, n);
+  const i64 sa = r.sa, sb = r.sb, sc = r.sc;
+  if (r.planar) {
+    const real* plane = vol + ((i64)r.pc * sc - r.offset);
+    for (int n = r.i0; n < r.i1; ++n) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const real flb = CT_FLOOR(fb);
+      const real tb = fb - flb;
+      const real* p = plane + ((i64)n * sa + (i64)(int)flb * sb);
+      acc += (real(1) - tb) * p[0] + tb * p[sb];
+    }
+  } else {
+    const real* base = vol - r.offset;
+    for (int n = r.i0; n < r.i1; ++n) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const real fc = r.Ac + real(n) * r.Bc;
+      const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
+      const real tb = fb - flb, tc = fc - flc;
+      const real* p = base + ((i64)n * sa + (i64)(int)flb * sb + (i64)(int)flc * sc);
+      acc += (real(1) - tc) * ((real(1) - tb) * p[0] + tb * p[sb]) + tc * ((real(1) - tb) * p[sc] + tb * p[sb + sc]);
     }
   }
+  for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) acc += sample_checked(vol, r, n);
   return acc * r.w;
 }
 
@@ -152,53 +203,67 @@ CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
 // true on the GPU (threads share voxels) and false on the CPU, where a thread
 // owns the z-range the ray was built for.
 template <typename real, bool ATOMIC>
-CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
-  const real v = value * r.w;
+CT_HD void add_voxel(real* p, real v) {
+  if (ATOMIC) CT_ATOMIC_ADD(p, v);
+  else *p += v;
+}
+
+template <typename real, bool ATOMIC>
+CT_HD void scatter_checked(real* CT_RESTRICT vol, const Ray<real>& r, int n, real v) {
+  const real fb = r.Ab + real(n) * r.Bb;
+  const real flb = CT_FLOOR(fb);
+  const int ib = (int)flb;
+  const real tb = fb - flb;
+  const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
   if (r.planar) {
-    const i64 plane = (i64)r.pc * r.sc - r.offset;
-    for (int n = r.n0; n < r.n1; ++n) {
-      const real fb = r.Ab + real(n) * r.Bb;
-      const real flb = CT_FLOOR(fb);
-      const int ib = (int)flb;
-      const real tb = fb - flb;
-      const i64 base = (i64)n * r.sa + (i64)ib * r.sb + plane;
-      const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-      if (ATOMIC) {
-        if (b0) CT_ATOMIC_ADD(vol + base, (real(1) - tb) * v);
-        if (b1) CT_ATOMIC_ADD(vol + base + r.sb, tb * v);
-      } else {
-        if (b0) vol[base] += (real(1) - tb) * v;
-        if (b1) vol[base + r.sb] += tb * v;
-      }
-    }
+    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)r.pc * r.sc - r.offset;
+    if (b0) add_voxel<real, ATOMIC>(vol + base, (real(1) - tb) * v);
+    if (b1) add_voxel<real, ATOMIC>(vol + base + r.sb, tb * v);
     return;
   }
-  for (int n = r.n0; n < r.n1; ++n) {
-    const real fb = r.Ab + real(n) * r.Bb;
-    const real fc = r.Ac + real(n) * r.Bc;
-    const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
-    const int ib = (int)flb, ic = (int)flc;
-    const real tb = fb - flb, tc = fc - flc;
-    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
-    const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-    const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
-    const real w00 = (real(1) - tb) * (real(1) - tc) * v, w10 = tb * (real(1) - tc) * v;
-    const real w01 = (real(1) - tb) * tc * v, w11 = tb * tc * v;
-    if (ATOMIC) {
-      if (b0 && c0) CT_ATOMIC_ADD(vol + base, w00);
-      if (b1 && c0) CT_ATOMIC_ADD(vol + base + r.sb, w10);
-      if (b0 && c1) CT_ATOMIC_ADD(vol + base + r.sc, w01);
-      if (b1 && c1) CT_ATOMIC_ADD(vol + base + r.sb + r.sc, w11);
-    } else if (b0 && b1 && c0 && c1) {
-      real* p = vol + base;
-      p[0] += w00; p[r.sb] += w10; p[r.sc] += w01; p[r.sb + r.sc] += w11;
-    } else {
-      if (b0 && c0) vol[base] += w00;
-      if (b1 && c0) vol[base + r.sb] += w10;
-      if (b0 && c1) vol[base + r.sc] += w01;
-      if (b1 && c1) vol[base + r.sb + r.sc] += w11;
+  const real fc = r.Ac + real(n) * r.Bc;
+  const real flc = CT_FLOOR(fc);
+  const int ic = (int)flc;
+  const real tc = fc - flc;
+  const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
+  const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+  if (b0 && c0) add_voxel<real, ATOMIC>(vol + base, (real(1) - tb) * (real(1) - tc) * v);
+  if (b1 && c0) add_voxel<real, ATOMIC>(vol + base + r.sb, tb * (real(1) - tc) * v);
+  if (b0 && c1) add_voxel<real, ATOMIC>(vol + base + r.sc, (real(1) - tb) * tc * v);
+  if (b1 && c1) add_voxel<real, ATOMIC>(vol + base + r.sb + r.sc, tb * tc * v);
+}
+
+template <typename real, bool ATOMIC>
+CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
+  const real v = value * r.w;
+  for (int n = r.n0; n < r.i0; ++n) scatter_checked<real, ATOMIC>(vol, r, n, v);
+  const i64 sa = r.sa, sb = r.sb, sc = r.sc;
+  if (r.planar) {
+    real* plane = vol + ((i64)r.pc * sc - r.offset);
+    for (int n = r.i0; n < r.i1; ++n) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const real flb = CT_FLOOR(fb);
+      const real tb = fb - flb;
+      real* p = plane + ((i64)n * sa + (i64)(int)flb * sb);
+      add_voxel<real, ATOMIC>(p, (real(1) - tb) * v);
+      add_voxel<real, ATOMIC>(p + sb, tb * v);
+    }
+  } else {
+    real* base = vol - r.offset;
+    for (int n = r.i0; n < r.i1; ++n) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const real fc = r.Ac + real(n) * r.Bc;
+      const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
+      const real tb = fb - flb, tc = fc - flc;
+      real* p = base + ((i64)n * sa + (i64)(int)flb * sb + (i64)(int)flc * sc);
+      const real vb = (real(1) - tc) * v, vc = tc * v;
+      add_voxel<real, ATOMIC>(p, (real(1) - tb) * vb);
+      add_voxel<real, ATOMIC>(p + sb, tb * vb);
+      add_voxel<real, ATOMIC>(p + sc, (real(1) - tb) * vc);
+      add_voxel<real, ATOMIC>(p + sb + sc, tb * vc);
     }
   }
+  for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) scatter_checked<real, ATOMIC>(vol, r, n, v);
 }
 
 // World-space origin and direction of the ray through pixel (iu, iv) of view k.

@@ -246,3 +246,23 @@ def test_2d_shapes_and_validation():
         Projector(circular_trajectory_2d_fan(10, 50.0, 100.0), (16, 12), (24, 2))
     with pytest.raises(ValueError, match="2D trajectory needs a 2D volume_shape"):
         Projector(circular_trajectory_2d_fan(10, 50.0, 100.0), (4, 16, 12), 24)
+
+
+@pytest.mark.parametrize("cone", [True, False])
+def test_backprojection_writes_only_inside_its_slab(cone):
+    """Canaries around the output buffer stay untouched for slabs of every thickness."""
+    traj = _random_trajectory(11, 6, cone, torch.float64)
+    grid = VolumeGrid((9, 7, 8), (1.0, 0.8, 1.2))
+    rays = Rays(traj.source, traj.detector_center, traj.detector_u * 1.3, traj.detector_v * 1.1, cone, (10, 9))
+    be = get_backend("cpu")
+    y = torch.rand(2, 6, 10, 9, dtype=torch.float64)
+    whole = be.backproject(y, grid, 0, grid.D, rays, Tile.full((10, 9)))
+    pad = 4096
+    for z0 in range(grid.D):
+        for z1 in range(z0 + 1, grid.D + 1):
+            n = 2 * (z1 - z0) * grid.H * grid.W
+            buf = torch.zeros(n + 2 * pad, dtype=torch.float64)
+            out = buf[pad:pad + n].view(2, z1 - z0, grid.H, grid.W)
+            be.backproject(y, grid, z0, z1, rays, Tile.full((10, 9)), out=out)
+            assert buf[:pad].abs().max() == 0 and buf[pad + n:].abs().max() == 0, (z0, z1)
+            torch.testing.assert_close(out, whole[:, z0:z1], rtol=1e-12, atol=1e-12)
