@@ -107,6 +107,8 @@ class Projector:
         self.view_slice = slice(0, self.n_views)
         self.volume_slice = slice(0, self.global_volume_shape[0])
         self.partition = None
+        self.partition_grid, self.view_world_size, self.space_world_size = (1, 1), 1, 1
+        self.process_group = None
         self._strategy = make_strategy(self, options)
 
     # ------------------------------------------------------------ attributes
@@ -196,7 +198,7 @@ class Projector:
         volume = self._check_input(volume, "volume", self.volume_shape)
         batch = volume.shape[:volume.ndim - len(self.volume_shape)]
         nz = self.volume_slice.stop - self.volume_slice.start
-        vol4 = volume.reshape(-1, nz, *self.global_volume_shape[1:])
+        vol4 = volume.reshape(math.prod(batch), nz, *self.global_volume_shape[1:])  # -1 is ambiguous for empty slabs
         rays = self._rays(trajectory, volume.dtype, volume.device)
         sino = self._strategy.project(vol4, rays)
         return sino.reshape(*batch, *self.projection_shape)
@@ -205,7 +207,7 @@ class Projector:
         """The exact adjoint of :meth:`project`: (*batch, *projection_shape) -> (*batch, *volume_shape)."""
         sinogram = self._check_input(sinogram, "sinogram", self.projection_shape)
         batch = sinogram.shape[:sinogram.ndim - len(self.projection_shape)]
-        sino4 = sinogram.reshape(-1, self.projection_shape[0], *self.detector_shape)
+        sino4 = sinogram.reshape(math.prod(batch), self.projection_shape[0], *self.detector_shape)  # zero-view shards
         rays = self._rays(trajectory, sinogram.dtype, sinogram.device)
         vol = self._strategy.backproject(sino4, rays)
         return vol.reshape(*batch, *self.volume_shape)
@@ -226,6 +228,33 @@ class Projector:
     def __repr__(self) -> str:
         return (f"Projector({self.trajectory!r}, volume_shape={self.volume_shape}, "
                 f"detector_shape={self.detector_shape}, beam={self.beam!r}, backend={self.backend_name!r})")
+
+    # ---------------------------------------------- planning and block stores
+    # (issue 6: ctbench/engine/plan.py and ctbench/storage/streaming.py)
+    def plan(self, kind: str = "project", dtype: torch.dtype = torch.float32, device="cpu", *, batch: int = 1,
+             volume_store=None, sinogram_store=None):
+        """The windows and estimated peak bytes of a call (see docs/LARGE_VOLUMES.md).
+
+        ``kind`` is "project" or "backproject" ("fdk" for the FDK backprojection); ``dtype`` and
+        ``device`` describe the input tensors.  With ``volume_store`` and ``sinogram_store`` it is
+        the plan of :meth:`project_into` / :meth:`backproject_into` / ``fdk_into`` on those stores.
+        """
+        if volume_store is not None or sinogram_store is not None:
+            from .storage.streaming import plan_into
+            return plan_into(self, kind, volume_store, sinogram_store)
+        from .engine.plan import plan_for
+        return plan_for(self, kind, dtype, device, batch)
+
+    def project_into(self, volume_store, sinogram_store, *, device=None):
+        """Project a volume block store into a sinogram block store, window by window; returns the plan."""
+        from .storage.streaming import project_into
+        return project_into(self, volume_store, sinogram_store, device=device)
+
+    def backproject_into(self, sinogram_store, volume_store, *, device=None):
+        """Backproject a sinogram block store into a volume block store, slab by slab; returns the plan."""
+        from .storage.streaming import backproject_into
+        return backproject_into(self, sinogram_store, volume_store, device=device)
+    # ------------------------------------------ end of planning and block stores
 
 
 class SingleDeviceStrategy:
@@ -257,6 +286,9 @@ def make_strategy(projector: "Projector", options: dict):
     if options.get("distributed"):
         from .distributed.strategy import make_distributed_strategy
         return make_distributed_strategy(projector, options)
+    stray = [k for k in ("process_group", "partition", "partition_grid") if options.get(k) is not None]
+    if stray:
+        raise ValueError(f"{', '.join(stray)} only apply with distributed=True (one process per device under torchrun)")
     devices = options.get("devices")
     if devices is not None:
         from .engine.devices import MultiDeviceStrategy

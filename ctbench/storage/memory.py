@@ -1,0 +1,58 @@
+"""An in-memory block store backed by one torch tensor."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import check_value, normalize_window
+
+
+class TensorStore:
+    """A tensor seen as a block store (for tests, small problems, and as the in-memory peer of ZarrStore).
+
+    ``read`` returns a copy (the caller owns it); ``write`` copies into the tensor.
+    """
+
+    def __init__(self, tensor: torch.Tensor, chunks=None):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+        self.tensor = tensor.detach()
+        shape = tuple(self.tensor.shape)
+        if chunks is None:
+            chunks = shape
+        chunks = tuple(int(c) for c in chunks)
+        if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
+            raise ValueError(f"chunks must be {len(shape)} positive integers, got {chunks!r}")
+        self._chunks = tuple(min(c, max(n, 1)) for c, n in zip(chunks, shape))
+
+    @classmethod
+    def empty(cls, shape, dtype=torch.float32, chunks=None, device="cpu") -> "TensorStore":
+        """A zero-filled store of ``shape``."""
+        return cls(torch.zeros(tuple(shape), dtype=dtype, device=device), chunks)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.tensor.dtype
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self._chunks
+
+    def staging_bytes(self, window_shape, write: bool = False) -> int:
+        """Reads and writes copy straight between the tensor and the caller's: no staging."""
+        return 0
+
+    def read(self, window=None) -> torch.Tensor:
+        w = normalize_window(window, self.shape)
+        return self.tensor[w].clone()
+
+    def write(self, window, value: torch.Tensor) -> None:
+        w = normalize_window(window, self.shape)
+        self.tensor[w].copy_(check_value(value, w, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"TensorStore(shape={self.shape}, dtype={self.dtype}, chunks={self.chunks})"

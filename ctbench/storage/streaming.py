@@ -1,0 +1,255 @@
+"""Projector calls between block stores, window by window, in bounded memory.
+
+- :func:`project_into`: for each view batch, the projections of the volume's
+  z-slabs (read one at a time from the volume store) are summed into one
+  view-batch buffer, which is then written to the sinogram store.
+- :func:`backproject_into`: for each z-slab, the backprojections of the view
+  batches (read one at a time) are summed into one slab buffer, which is
+  then written to the volume store.
+- :func:`fdk_into`: FDK through the same slabs and view batches.
+
+One slab and one view batch are resident at a time (plus the stores' chunk
+staging), so peak memory is the plan's ``peak_bytes`` whatever the store
+size.  Everything is checked, and the plan made, before the first write: a
+store of the wrong shape or dtype, or a budget too small for one window,
+raises before any output is touched.  Windows are aligned to the stores'
+chunks where the budget allows, so each write replaces whole chunks (and
+every chunk write is atomic in :class:`~ctbench.storage.zarr_store.ZarrStore`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+
+import torch
+
+from ..engine import get_backend
+from ..engine.executor import make_executor
+from ..engine.plan import Plan, make_plan
+from .base import check_store, staging_bytes
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+# ---------------------------------------------------------------- checking
+def _check_projector(projector) -> None:
+    if getattr(projector, "world_size", 1) > 1:
+        raise ValueError(f"streaming between stores runs in one process; this projector is distributed "
+                         f"(world_size={projector.world_size}); use the distributed disk solver instead")
+
+
+def _check_stores(projector, volume_store, sinogram_store) -> torch.dtype:
+    _check_projector(projector)
+    check_store(volume_store, "volume_store", projector.volume_shape, _FLOATS)
+    check_store(sinogram_store, "sinogram_store", projector.projection_shape, _FLOATS)
+    if volume_store.dtype != sinogram_store.dtype:
+        raise TypeError(f"volume_store is {volume_store.dtype} but sinogram_store is {sinogram_store.dtype}; "
+                        "both stores must have the same dtype")
+    if volume_store is sinogram_store:
+        raise ValueError("volume_store and sinogram_store must be different stores")
+    return volume_store.dtype
+
+
+def _store_windows(projector):
+    """(slab depth, view batch) -> the window shapes in store axes (2D scans have no z axis)."""
+    _, H, W = projector.grid.shape
+    U, V = projector.detector_shape
+    if projector.is_2d:
+        return (lambda nz: (H, W)), (lambda nb: (nb, U))
+    return (lambda nz: (nz, H, W)), (lambda nb: (nb, U, V))
+
+
+def plan_into(projector, kind: str, volume_store, sinogram_store, *, fdk_padding=None, fdk_oversample=None) -> Plan:
+    """The windows of a store-to-store call (``kind`` "project", "backproject" or "fdk"), checked."""
+    dtype = _check_stores(projector, volume_store, sinogram_store)
+    opts = projector.options
+    vol_window, sino_window = _store_windows(projector)
+
+    def staging(nz: int, nb: int) -> tuple[int, int]:
+        vol = (volume_store, vol_window(nz))
+        sino = (sinogram_store, sino_window(nb))
+        source, target = (vol, sino) if kind == "project" else (sino, vol)
+        return staging_bytes(*source, write=False), staging_bytes(*target, write=True)
+
+    align = (1 if projector.is_2d else int(volume_store.chunks[0]), int(sinogram_store.chunks[0]))
+    return make_plan(kind, projector.grid.shape, projector.detector_shape, projector.projection_shape[0],
+                     z_range=(projector.volume_slice.start, projector.volume_slice.stop), batch=1, dtype=dtype,
+                     device="cpu", mode="store", memory_budget=opts.get("memory_budget"),
+                     volume_chunk_shape=opts.get("volume_chunk_shape"), view_chunk_size=opts.get("view_chunk_size"),
+                     store_staging=staging, store_align=align, fdk_padding=fdk_padding,
+                     fdk_oversample=fdk_oversample)
+
+
+# ------------------------------------------------------------------ pieces
+def compute_device(projector, device=None) -> torch.device:
+    """Where the windows are computed: ``device``, else the projector's first device, else the CPU."""
+    if device is None:
+        devices = projector.options.get("devices")
+        if devices:
+            from ..engine.devices import parse_devices
+            device = parse_devices(devices)[0]
+        else:
+            device = "cpu"
+    return torch.device(device)
+
+
+def _executor(projector, device: torch.device):
+    """An executor that takes CPU windows and computes on ``device`` (streaming them if it is a GPU)."""
+    if device.type == "cpu":
+        return projector._executor(device)
+    backend = get_backend(projector.backend_name, device)
+    if not backend.supports(device):
+        raise ValueError(f"device {device} cannot run backend {backend.name!r}")
+    return make_executor(backend, projector.grid, projector.detector_shape, projector.options, compute_device=device)
+
+
+class _Windows:
+    """Store windows and the (1, nz, H, W) / (1, n, U, V) views of what they hold."""
+
+    def __init__(self, projector):
+        self.p = projector
+        self.zoff = projector.volume_slice.start
+        _, self.H, self.W = projector.grid.shape
+        self.U, self.V = projector.detector_shape
+
+    def volume(self, s0: int, s1: int):
+        if self.p.is_2d:
+            return (slice(None), slice(None))
+        return (slice(s0 - self.zoff, s1 - self.zoff), slice(None), slice(None))
+
+    def sinogram(self, a: int, b: int):
+        return (slice(a, b), slice(None)) if self.p.is_2d else (slice(a, b), slice(None), slice(None))
+
+    def as_slab(self, t: torch.Tensor, s0: int, s1: int) -> torch.Tensor:
+        return t.to("cpu").reshape(1, s1 - s0, self.H, self.W)
+
+    def as_block(self, t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        return t.to("cpu").reshape(1, b - a, self.U, self.V)
+
+    def slab_value(self, t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(self.H, self.W) if self.p.is_2d else t[0]
+
+    def block_value(self, t: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        return t.reshape(b - a, self.U) if self.p.is_2d else t[0]
+
+
+# ------------------------------------------------------------------- loops
+def project_into(projector, volume_store, sinogram_store, *, device=None) -> Plan:
+    """Project ``volume_store`` into ``sinogram_store``, one view batch at a time; returns the plan."""
+    plan = plan_into(projector, "project", volume_store, sinogram_store)
+    ex = _executor(projector, compute_device(projector, device))
+    rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
+    win = _Windows(projector)
+    with torch.no_grad():
+        for a, b in plan.view_batches():
+            acc = torch.zeros((1, b - a, win.U, win.V), dtype=plan.dtype)
+            r = rays.views(a, b)
+            for s0, s1 in plan.slabs():
+                slab = win.as_slab(volume_store.read(win.volume(s0, s1)), s0, s1)
+                ex.project_add(slab, s0, r, acc)
+                del slab  # before the next read: one slab resident at a time
+            sinogram_store.write(win.sinogram(a, b), win.block_value(acc, a, b))
+            del acc
+    return plan
+
+
+def backproject_into(projector, sinogram_store, volume_store, *, device=None) -> Plan:
+    """Backproject ``sinogram_store`` into ``volume_store``, one z-slab at a time; returns the plan."""
+    plan = plan_into(projector, "backproject", volume_store, sinogram_store)
+    ex = _executor(projector, compute_device(projector, device))
+    rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
+    win = _Windows(projector)
+    with torch.no_grad():
+        for s0, s1 in plan.slabs():
+            acc = torch.zeros((1, s1 - s0, win.H, win.W), dtype=plan.dtype)
+            for a, b in plan.view_batches():
+                block = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
+                ex.backproject_add(block, s0, s1, rays.views(a, b), acc)
+                del block
+            volume_store.write(win.volume(s0, s1), win.slab_value(acc))
+            del acc
+    return plan
+
+
+def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak", cutoff: float = 1.0,
+             padding: float = 2.0, oversample: int = 1, short_scan="auto", backend: str = "auto",
+             scratch=None) -> Plan:
+    """FDK (circular cone beam, fan 2D) or FBP (parallel beams) from a sinogram store into a volume store.
+
+    The same reconstruction as :func:`ctbench.solvers.fdk` / :func:`~ctbench.solvers.fbp` (same
+    keyword arguments), computed in the plan's windows: each view batch is pre-weighted and
+    ramp-filtered once, then backprojected through the voxel-driven FDK kernel into one z-slab at a
+    time, and each slab is written once.  When the filtered projections do not fit the budget in one
+    batch they go to ``scratch`` (a block store of shape (n_views, (U-1)*oversample+1, V), or
+    (n_views, (U-1)*oversample+1) for 2D scans, in the sinogram's dtype; default a temporary zarr
+    store, removed at the end).  Runs on the CPU.  Returns the plan.
+    """
+    from ..engine.fdk_kernels import weighted_backproject
+    from ..solvers import analytic
+    from ..solvers.filtering import check_filter, check_oversample
+    from ..solvers.weights import orbit_of, redundancy_weights
+
+    m = check_oversample(oversample)
+    plan = plan_into(projector, "fdk", volume_store, sinogram_store, fdk_padding=padding, fdk_oversample=m)
+    filter = check_filter(filter)
+    who = "fdk" if projector.beam == "cone" else "fbp"
+    orbit = orbit_of(projector, require="circular", who=who)
+    arc, parker = redundancy_weights(orbit, short_scan, who=who)
+    weights = (arc * analytic._view_scale(orbit)).to(plan.dtype)
+    win = _Windows(projector)
+    grid = projector.grid
+    batches = plan.view_batches()
+    n_views = projector.projection_shape[0]
+    um = (win.U - 1) * m + 1
+    scratch_shape = (n_views, um) if projector.is_2d else (n_views, um, win.V)
+    if scratch is not None and len(batches) > 1:
+        check_store(scratch, "scratch", scratch_shape, (plan.dtype,))
+
+    def filtered(a: int, b: int) -> torch.Tensor:
+        """Pre-weighted, ramp-filtered views [a, b) as (b-a, (U-1)*m+1, V)."""
+        raw = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
+        part = dataclasses.replace(orbit, sdd=orbit.sdd[a:b], pixel_u=orbit.pixel_u[a:b],
+                                   pixel_v=orbit.pixel_v[a:b])
+        return analytic._filtered(projector, part, raw, 0, b - a, filter=filter, cutoff=cutoff, padding=padding,
+                                  parker=None if parker is None else parker[a:b], oversample=m)[0]
+
+    def backproject_slabs(blocks):
+        for s0, s1 in plan.slabs():
+            acc = torch.zeros((s1 - s0, win.H, win.W), dtype=plan.dtype)
+            for (a, b), block in blocks():
+                rays = analytic._rays(projector, plan.dtype, torch.device("cpu"), a, b, m)
+                weighted_backproject(block, rays, grid, weights[a:b], z0=s0, z1=s1, out=acc, backend=backend)
+                del block
+            volume_store.write(win.volume(s0, s1), win.slab_value(acc[None]))
+            del acc
+
+    def as_scratch(block: torch.Tensor) -> torch.Tensor:
+        return block.reshape(block.shape[0], um) if projector.is_2d else block
+
+    tmp = None
+    try:
+        with torch.no_grad():
+            if len(batches) == 1:
+                a, b = batches[0]
+                resident = filtered(a, b)
+                backproject_slabs(lambda: [((a, b), resident)])
+            else:
+                if scratch is None:
+                    from .zarr_store import ZarrStore
+                    tmp = tempfile.mkdtemp(prefix="ctbench-fdk-")
+                    scratch = ZarrStore.create(f"{tmp}/filtered.zarr", scratch_shape, plan.dtype,
+                                               chunks=(plan.view_batch, *scratch_shape[1:]))
+                for a, b in batches:
+                    scratch.write(win.sinogram(a, b), as_scratch(filtered(a, b)))
+
+                def from_scratch():
+                    for a, b in batches:
+                        yield (a, b), scratch.read(win.sinogram(a, b)).to("cpu").reshape(b - a, um, win.V)
+
+                backproject_slabs(from_scratch)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return plan
