@@ -178,6 +178,10 @@ class Projector:
     def _executor(self, device: torch.device):
         """The executor that runs this projector's windows on ``device``."""
         backend = get_backend(self.backend_name, device)
+        if backend.name == "cuda" and device.type == "cpu" and torch.cuda.is_available():
+            # CPU-backed arrays with a GPU backend: stream windows to the current GPU.
+            return make_executor(backend, self.grid, self.detector_shape, self.options,
+                                 compute_device=torch.device("cuda", torch.cuda.current_device()))
         if not backend.supports(device):
             raise ValueError(f"backend {backend.name!r} cannot run on {device}; pass tensors on "
                              f"{'a CUDA device' if backend.name == 'cuda' else 'the CPU'} or choose backend='auto'")
