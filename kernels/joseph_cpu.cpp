@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "joseph.cuh"
@@ -11,6 +12,20 @@
 namespace {
 
 using ct::i64;
+
+// Which detector axis the inner pixel loop walks: the one whose pixel step
+// moves least along z, so that neighbouring rays read neighbouring rows of the
+// (z, y, x) volume instead of planes H*W elements apart (1.45x measured on a
+// circular scan, where v runs along z).
+template <typename real>
+bool inner_is_u(const real* ustep, const real* vstep, int n_views) {
+  double zu = 0, zv = 0;
+  for (int k = 0; k < n_views; ++k) {
+    zu += std::fabs((double)ustep[3 * k + 2]);
+    zv += std::fabs((double)vstep[3 * k + 2]);
+  }
+  return zu < zv;
+}
 
 // Copy a batch of (nz, H, W) slabs into (nz, W, H) order (x and y swapped).
 template <typename real>
@@ -40,7 +55,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
              int accumulate, int nthreads) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 out_batch_stride = (i64)dw.n_views * nu * nv;
-  const i64 rows = (i64)dw.n_views * nu;
+  const i64 rows = (i64)dw.n_views * nu;  // pixel rows, for the copy heuristic
   const int nz = vw.z1 - vw.z0;
   const i64 slab = (i64)nz * vw.H * vw.W;
   std::vector<real> swapped;
@@ -49,11 +64,17 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
     swapped.resize((size_t)(slab * batch));
     swap_xy(vol, swapped.data(), slab, batch, nz, vw.H, vw.W, nthreads);
   }
+  // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
+  const bool u_inner = inner_is_u(ustep, vstep, dw.n_views);
+  const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
+  const i64 nrows = (i64)dw.n_views * n_outer;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
-  for (i64 row = 0; row < rows; ++row) {
-    const int k = (int)(row / nu);
-    const int iu = dw.u0 + (int)(row % nu);
-    for (int iv = dw.v0; iv < dw.v1; ++iv) {
+  for (i64 row = 0; row < nrows; ++row) {
+    const int k = (int)(row / n_outer);
+    const int outer = (int)(row % n_outer);
+    for (int inner = 0; inner < n_inner; ++inner) {
+      const int ju = u_inner ? inner : outer, jv = u_inner ? outer : inner;  // tile-local pixel
+      const int iu = dw.u0 + ju, iv = dw.v0 + jv;
       real o[3], d[3];
       ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
       ct::Ray<real> r{};
@@ -65,7 +86,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         base = swapped.data();
         bstride = slab;
       }
-      const i64 oi = row * nv + (iv - dw.v0);
+      const i64 oi = ((i64)k * nu + ju) * nv + jv;
       for (int q = 0; q < batch; ++q) {
         const real val = hit ? ct::ray_forward(base + q * bstride, r) : real(0);
         real& dst = out[q * out_batch_stride + oi];
@@ -86,6 +107,7 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
   const i64 slab = (i64)nz * vw.H * vw.W;
+  const bool u_inner = inner_is_u(ustep, vstep, dw.n_views);
   // A thin slab (2D scans) cannot feed every thread with z-chunks: then threads
   // take views instead and each accumulates into a private copy of the slab,
   // summed at the end (still no atomics).
@@ -141,8 +163,10 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
       ct::slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
       ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
       vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
-      for (int iu = ulo; iu < uhi; ++iu) {
-        for (int iv = vlo; iv < vhi; ++iv) {
+      const int n_outer = u_inner ? vhi - vlo : uhi - ulo, n_inner = u_inner ? uhi - ulo : vhi - vlo;
+      for (int outer = 0; outer < n_outer; ++outer) {
+        for (int inner = 0; inner < n_inner; ++inner) {
+          const int iu = ulo + (u_inner ? inner : outer), iv = vlo + (u_inner ? outer : inner);
           const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
           bool any = false;
           for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
