@@ -1,0 +1,645 @@
+"""Projector benchmark (issue 2): ctbench's CPU Joseph pair against its peers, same workload, same run.
+
+Workload W1 (benchmarks/workloads.py): circular cone beam, 128^3 volume of 2 mm
+voxels, 180 views over 360 degrees, 128x128 detector of 4 mm pixels, SID 600,
+SDD 1200, float32.  Measured here, on that identical geometry:
+
+- ctbench ``backend="cpu"`` forward and backprojection (best of N after a warm-up
+  call that also compiles the kernels if the cache is cold);
+- RTK (itk-rtk) JosephForwardProjectionImageFilter / JosephBackProjectionImageFilter
+  with a ThreeDCircularProjectionGeometry built from the same angles, checked two
+  ways: the world positions of RTK's source and detector pixels against
+  ctbench's (``geometry_max_dev_mm``) and the relative difference of the outputs
+  (``rel_diff_vs_ctbench``);
+- diffct 2.5 ``backend="torch"`` (cell-constant Siddon, so outputs differ from
+  Joseph by the model, not the geometry: a mismatched geometry gives O(1));
+- a 2D section against ASTRA's CPU projectors (parallel ``linear`` = Joseph and
+  ``line``; fan ``line_fanflat``) on a 512^2 image, 720 views, 768 pixels;
+- a plain memory-streaming loop (torch copy) giving GB/s, both for arrays far
+  larger than the caches and for arrays the size of the W1 volume.
+
+Counting.  ``samples`` is the number of ray/plane samples whose bilinear stencil
+touches the volume: for each ray, the dominant-axis voxel planes at which the
+ray lies within one voxel of the box on the other two axes (computed in float64
+from the geometry, the same count for every implementation).  The kernels march
+at most two spare planes per ray more (``samples_marched``).  Each forward
+sample reads 4 voxels; each backprojection sample reads and writes 4 voxels, so
+``touched_bytes_per_s`` = samples/s x 4 x itemsize (x2 for back).  Dividing it by
+the streaming bandwidth gives ``bandwidth_fraction``: the speed relative to a
+loop that fetched every stencil voxel from memory.  Values above 1 mean the
+caches serve the reuse between neighbouring rays (the W1 volume is 8 MiB).
+
+Output: JSON lines on stdout, appended to ``--out``; one header line with the
+machine, then one line per (workload, op, impl), then ratio lines
+``{"ratio": "rtk/ctbench", "value": t_rtk / t_ctbench}`` (>1: ctbench faster).
+Peers are optional: a missing one gives ``{"impl": ..., "skipped": "not installed"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.metadata as _md
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workloads import W1, w1_projector  # noqa: E402
+
+from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_2d_parallel  # noqa: E402
+
+BENCH = "projector"
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector.jsonl"
+TARGETS = {"rtk/ctbench": 1.5, "diffct/ctbench": 30.0}
+
+
+# ------------------------------------------------------------------ output
+class Emitter:
+    """Prints JSON lines and appends them to a file; every line carries the bench name and run id."""
+
+    def __init__(self, out: Path | None, run_id: str, bench: str = BENCH):
+        self.out = out
+        self.run_id = run_id
+        self.bench = bench
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, **fields) -> dict:
+        line = {"bench": self.bench, "run_id": self.run_id, **fields}
+        text = json.dumps(line, default=_jsonable)
+        print(text, flush=True)
+        if self.out is not None:
+            with open(self.out, "a") as f:
+                f.write(text + "\n")
+        return line
+
+
+def _jsonable(x):
+    if isinstance(x, (np.floating, np.integer)):
+        return x.item()
+    if isinstance(x, torch.Tensor):
+        return x.tolist()
+    return str(x)
+
+
+def _round(x, digits=4):
+    return float(f"{x:.{digits}g}") if x is not None and math.isfinite(x) else x
+
+
+# ------------------------------------------------------------------ machine
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def package_versions(names) -> dict:
+    out = {}
+    for n in names:
+        try:
+            out[n] = _md.version(n)
+        except _md.PackageNotFoundError:
+            out[n] = None
+    return out
+
+
+def machine_info() -> dict:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = os.cpu_count()
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    return {"cpu": cpu_model(), "nproc": os.cpu_count(), "cpus_usable": affinity,
+            "torch_threads": torch.get_num_threads(), "loadavg": load, "python": platform.python_version(),
+            "platform": platform.platform(),
+            "versions": package_versions(["ctbench", "torch", "numpy", "itk-rtk", "itk", "astra-toolbox",
+                                          "diffct"])}
+
+
+# ------------------------------------------------------------------ timing
+def best_of(fn, repeats: int, warmup: bool = True):
+    """Run ``fn`` (once more first when ``warmup``); return the fastest call and its statistics.
+
+    CPU seconds are the process's (all threads), so ``cpu_s / seconds`` is the
+    parallelism the call reached.
+    """
+    warm_s = None
+    out = None
+    if warmup:
+        t0 = time.perf_counter()
+        out = fn()
+        warm_s = time.perf_counter() - t0
+    times, cpus = [], []
+    for _ in range(max(1, repeats)):
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    i = int(np.argmin(times))
+    return {"seconds": times[i], "cpu_s": cpus[i], "times": [_round(t) for t in times],
+            "warmup_s": None if warm_s is None else _round(warm_s)}, out
+
+
+def rel_diff(a, b, volume: bool = False) -> dict:
+    """Relative L2 and max differences of ``a`` against the reference ``b``.
+
+    For volumes (``volume=True``) also the L2 difference without the outermost
+    voxel layer: RTK's Joseph stops at the box faces half a voxel outside the
+    border voxel centres, ctbench's stencil (like ASTRA's) reaches one voxel
+    beyond, so border voxels legitimately differ between the models.
+    """
+    a = torch.as_tensor(np.ascontiguousarray(a)).to(torch.float64)
+    b = torch.as_tensor(np.ascontiguousarray(b)).to(torch.float64)
+    d = a - b
+    out = {"rel_diff_vs_ctbench": _round(float(d.norm() / b.norm())),
+           "max_diff_vs_ctbench": _round(float(d.abs().max() / b.abs().max()))}
+    if volume:
+        inner = tuple(slice(1, -1) if n > 2 else slice(None) for n in b.shape)
+        out["rel_diff_interior_vs_ctbench"] = _round(float(d[inner].norm() / b[inner].norm()))
+    return out
+
+
+# ------------------------------------------------------------------ bandwidth
+def stream_bandwidth(n_bytes: int, repeats: int = 15) -> dict:
+    """Best streaming rate of ``dst.copy_(src)`` on float32 arrays of ``n_bytes`` each, torch's threads.
+
+    Counted as read + write (2 x n_bytes per copy), as STREAM does; the
+    write-allocate traffic the hardware may add is not counted.  Many short
+    timings, best kept: on a shared machine one descheduled thread stalls a
+    whole parallel copy, and the best timing is the one that escaped that.
+    """
+    n = max(1, n_bytes // 4)
+    src = torch.rand(n, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    inner = max(1, int(5e7 // n_bytes))  # keep each timed call >~ 5 ms for small arrays
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            dst.copy_(src)
+        best = min(best, (time.perf_counter() - t0) / inner)
+    return {"array_bytes": 4 * n, "seconds": best, "gb_per_s": 2 * 4 * n / best / 1e9}
+
+
+# ------------------------------------------------------------------ sample count
+def ray_plane_samples(projector: Projector, views_per_chunk: int = 8) -> dict:
+    """Count the ray/plane samples of every ray of ``projector`` (float64, from the geometry).
+
+    ``useful``: dominant-axis planes where the ray lies within one voxel of the
+    box on the other two axes (the bilinear stencil touches a voxel).
+    ``marched``: the planes the kernels iterate, which add up to two spare planes
+    per ray (same rule as kernels/joseph.cuh make_ray).
+    """
+    D, H, W = projector.grid.shape
+    dz, dy, dx = projector.grid.spacing
+    size = torch.tensor([W, H, D], dtype=torch.float64)
+    spacing = torch.tensor([dx, dy, dz], dtype=torch.float64)
+    half = (size - 1) / 2
+    du, dv = projector.detector_spacing
+    U, V = projector.detector_shape
+    src, ctr, uu, vv = (t.detach().to("cpu", torch.float64) for t in projector.trajectory.tensors())
+    su = torch.arange(U, dtype=torch.float64) - (U - 1) / 2
+    sv = torch.arange(V, dtype=torch.float64) - (V - 1) / 2
+    cone = projector.beam == "cone"
+    useful = marched = 0
+    n_rays = 0
+    for k0 in range(0, src.shape[0], views_per_chunk):
+        sl = slice(k0, k0 + views_per_chunk)
+        pix = (ctr[sl, None, None] + su[None, :, None, None] * du * uu[sl, None, None]
+               + sv[None, None, :, None] * dv * vv[sl, None, None]).reshape(-1, 3)
+        s = src[sl, None, None].expand(-1, U, V, 3).reshape(-1, 3)
+        o, d = (s, pix - s) if cone else (pix, s)
+        fo, fd = o / spacing + half, d / spacing
+        a = fd.abs().argmax(dim=1)
+        # parameter interval where each axis' coordinate lies in (-1, N)
+        t1 = (-1 - fo) / fd  # +-inf or nan where fd == 0: replaced just below
+        t2 = (size - fo) / fd
+        tlo, thi = torch.minimum(t1, t2), torch.maximum(t1, t2)
+        inside = (fo > -1) & (fo < size)
+        zero = fd == 0
+        tlo = torch.where(zero, torch.where(inside, -math.inf, math.inf), tlo)
+        thi = torch.where(zero, torch.where(inside, math.inf, -math.inf), thi)
+        own = torch.nn.functional.one_hot(a, 3).bool()
+        tlo = torch.where(own, -math.inf, tlo).amax(dim=1)
+        thi = torch.where(own, math.inf, thi).amin(dim=1)
+        fa_o, fa_d = fo.gather(1, a[:, None])[:, 0], fd.gather(1, a[:, None])[:, 0]
+        na, nb = fa_o + tlo.clamp(-1e12, 1e12) * fa_d, fa_o + thi.clamp(-1e12, 1e12) * fa_d
+        nlo, nhi = torch.minimum(na, nb), torch.maximum(na, nb)
+        nlo = torch.where(tlo <= thi, nlo, torch.full_like(nlo, math.inf))
+        last = size[a] - 1
+        lo_i = torch.clamp(torch.ceil(nlo), min=0)
+        hi_i = torch.minimum(torch.floor(nhi), last)
+        useful += int(torch.clamp(hi_i - lo_i + 1, min=0).sum())
+        n0 = torch.clamp(torch.floor(torch.maximum(nlo, torch.zeros_like(nlo))), min=0)
+        n1 = torch.minimum(torch.floor(torch.minimum(nhi, last)) + 2, size[a])
+        marched += int(torch.where(nlo <= nhi + 1, torch.clamp(n1 - n0, min=0), torch.zeros_like(n0)).sum())
+        n_rays += fo.shape[0]
+    return {"samples": useful, "samples_marched": marched, "rays": n_rays}
+
+
+def throughput(stats: dict, samples: dict, itemsize: int, op: str, bandwidth: dict) -> dict:
+    """samples/s, bytes touched per second and the fractions of the measured streaming rates."""
+    sps = samples["samples"] / stats["seconds"]
+    per_sample = 4 * itemsize * (2 if op == "back" else 1)
+    touched = sps * per_sample
+    out = {"samples": samples["samples"], "samples_marched": samples["samples_marched"],
+           "samples_per_s": _round(sps), "bytes_per_sample": per_sample, "touched_gb_per_s": _round(touched / 1e9)}
+    for name, bw in bandwidth.items():
+        out[f"bandwidth_fraction_{name}"] = _round(touched / 1e9 / bw["gb_per_s"])
+    return out
+
+
+def timing_fields(stats: dict) -> dict:
+    return {"seconds": _round(stats["seconds"]), "cpu_s": _round(stats["cpu_s"]),
+            "parallelism": _round(stats["cpu_s"] / stats["seconds"], 3), "times": stats["times"],
+            "warmup_s": stats["warmup_s"]}
+
+
+# ------------------------------------------------------------------ test data
+def smooth_volume(shape, dtype=torch.float32) -> torch.Tensor:
+    """An asymmetric smooth object, positive everywhere and small at the borders.
+
+    Positive everywhere so every ray that meets the box carries a non-zero
+    value (no implementation can skip work on zeros); small at the borders so
+    the implementations' different edge handling hardly shows in the
+    comparison; off-centre blobs so a mirrored or rotated geometry gives O(1).
+    """
+    axes = [torch.linspace(-1, 1, n, dtype=torch.float64) if n > 1 else torch.zeros(1, dtype=torch.float64)
+            for n in shape]
+    grids = torch.meshgrid(*axes, indexing="ij")
+    if len(shape) == 3:
+        z, y, x = grids
+    else:
+        (y, x), z = grids, torch.zeros_like(grids[0])
+    f = torch.exp(-0.5 * (x * x + y * y + z * z) / 0.3 ** 2)
+    f = f + 0.8 * torch.exp(-((x - 0.35) ** 2 + (y + 0.2) ** 2 + (z - 0.15) ** 2) / (2 * 0.12 ** 2))
+    f = f + 0.5 * torch.exp(-((x + 0.3) ** 2 + (y - 0.4) ** 2 + (z + 0.25) ** 2) / (2 * 0.08 ** 2))
+    return f.to(dtype).contiguous()
+
+
+# ------------------------------------------------------------------ ctbench
+def run_ctbench(emit, projector: Projector, volume, workload: str, repeats: int, bandwidth: dict, samples: dict):
+    """Time project and backproject; returns {op: (timing stats, output)}."""
+    results = {}
+    stats, sino = best_of(lambda: projector.project(volume), repeats)
+    emit(workload=workload, op="forward", impl="ctbench-cpu", threads=torch.get_num_threads(),
+         dtype=str(volume.dtype).replace("torch.", ""), **timing_fields(stats),
+         **throughput(stats, samples, volume.element_size(), "forward", bandwidth))
+    results["forward"] = (stats, sino)
+    stats, back = best_of(lambda: projector.backproject(sino), repeats)
+    emit(workload=workload, op="back", impl="ctbench-cpu", threads=torch.get_num_threads(),
+         dtype=str(volume.dtype).replace("torch.", ""), **timing_fields(stats),
+         **throughput(stats, samples, volume.element_size(), "back", bandwidth))
+    results["back"] = (stats, back)
+    return results
+
+
+# ------------------------------------------------------------------ RTK
+# ctbench world (x, y, z), rotation about z, maps to RTK's world (X, Y, Z) =
+# (x, z, -y), rotation about Y: a rotation of the frame, so every line integral
+# is preserved.  Then ctbench's source sid*(sin t, -cos t, 0) becomes
+# sid*(sin t, 0, cos t), which is RTK's source at gantry angle t; the detector
+# u axis (cos t, sin t, 0) becomes (cos t, 0, -sin t), RTK's detector x axis; v = +z
+# becomes +Y, RTK's detector y axis.  The script checks this numerically.
+def _to_rtk_world(p: np.ndarray) -> np.ndarray:
+    return np.stack([p[..., 0], p[..., 2], -p[..., 1]], axis=-1)
+
+
+def rtk_geometry(projector: Projector):
+    """RTK circular geometry from the trajectory's generator parameters (angles in degrees)."""
+    from itk import RTK as rtk
+
+    meta = projector.trajectory.meta
+    if meta.get("kind") != "circular":
+        raise ValueError("the RTK comparison needs a circular trajectory")
+    g = rtk.ThreeDCircularProjectionGeometry.New()
+    off_u, off_v = meta.get("detector_offset", (0.0, 0.0))
+    for t in meta["angles"]:
+        g.AddProjection(float(meta["sid"]), float(meta["sdd"]), math.degrees(t), float(off_u), float(off_v))
+    return g
+
+
+def rtk_geometry_deviation(g, projector: Projector) -> float:
+    """Largest distance (mm) between RTK's and ctbench's source and corner-pixel positions over all views."""
+    import itk
+
+    U, V = projector.detector_shape
+    du, dv = projector.detector_spacing
+    src, ctr, u, v = (t.detach().to(torch.float64).numpy() for t in projector.trajectory.tensors())
+    dev = 0.0
+    for k in range(projector.n_views):
+        s_rtk = np.asarray(g.GetSourcePosition(k), dtype=np.float64).ravel()[:3]
+        dev = max(dev, float(np.abs(s_rtk - _to_rtk_world(src[k])).max()))
+        M = np.asarray(itk.array_from_matrix(g.GetProjectionCoordinatesToFixedSystemMatrix(k)), dtype=np.float64)
+        for iu, iv in ((0, 0), (U - 1, 0), (0, V - 1), (U - 1, V - 1)):
+            a, b = (iu - (U - 1) / 2) * du, (iv - (V - 1) / 2) * dv
+            p_rtk = (M @ np.array([a, b, 0.0, 1.0]))[:3]
+            p_ct = ctr[k] + a * u[k] + b * v[k]
+            dev = max(dev, float(np.abs(p_rtk - _to_rtk_world(p_ct)).max()))
+    return dev
+
+
+def _rtk_volume_image(vol_zyx: np.ndarray, spacing_zyx):
+    """ctbench volume [z, y, x] as an ITK image on RTK's axes: array [Z, Y, X] = [-y, z, x]."""
+    import itk
+
+    D, H, W = vol_zyx.shape
+    dz, dy, dx = spacing_zyx
+    arr = np.ascontiguousarray(vol_zyx.transpose(1, 0, 2)[::-1], dtype=np.float32)  # (H, D, W)
+    img = itk.image_from_array(arr)
+    img.SetSpacing([dx, dz, dy])
+    img.SetOrigin([-(W - 1) / 2 * dx, -(D - 1) / 2 * dz, -(H - 1) / 2 * dy])
+    return img
+
+
+def _from_rtk_volume(arr: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(arr[::-1].transpose(1, 0, 2))
+
+
+def _rtk_projection_image(sino_kuv: np.ndarray, detector_spacing):
+    """ctbench sinogram [view, u, v] as RTK's projection stack: array [view, v, u], origin at the detector centre."""
+    import itk
+
+    n, U, V = sino_kuv.shape
+    du, dv = detector_spacing
+    img = itk.image_from_array(np.ascontiguousarray(sino_kuv.transpose(0, 2, 1), dtype=np.float32))
+    img.SetSpacing([du, dv, 1.0])
+    img.SetOrigin([-(U - 1) / 2 * du, -(V - 1) / 2 * dv, 0.0])
+    return img
+
+
+def run_rtk(emit, projector: Projector, volume, ct_results, workload: str, repeats: int, threads: int,
+            samples: dict, bandwidth: dict):
+    try:
+        import itk
+        from itk import RTK as rtk
+    except ImportError as e:
+        emit(workload=workload, impl="rtk", skipped="not installed", error=str(e))
+        return {}
+    itk.MultiThreaderBase.SetGlobalDefaultNumberOfThreads(threads)
+    g = rtk_geometry(projector)
+    geo_dev = rtk_geometry_deviation(g, projector)
+    IT = itk.Image[itk.F, 3]
+    vol_np = volume.numpy()
+    sino_ct = ct_results["forward"][1].numpy()
+    n = projector.n_views
+    U, V = projector.detector_shape
+    vol_img = _rtk_volume_image(vol_np, projector.grid.spacing)
+    sino_in = _rtk_projection_image(sino_ct, projector.detector_spacing)
+    results = {}
+
+    def forward():
+        zeros = _rtk_projection_image(np.zeros((n, U, V), np.float32), projector.detector_spacing)
+        f = rtk.JosephForwardProjectionImageFilter[IT, IT].New()
+        f.SetInput(0, zeros)
+        f.SetInput(1, vol_img)
+        f.SetGeometry(g)
+        return f
+
+    def back():
+        zeros = _rtk_volume_image(np.zeros_like(vol_np), projector.grid.spacing)
+        f = rtk.JosephBackProjectionImageFilter[IT, IT].New()
+        f.SetInput(0, zeros)
+        f.SetInput(1, sino_in)
+        f.SetGeometry(g)
+        return f
+
+    for op, make in (("forward", forward), ("back", back)):
+        filters = [make() for _ in range(max(1, repeats) + 1)]  # inputs built outside the timing
+        it = iter(filters)
+
+        def call():
+            f = next(it)
+            f.Update()
+            return f
+
+        stats, f = best_of(call, repeats)
+        arr = itk.array_from_image(f.GetOutput())
+        out = arr.transpose(0, 2, 1) if op == "forward" else _from_rtk_volume(arr)
+        ref = ct_results[op][1].numpy()
+        emit(workload=workload, op=op, impl="rtk", threads=threads, dtype="float32", **timing_fields(stats),
+             **throughput(stats, samples, 4, op, bandwidth), geometry_max_dev_mm=_round(geo_dev),
+             **rel_diff(out, ref, op == "back"),
+             filter=f"Joseph{'Forward' if op == 'forward' else 'Back'}ProjectionImageFilter")
+        results[op] = stats
+        del filters
+    return results
+
+
+# ------------------------------------------------------------------ diffct
+def run_diffct(emit, projector: Projector, volume, ct_results, workload: str, repeats: int, samples: dict,
+               bandwidth: dict):
+    try:
+        import diffct
+    except ImportError as e:
+        emit(workload=workload, impl="diffct-torch", skipped="not installed", error=str(e))
+        return {}
+    # ctbench's trajectory vectors passed unchanged: diffct takes the same
+    # (source, detector centre, unit u, unit v) per view and a centred volume.
+    traj = tuple(t.detach().clone() for t in projector.trajectory.tensors())
+    dp = diffct.Projector(traj, tuple(projector.volume_shape), tuple(projector.detector_shape), beam="cone",
+                          detector_spacing=tuple(projector.detector_spacing),
+                          voxel_spacing=tuple(projector.voxel_spacing), backend="torch")
+    results = {}
+    sino_ct = ct_results["forward"][1]
+    for op, fn in (("forward", lambda: dp.project(volume)), ("back", lambda: dp.backproject(sino_ct))):
+        stats, out = best_of(fn, repeats, warmup=False)
+        emit(workload=workload, op=op, impl="diffct-torch", threads=torch.get_num_threads(), dtype="float32",
+             **timing_fields(stats), **throughput(stats, samples, 4, op, bandwidth),
+             **rel_diff(out.detach().numpy(), ct_results[op][1].numpy(), op == "back"), model="cell-constant Siddon",
+             note="no warm-up call (each call takes about a minute)")
+        results[op] = stats
+    return results
+
+
+# ------------------------------------------------------------------ 2D / ASTRA
+def projector_2d(kind: str, size: int, n_views: int, n_det: int) -> Projector:
+    """2D workloads: 1 mm pixels; the detector covers the image diagonal at the isocentre."""
+    if kind == "parallel":
+        tr = circular_trajectory_2d_parallel(n_views)
+        du = 1.0
+    else:
+        tr = circular_trajectory_2d_fan(n_views, 1000.0, 1500.0)
+        du = 1.5
+    return Projector(tr, (size, size), n_det, detector_spacing=du, voxel_spacing=1.0, backend="cpu")
+
+
+def astra_vectors(projector: Projector) -> np.ndarray:
+    """ASTRA parallel_vec / fanflat_vec rows (ray or source, detector centre, pixel step) from the trajectory."""
+    src, ctr, u = (t.detach().to(torch.float64).numpy() for t in projector.trajectory.tensors()[:3])
+    du = projector.detector_spacing[0]
+    return np.concatenate([src[:, :2], ctr[:, :2], u[:, :2] * du], axis=1)
+
+
+def run_astra(emit, projector: Projector, kind: str, volume, ct_results, workload: str, repeats: int,
+              samples: dict, bandwidth: dict):
+    try:
+        import astra
+    except ImportError as e:
+        emit(workload=workload, impl="astra", skipped="not installed", error=str(e))
+        return {}
+    H, W = projector.volume_shape
+    U = projector.detector_shape[0]
+    geom = "parallel_vec" if kind == "parallel" else "fanflat_vec"
+    pg = astra.create_proj_geom(geom, U, astra_vectors(projector))
+    # ASTRA's row 0 is the top of the image (largest y), ctbench's the smallest y: flip rows.
+    vg = astra.create_vol_geom(H, W)
+    vol_np = np.ascontiguousarray(volume.numpy()[::-1], dtype=np.float32)
+    sino_ct = ct_results["forward"][1].numpy()
+    types = ("linear", "line") if kind == "parallel" else ("line_fanflat",)
+    results = {}
+    for ptype in types:
+        impl = f"astra-{ptype}"
+        pid = astra.create_projector(ptype, pg, vg)
+        vid = astra.data2d.create("-vol", vg, vol_np)
+        sid = astra.data2d.create("-sino", pg, 0)
+        bid = astra.data2d.create("-vol", vg, 0)
+        sin_in = astra.data2d.create("-sino", pg, np.ascontiguousarray(sino_ct, dtype=np.float32))
+        fp = astra.algorithm.create({"type": "FP", "ProjectorId": pid, "ProjectionDataId": sid,
+                                     "VolumeDataId": vid})
+        bp = astra.algorithm.create({"type": "BP", "ProjectorId": pid, "ProjectionDataId": sin_in,
+                                     "ReconstructionDataId": bid})
+        try:
+            for op, alg, out_id in (("forward", fp, sid), ("back", bp, bid)):
+                def call(alg=alg, out_id=out_id):
+                    astra.data2d.store(out_id, 0)
+                    astra.algorithm.run(alg)
+                stats, _ = best_of(call, repeats)
+                out = astra.data2d.get(out_id)
+                if op == "back":
+                    out = out[::-1]
+                emit(workload=workload, op=op, impl=impl, threads=1, dtype="float32", **timing_fields(stats),
+                     **throughput(stats, samples, 4, op, bandwidth),
+                     **rel_diff(out, ct_results[op][1].numpy(), op == "back"),
+                     model={"linear": "Joseph (linear interpolation)", "line": "line length (Siddon-like)",
+                            "line_fanflat": "line length (Siddon-like)"}[ptype])
+                results[(impl, op)] = stats
+        finally:
+            astra.algorithm.delete([fp, bp])
+            astra.data2d.delete([vid, sid, bid, sin_in])
+            astra.projector.delete(pid)
+    return results
+
+
+# ------------------------------------------------------------------ ratios
+def emit_ratio(emit, workload: str, op: str, peer: str, s_peer: dict | None, s_ct: dict | None):
+    """Peer time over ctbench time (> 1: ctbench faster), by wall clock and by process CPU seconds.
+
+    The CPU-seconds ratio compares work per core; on a shared, loaded machine
+    it is steadier than the wall-clock one.
+    """
+    if s_peer is None or s_ct is None:
+        return
+    name = f"{peer}/ctbench"
+    value = s_peer["seconds"] / s_ct["seconds"]
+    line = {"workload": workload, "op": op, "ratio": name, "value": _round(value),
+            "value_cpu_s": _round(s_peer["cpu_s"] / s_ct["cpu_s"]) if s_ct["cpu_s"] > 0 else None}
+    if name in TARGETS:
+        line.update(target=TARGETS[name], meets_target=bool(value >= TARGETS[name]))
+    emit(**line)
+
+
+# ------------------------------------------------------------------ main
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON lines file to append to (default: %(default)s)")
+    p.add_argument("--no-out", action="store_true", help="print only, write no file")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per op (best is reported) after a warm-up")
+    p.add_argument("--diffct-repeats", type=int, default=1, help="timed diffct calls per op (no warm-up)")
+    p.add_argument("--threads", type=int, default=None, help="threads for ctbench, RTK and torch (default: torch's)")
+    p.add_argument("--scale", type=float, default=1.0, help="shrink W1 (volume and detector) for quick runs")
+    p.add_argument("--skip-rtk", action="store_true")
+    p.add_argument("--skip-diffct", action="store_true")
+    p.add_argument("--skip-2d", action="store_true", help="skip the 2D section (ctbench 2D and ASTRA)")
+    p.add_argument("--skip-astra", action="store_true")
+    p.add_argument("--size-2d", type=int, default=512)
+    p.add_argument("--views-2d", type=int, default=720)
+    p.add_argument("--det-2d", type=int, default=768)
+    p.add_argument("--bandwidth-mib", type=int, default=512, help="array size of the DRAM streaming loop")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    emit = Emitter(None if args.no_out else args.out, run_id)
+    emit(kind="header", time=run_id, machine=machine_info(), args={k: str(v) for k, v in vars(args).items()},
+         counting="samples = ray/plane samples whose bilinear stencil touches the volume (dominant-axis planes, "
+                  "float64 from the geometry); forward touches 4 voxels/sample, back reads+writes 4")
+
+    torch.manual_seed(0)
+    projector = w1_projector("cpu", scale=args.scale)
+    workload = "W1" if args.scale == 1.0 else f"W1@{args.scale:g}"
+    volume = smooth_volume(projector.volume_shape, W1["dtype"])
+    vol_bytes = volume.numel() * volume.element_size()
+    bandwidth = {"dram": stream_bandwidth(args.bandwidth_mib << 20), "volume_sized": stream_bandwidth(vol_bytes)}
+    for name, bw in bandwidth.items():
+        emit(op="memory_bandwidth", impl=f"torch-copy-{name}", threads=threads, array_bytes=bw["array_bytes"],
+             seconds=_round(bw["seconds"]), gb_per_s=_round(bw["gb_per_s"]),
+             note="dst.copy_(src), float32, counted as read+write")
+
+    samples = ray_plane_samples(projector)
+    ct = run_ctbench(emit, projector, volume, workload, args.repeats, bandwidth, samples)
+    s_ct = {op: v[0] for op, v in ct.items()}
+
+    peers = {}
+    if not args.skip_rtk:
+        try:
+            peers["rtk"] = run_rtk(emit, projector, volume, ct, workload, args.repeats, threads, samples, bandwidth)
+        except Exception as e:  # a broken peer must not lose the rest of the run
+            traceback.print_exc()
+            emit(workload=workload, impl="rtk", skipped="error", error=repr(e))
+    if not args.skip_diffct:
+        try:
+            peers["diffct"] = run_diffct(emit, projector, volume, ct, workload, args.diffct_repeats, samples,
+                                         bandwidth)
+        except Exception as e:
+            traceback.print_exc()
+            emit(workload=workload, impl="diffct-torch", skipped="error", error=repr(e))
+    for peer, times in peers.items():
+        for op in ("forward", "back"):
+            emit_ratio(emit, workload, op, peer, times.get(op), s_ct.get(op))
+
+    if not args.skip_2d:
+        for kind in ("parallel", "fan"):
+            p2 = projector_2d(kind, args.size_2d, args.views_2d, args.det_2d)
+            wl = f"2D-{kind}-{args.size_2d}"
+            vol2 = smooth_volume(p2.volume_shape)
+            s2 = ray_plane_samples(p2)
+            ct2 = run_ctbench(emit, p2, vol2, wl, args.repeats, bandwidth, s2)
+            if args.skip_astra:
+                continue
+            try:
+                astra_t = run_astra(emit, p2, kind, vol2, ct2, wl, args.repeats, s2, bandwidth)
+            except Exception as e:
+                traceback.print_exc()
+                emit(workload=wl, impl="astra", skipped="error", error=repr(e))
+                continue
+            for (impl, op), st in astra_t.items():
+                emit_ratio(emit, wl, op, impl, st, ct2[op][0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
