@@ -50,7 +50,25 @@ def get_kernel(family: str, name: str, dtype: torch.dtype, device: torch.device,
 
 
 def as_cupy(t: torch.Tensor):
-    return _cupy().asarray(t)
+    """A CuPy view of a CUDA tensor (strides kept), without copies or host syncs.
+
+    ``cupy.asarray`` through ``__cuda_array_interface__`` would block the host on
+    the producer's stream at every launch; wrapping the raw pointer does not.
+    The tensor must stay alive for the launch (callers hold it).
+    """
+    cp = _cupy()
+    es = t.element_size()
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    mem = cp.cuda.UnownedMemory(t.data_ptr(), max(span, 1) * es, t, t.device.index or 0)
+    return cp.ndarray(tuple(t.shape), dtype=str(t.dtype).replace("torch.", ""),
+                      memptr=cp.cuda.MemoryPointer(mem, 0), strides=tuple(st * es for st in t.stride()))
+
+
+def _check_out(out: torch.Tensor, like: torch.Tensor, shape) -> None:
+    if (not out.is_contiguous() or out.dtype != like.dtype or out.device != like.device
+            or tuple(out.shape) != tuple(shape)):
+        raise ValueError(f"out must be a contiguous {like.dtype} tensor of shape {tuple(shape)} on {like.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
 
 
 def launch(kernel, n_threads: int, args, device: torch.device):
@@ -79,6 +97,7 @@ class CudaBackend(Backend):
         accumulate = out is not None
         if out is None:
             out = torch.empty((B, rays.n_views, nu, nv), dtype=vol.dtype, device=vol.device)
+        _check_out(out, vol, (B, rays.n_views, nu, nv))
         geo = [t.detach().to(device=vol.device, dtype=vol.dtype).contiguous() for t in rays.tensors()]
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
@@ -96,6 +115,7 @@ class CudaBackend(Backend):
         sino = sinogram.detach().contiguous()
         if out is None:
             out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=sino.dtype, device=sino.device)
+        _check_out(out, sino, (B, z1 - z0, grid.H, grid.W))
         geo = [t.detach().to(device=sino.device, dtype=sino.dtype).contiguous() for t in rays.tensors()]
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
