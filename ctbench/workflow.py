@@ -1,0 +1,392 @@
+"""Named reconstruction workflows as generators of progress events (no GUI code).
+
+The napari widgets, the command line and the job worker all run a
+reconstruction the same way: describe it as a :class:`ReconRequest`
+(algorithm name + parameters + preview mode), then consume the events of
+:func:`reconstruct`::
+
+    for event in reconstruct(geometry, sinogram, ReconRequest("sirt", {"n_iter": 20})):
+        if isinstance(event, Progress): ...      # iteration, residual, maybe a preview volume
+        elif isinstance(event, Finished): ...    # the volume, residual history, why it stopped
+
+Iterative methods consume the solver generators of :mod:`ctbench.solvers`
+(``sirt_iterations`` etc.), so a run can be previewed live and cancelled
+between two iterations.  :data:`ALGORITHMS` describes every algorithm's
+parameters (type, range, default, help) so that forms can be generated
+from it and bad values rejected with a message that names the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .design import ScanGeometry
+from .preview import MODES, Problem, full_problem, preview_problem
+
+
+# --------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class ParamSpec:
+    """One algorithm parameter: how to show it and which values are valid."""
+
+    name: str
+    label: str
+    kind: str                      # "int", "float", "bool" or "choice"
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+    log_scale: bool = False        # a hint for forms: spans decades (regularisation weights)
+
+    def coerce(self, value: Any) -> Any:
+        """The value converted to this parameter's type; ValueError names the parameter."""
+        what = f"{self.label} ({self.name})"
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            raise ValueError(f"{what} must be true or false, got {value!r}")
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"{what} must be one of {list(self.choices)}, got {value!r}")
+            return value
+        try:
+            num = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{what} must be a number, got {value!r}") from None
+        if isinstance(value, bool) or not math.isfinite(num):
+            raise ValueError(f"{what} must be a finite number, got {value!r}")
+        if self.kind == "int":
+            if num != int(num):
+                raise ValueError(f"{what} must be a whole number, got {value!r}")
+            num = int(num)
+        if self.minimum is not None and num < self.minimum:
+            raise ValueError(f"{what} must be at least {self.minimum:g}, got {value!r}")
+        if self.maximum is not None and num > self.maximum:
+            raise ValueError(f"{what} must be at most {self.maximum:g}, got {value!r}")
+        return num
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A reconstruction method the workbench offers."""
+
+    name: str
+    label: str
+    iterative: bool
+    params: tuple[ParamSpec, ...]
+    description: str = ""
+
+    def param(self, name: str) -> ParamSpec:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def validate(self, params: dict | None) -> dict:
+        """Defaults filled in, values coerced; ValueError for unknown names or bad values."""
+        params = dict(params or {})
+        known = {p.name for p in self.params}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ValueError(f"{self.label} has no parameters {unknown}; it takes {sorted(known)}")
+        return {p.name: p.coerce(params.get(p.name, p.default)) for p in self.params}
+
+
+FILTERS = ("ram-lak", "shepp-logan", "cosine", "hamming", "hann")
+
+ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
+    Algorithm("fbp", "FBP / FDK", False, (
+        ParamSpec("filter", "Filter", "choice", "ram-lak", choices=FILTERS,
+                  help="ramp filter window; smoother windows trade resolution for noise"),
+    ), "filtered backprojection: FBP for parallel and fan beams, FDK for cone beams "
+       "(helical FDK for helical scans)"),
+    Algorithm("sirt", "SIRT", True, (
+        ParamSpec("n_iter", "Iterations", "int", 50, 1, 100000),
+        ParamSpec("nonneg", "Non-negative", "bool", True, help="clip negative attenuation after each step"),
+    ), "simultaneous iterative reconstruction: robust, slow to converge"),
+    Algorithm("cgls", "CGLS", True, (
+        ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
+    ), "conjugate gradients on the least-squares problem: fast, noise grows with iterations"),
+    Algorithm("tv", "TV", True, (
+        ParamSpec("n_iter", "Iterations", "int", 100, 1, 100000),
+        ParamSpec("lam", "TV weight λ", "float", 0.01, 0.0, 1e6, help="total-variation regularisation weight",
+                  log_scale=True),
+        ParamSpec("nonneg", "Non-negative", "bool", True),
+    ), "least squares with total-variation regularisation: piecewise-constant images from few views"),
+)}
+
+
+@dataclass(frozen=True)
+class ReconRequest:
+    """What to reconstruct: an algorithm, its parameters and the preview mode.
+
+    ``mode`` is "full" or one of :data:`ctbench.preview.MODES` ("auto",
+    "slice", "binned") for a quick preview.  Requests are plain JSON
+    (:meth:`to_dict`), so a job bridge can carry them.
+    """
+
+    algorithm: str
+    params: dict = field(default_factory=dict)
+    mode: str = "full"
+
+    def validated(self) -> "ReconRequest":
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}, got {self.algorithm!r}")
+        if self.mode != "full" and self.mode not in MODES:
+            raise ValueError(f"mode must be 'full' or one of {MODES}, got {self.mode!r}")
+        return ReconRequest(self.algorithm, ALGORITHMS[self.algorithm].validate(self.params), self.mode)
+
+    @property
+    def spec(self) -> Algorithm:
+        return ALGORITHMS[self.algorithm]
+
+    def title(self) -> str:
+        """Algorithm and parameters in a few words, for layer names: ``SIRT n_iter=20 nonneg``."""
+        a = ALGORITHMS.get(self.algorithm)
+        parts = [a.label.split(" ")[0] if a else self.algorithm]
+        for k, v in self.params.items():
+            if isinstance(v, bool):
+                if v:
+                    parts.append(k)
+            elif isinstance(v, float):
+                parts.append(f"{k}={v:g}")
+            else:
+                parts.append(f"{k}={v}")
+        if self.mode != "full":
+            parts.append(f"[preview {self.mode}]")
+        return " ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "params": dict(self.params), "mode": self.mode}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ReconRequest":
+        return cls(d["algorithm"], dict(d.get("params", {})), d.get("mode", "full"))
+
+
+# ------------------------------------------------------------------- events
+@dataclass
+class Started:
+    """The run has its problem and starts iterating."""
+
+    request: ReconRequest
+    n_iter: int
+    volume_shape: tuple[int, ...]
+    voxel_spacing: tuple[float, ...]
+    origin: tuple[float, ...]
+    note: str = ""
+    clock: float = 0.0             # time.perf_counter() when the run started; Progress.elapsed counts from it
+
+
+@dataclass
+class Progress:
+    """After an iteration; ``preview`` is a copy of the estimate every ``preview_every`` iterations."""
+
+    iteration: int
+    n_iter: int
+    residual: float | None
+    elapsed: float
+    preview: torch.Tensor | None = None
+
+
+@dataclass
+class Finished:
+    """The result. ``stopped`` says why, as the solvers do: "completed", "tol" or "cancelled"."""
+
+    volume: torch.Tensor
+    residuals: list[float]
+    n_iter: int
+    stopped: str
+    elapsed: float
+    request: ReconRequest
+    voxel_spacing: tuple[float, ...]
+    origin: tuple[float, ...]
+    note: str = ""
+
+    def metadata(self) -> dict:
+        """JSON-able record of how this volume was made (for layer metadata and datasets)."""
+        return {"algorithm": self.request.algorithm, "params": dict(self.request.params), "mode": self.request.mode,
+                "n_iter": self.n_iter, "stopped": self.stopped, "elapsed_s": round(self.elapsed, 4),
+                "residuals": [float(r) for r in self.residuals], "voxel_spacing": list(self.voxel_spacing),
+                "origin": list(self.origin), "note": self.note}
+
+
+Event = Started | Progress | Finished
+
+
+def _cancelled(cancel) -> bool:
+    if cancel is None:
+        return False
+    if isinstance(cancel, threading.Event):
+        return cancel.is_set()
+    return bool(cancel())
+
+
+def _direct(problem: Problem, params: dict) -> torch.Tensor:
+    from . import solvers
+
+    g = problem.geometry
+    kind = g.kind
+    if g.beam == "cone" and not g.is_2d:
+        fn = solvers.helical_fdk if kind == "spiral" and hasattr(solvers, "helical_fdk") else solvers.fdk
+    else:
+        fn = solvers.fbp
+    return fn(problem.projector, problem.sinogram, filter=params["filter"])
+
+
+def _iterations(problem: Problem, request: ReconRequest, x0, cancel):
+    from . import solvers
+
+    p = request.params
+    P, y = problem.projector, problem.sinogram
+    if request.algorithm == "sirt":
+        return solvers.sirt_iterations(P, y, p["n_iter"], x0=x0, bounds=(0.0, None) if p["nonneg"] else None,
+                                       cancel=cancel)
+    if request.algorithm == "cgls":
+        return solvers.cgls_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "tv":
+        return solvers.tv_iterations(P, y, p["n_iter"], lam=p["lam"], nonneg=p["nonneg"], x0=x0, cancel=cancel)
+    raise ValueError(f"{request.algorithm!r} is not an iterative algorithm")
+
+
+def problem_for(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRequest, *,
+                backend: str = "auto") -> Problem:
+    """The problem a request solves: the full one, or a reduced preview problem."""
+    if request.mode == "full":
+        return full_problem(geometry, sinogram, backend)
+    return preview_problem(geometry, sinogram, request.algorithm, request.mode, backend=backend)
+
+
+def check_inputs(geometry: ScanGeometry, sinogram: torch.Tensor) -> torch.Tensor:
+    """The sinogram as a float tensor matching the geometry; ValueError otherwise."""
+    if not isinstance(geometry, ScanGeometry):
+        raise TypeError(f"geometry must be a ctbench ScanGeometry, got {type(geometry).__name__}")
+    if not isinstance(sinogram, torch.Tensor):
+        sinogram = torch.as_tensor(sinogram)
+    if not sinogram.is_floating_point():
+        sinogram = sinogram.to(torch.float32)
+    if tuple(sinogram.shape) != geometry.sinogram_shape:
+        raise ValueError(f"sinogram has shape {tuple(sinogram.shape)} but the geometry expects "
+                         f"{geometry.sinogram_shape} (n_views, *detector_shape)")
+    if not torch.isfinite(sinogram).all():
+        raise ValueError("sinogram contains NaN or infinite values")
+    return sinogram
+
+
+def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRequest, *,
+                preview_every: int = 5, cancel: threading.Event | Callable[[], bool] | None = None,
+                backend: str = "auto", x0: torch.Tensor | None = None) -> Iterator[Event]:
+    """Run ``request`` on the scan, yielding :class:`Started`, :class:`Progress` and one :class:`Finished`.
+
+    ``preview_every`` (iterations) sets how often a :class:`Progress` event
+    carries a copy of the estimate (0: never).  ``cancel`` (a
+    ``threading.Event`` or a callable) is checked after every iteration;
+    when set, the run finishes at once with ``stopped="cancelled"`` and the
+    current estimate.  Closing the generator also stops the solver.
+    """
+    request = request.validated()
+    if isinstance(preview_every, bool) or not isinstance(preview_every, int) or preview_every < 0:
+        raise ValueError(f"preview_every must be a non-negative integer, got {preview_every!r}")
+    sinogram = check_inputs(geometry, sinogram)
+    t0 = time.perf_counter()
+    problem = problem_for(geometry, sinogram, request, backend=backend)
+    spec = request.spec
+    n_iter = int(request.params.get("n_iter", 1)) if spec.iterative else 1
+    yield Started(request, n_iter, tuple(problem.volume_shape), tuple(problem.voxel_spacing),
+                  tuple(problem.origin), problem.note, t0)
+
+    def shaped(v: torch.Tensor) -> torch.Tensor:
+        return v.detach().reshape(problem.volume_shape)
+
+    if not spec.iterative:
+        vol = _direct(problem, request.params)
+        elapsed = time.perf_counter() - t0
+        yield Progress(1, 1, None, elapsed, None)
+        yield Finished(shaped(vol), [], 1, "completed", elapsed, request, problem.voxel_spacing, problem.origin,
+                       problem.note)
+        return
+
+    residuals: list[float] = []
+    volume = None
+    stopped = "completed"
+    gen = _iterations(problem, request, x0, cancel)
+    try:
+        while True:
+            try:
+                state = next(gen)
+            except StopIteration as stop:
+                # The solver ended by itself: its return value says why ("tol", "cancelled", ...).
+                stopped = stop.value if isinstance(stop.value, str) else "completed"
+                break
+            volume = state.volume
+            it = int(state.iteration)
+            res = None if state.residual is None else float(state.residual)
+            if res is not None:
+                residuals.append(res)
+            last = it >= n_iter
+            preview = None
+            if preview_every and (it % preview_every == 0 or last):
+                preview = shaped(volume).clone()
+            yield Progress(it, n_iter, res, time.perf_counter() - t0, preview)
+            if last:
+                break
+            if _cancelled(cancel):
+                stopped = "cancelled"
+                break
+    finally:
+        gen.close()
+    if volume is None:
+        volume = torch.zeros(problem.volume_shape, dtype=sinogram.dtype) if x0 is None else x0
+    yield Finished(shaped(volume).clone(), residuals, len(residuals), stopped,
+                   time.perf_counter() - t0, request, problem.voxel_spacing, problem.origin, problem.note)
+
+
+def run(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRequest, **kwargs) -> Finished:
+    """Run :func:`reconstruct` to the end and return its :class:`Finished` event."""
+    result = None
+    for event in reconstruct(geometry, sinogram, request, **kwargs):
+        if isinstance(event, Finished):
+            result = event
+    assert result is not None
+    return result
+
+
+# --------------------------------------------------------------- simulation
+def simulate(geometry: ScanGeometry, volume: torch.Tensor, *, i0: float | None = None, seed: int | None = None,
+             backend: str = "auto") -> torch.Tensor:
+    """Line integrals of ``volume`` for the scan, optionally with Poisson noise.
+
+    With ``i0`` (unattenuated photons per pixel) the counts
+    ``N ~ Poisson(i0 * exp(-p))`` become ``-log(max(N, 1) / i0)``: a pixel
+    that counts no photon reads as one photon, so the result stays finite.
+    ``seed`` makes the noise reproducible.
+    """
+    if not isinstance(volume, torch.Tensor):
+        volume = torch.as_tensor(volume)
+    if not volume.is_floating_point():
+        volume = volume.to(torch.float32)
+    if tuple(volume.shape) != tuple(geometry.volume_shape):
+        raise ValueError(f"volume has shape {tuple(volume.shape)} but the geometry's grid is "
+                         f"{geometry.volume_shape}")
+    if volume.dtype not in (torch.float32, torch.float64):
+        volume = volume.to(torch.float32)
+    sino = geometry.projector(backend).project(volume.contiguous())
+    if i0 is None:
+        return sino
+    i0 = float(i0)
+    if not math.isfinite(i0) or i0 <= 0:
+        raise ValueError(f"i0 (photons per pixel) must be a positive number, got {i0!r}")
+    gen = torch.Generator(device=sino.device)
+    if seed is not None:
+        gen.manual_seed(int(seed))
+    else:
+        gen.seed()
+    counts = torch.poisson((i0 * torch.exp(-sino.to(torch.float64))), generator=gen)
+    return (-torch.log(counts.clamp(min=1.0) / i0)).to(sino.dtype)

@@ -1,0 +1,1 @@
+"""Qt widgets of the ctbench napari plugin (thin: the logic lives in ctbench)."""

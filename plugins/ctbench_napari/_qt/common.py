@@ -1,0 +1,290 @@
+"""Small Qt building blocks shared by the widgets: messages, layer pickers, parameter forms."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from qtpy.QtCore import Qt, Signal
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget)
+
+log = logging.getLogger("ctbench_napari")
+
+
+class MessageLabel(QLabel):
+    """A one-paragraph status line: errors in red, notes in the normal colour."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setWordWrap(True)
+        self.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.level = ""
+        self.hide()
+
+    def error(self, text: str) -> None:
+        self.level = "error"
+        self.setStyleSheet("color: #ff6b6b;")
+        self.setText(text)
+        self.show()
+
+    def note(self, text: str) -> None:
+        self.level = "note"
+        self.setStyleSheet("")
+        self.setText(text)
+        self.show()
+
+    def clear(self) -> None:
+        self.level = ""
+        self.setText("")
+        self.hide()
+
+
+def report_errors(method: Callable) -> Callable:
+    """Show any exception of a widget action in its ``message`` label instead of a traceback."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the point is to catch everything a user can trigger
+            log.debug("ctbench widget action failed", exc_info=True)
+            self.message.error(error_text(e))
+            return None
+
+    return wrapper
+
+
+def error_text(e: BaseException) -> str:
+    """A readable one-liner for an exception (no traceback, no class name for plain value errors)."""
+    text = str(e) or type(e).__name__
+    if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
+        return text.strip("'\"")
+    return f"{type(e).__name__}: {text}"
+
+
+class LayerPicker(QComboBox):
+    """A combo box of the viewer's layers that pass ``accept``, kept in sync with the layer list.
+
+    ``prefer`` sorts matching layers first (e.g. sinograms before other images).
+    """
+
+    layer_changed = Signal(object)
+
+    def __init__(self, viewer, accept: Callable[[Any], bool], prefer: Callable[[Any], bool] | None = None,
+                 parent=None):
+        super().__init__(parent)
+        self.viewer = viewer
+        self._accept = accept
+        self._prefer = prefer
+        self.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(16)
+        ev = viewer.layers.events
+        for e in (ev.inserted, ev.removed, ev.moved, ev.reordered):
+            e.connect(self.refresh)
+        ev.inserted.connect(self._watch_layer)
+        for layer in viewer.layers:
+            self._watch_layer(layer)
+        self.currentIndexChanged.connect(lambda _i: self.layer_changed.emit(self.layer()))
+        self.refresh()
+
+    def _watch_layer(self, event_or_layer) -> None:
+        layer = getattr(event_or_layer, "value", event_or_layer)
+        layer.events.name.connect(self.refresh)
+        if hasattr(layer.events, "metadata"):
+            layer.events.metadata.connect(self.refresh)
+
+    def candidates(self) -> list:
+        layers = [x for x in self.viewer.layers if self._accept(x)]
+        if self._prefer is not None:
+            layers.sort(key=lambda x: not self._prefer(x))
+        return layers
+
+    def refresh(self, *_args) -> None:
+        current = self.currentText()
+        names = [x.name for x in self.candidates()]
+        if names == [self.itemText(i) for i in range(self.count())]:
+            return
+        self.blockSignals(True)
+        self.clear()
+        self.addItems(names)
+        if current in names:
+            self.setCurrentIndex(names.index(current))
+        self.blockSignals(False)
+        if current not in names:
+            self.layer_changed.emit(self.layer())
+
+    def layer(self):
+        """The chosen layer, or None."""
+        name = self.currentText()
+        return self.viewer.layers[name] if name and name in self.viewer.layers else None
+
+    def select(self, name: str) -> None:
+        self.refresh()
+        i = self.findText(name)
+        if i < 0:
+            raise ValueError(f"no layer named {name!r} in this list")
+        self.setCurrentIndex(i)
+
+
+class ParamForm(QWidget):
+    """A form built from parameter specs (``ctbench.workflow.ParamSpec`` or designer parameters).
+
+    A spec needs ``name``, ``label`` and ``kind`` ("int", "float", "bool",
+    "choice", or the types int/float); optional ``minimum``, ``maximum``,
+    ``step``, ``unit``, ``choices``, ``help``, ``default``.  Ranges are
+    deliberately wide: validation with a readable message happens in ctbench.
+    """
+
+    changed = Signal()
+
+    def __init__(self, specs: Iterable, parent=None):
+        super().__init__(parent)
+        self.layout_ = QFormLayout(self)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
+        self.editors: dict[str, QWidget] = {}
+        self.labels: dict[str, QLabel] = {}
+        for spec in specs:
+            editor = self._editor(spec)
+            label = QLabel(spec.label + (f" ({spec.unit})" if getattr(spec, "unit", "") else ""))
+            tip = getattr(spec, "help", "")
+            if tip:
+                editor.setToolTip(tip)
+                label.setToolTip(tip)
+            editor.setObjectName(spec.name)
+            self.editors[spec.name] = editor
+            self.labels[spec.name] = label
+            self.layout_.addRow(label, editor)
+            if hasattr(spec, "default"):
+                self.set_value(spec.name, spec.default)
+
+    def _editor(self, spec) -> QWidget:
+        kind = spec.kind if isinstance(spec.kind, str) else spec.kind.__name__
+        lo = getattr(spec, "minimum", None)
+        hi = getattr(spec, "maximum", None)
+        if kind == "bool":
+            w = QCheckBox()
+            w.toggled.connect(self.changed)
+        elif kind == "choice":
+            w = QComboBox()
+            w.addItems(list(spec.choices))
+            w.currentIndexChanged.connect(self.changed)
+        elif kind == "int":
+            w = QSpinBox()
+            w.setRange(int(lo) if lo is not None else -2**31 + 1, int(hi) if hi is not None else 2**31 - 1)
+            w.setSingleStep(int(getattr(spec, "step", 1) or 1))
+            w.valueChanged.connect(self.changed)
+        else:
+            w = QDoubleSpinBox()
+            w.setDecimals(6 if getattr(spec, "log_scale", False) else 3)
+            w.setRange(float(lo) if lo is not None else -1e12, float(hi) if hi is not None else 1e12)
+            w.setSingleStep(float(getattr(spec, "step", 0.1) or 0.1))
+            w.valueChanged.connect(self.changed)
+        w.setKeyboardTracking(False) if hasattr(w, "setKeyboardTracking") else None
+        return w
+
+    def value(self, name: str):
+        w = self.editors[name]
+        if isinstance(w, QCheckBox):
+            return w.isChecked()
+        if isinstance(w, QComboBox):
+            return w.currentText()
+        return w.value()
+
+    def values(self) -> dict:
+        return {name: self.value(name) for name in self.editors}
+
+    def set_value(self, name: str, value) -> None:
+        w = self.editors[name]
+        if isinstance(w, QCheckBox):
+            w.setChecked(bool(value))
+        elif isinstance(w, QComboBox):
+            i = w.findText(str(value))
+            if i < 0:
+                raise ValueError(f"{name} has no choice {value!r}")
+            w.setCurrentIndex(i)
+        elif isinstance(w, QSpinBox):
+            w.setValue(int(value))
+        else:
+            w.setValue(float(value))
+
+    def set_values(self, values: dict) -> None:
+        for k, v in values.items():
+            if k in self.editors:
+                self.set_value(k, v)
+
+    def set_row_visible(self, name: str, visible: bool) -> None:
+        self.editors[name].setVisible(visible)
+        self.labels[name].setVisible(visible)
+
+
+def add_or_update(viewer, layer_data, *, keep_display: bool = True):
+    """Put a LayerDataTuple into the viewer: update the layer of that name in place, or add it.
+
+    In-place updates keep what the user changed (visibility, opacity,
+    contrast) when ``keep_display``; a layer of another type is replaced.
+    """
+    data, kwargs, ltype = layer_data
+    name = kwargs["name"]
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        if layer.__class__.__name__.lower() == ltype:
+            try:
+                _update_layer(layer, data, kwargs, keep_display)
+                return layer
+            except (ValueError, TypeError):
+                log.debug("in-place update of %s failed; replacing the layer", name, exc_info=True)
+        viewer.layers.remove(layer)
+    return getattr(viewer, f"add_{ltype}")(data, **kwargs)
+
+
+def _update_layer(layer, data, kwargs, keep_display: bool) -> None:
+    layer.data = data
+    for k in ("scale", "translate"):
+        if k in kwargs:
+            setattr(layer, k, kwargs[k])
+    layer.metadata = kwargs.get("metadata", layer.metadata)
+    for k in ("edge_color", "edge_width"):
+        if k in kwargs:
+            setattr(layer, k, kwargs[k])
+    if not keep_display:
+        for k in ("contrast_limits", "colormap", "opacity"):
+            if k in kwargs:
+                setattr(layer, k, kwargs[k])
+    elif "contrast_limits" in kwargs and layer.__class__.__name__ == "Image":
+        layer.contrast_limits = kwargs["contrast_limits"]
+
+
+def fit_view(viewer, layers) -> None:
+    """reset_view, then zoom so that ``layers`` fill the view (reset_view fits every layer, hidden ones too)."""
+    viewer.reset_view()
+    shown = list(viewer.dims.displayed)
+    n = viewer.dims.ndim
+
+    def span(group):
+        lo = np.full(len(shown), np.inf)
+        hi = np.full(len(shown), -np.inf)
+        for layer in group:
+            ext = np.asarray(layer.extent.world)
+            for i, axis in enumerate(shown):
+                k = axis - (n - ext.shape[1])    # layers fill the last dims of the viewer
+                if k >= 0:
+                    lo[i], hi[i] = min(lo[i], ext[0, k]), max(hi[i], ext[1, k])
+        return lo, hi
+
+    lo_all, hi_all = span(list(viewer.layers))
+    lo, hi = span(layers)
+    if not (np.isfinite(lo).all() and np.isfinite(lo_all).all()):
+        return
+    ratio = float(np.max(hi_all - lo_all) / max(float(np.max(hi - lo)), 1e-9))
+    if ratio <= 1.0:
+        return
+    camera = viewer.scene.camera
+    camera.zoom = camera.zoom * ratio * 0.9
+    center = list(camera.center)
+    mid = (lo + hi) / 2
+    m = min(len(center), len(mid))
+    center[len(center) - m:] = [float(x) for x in mid[len(mid) - m:]]
+    camera.center = tuple(center)

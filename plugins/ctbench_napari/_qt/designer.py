@@ -1,0 +1,187 @@
+"""Trajectory designer: a form for every trajectory generator with a live 3D preview."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qtpy.QtCore import QTimer
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox,
+                            QVBoxLayout, QWidget)
+
+from ctbench.completeness import coarse_grid, completeness_map, summarize
+from ctbench.design import (DESIGN_PARAMETERS, TRAJECTORY_KINDS, DesignError, ScanGeometry, TrajectoryDesign,
+                            design_of, scan_from_trajectory)
+from ctbench.geometry import Trajectory
+
+from .._layers import completeness_layer, trajectory_layers
+from .common import MessageLabel, ParamForm, add_or_update, report_errors
+
+PREFIX = "trajectory"
+
+
+class TrajectoryDesignerWidget(QWidget):
+    """Design a scan; the viewer shows its source path, detector frames, volume box and completeness.
+
+    The preview follows every change of the form (debounced).  Bad values
+    (SDD < SID, zero views, ...) are explained below the form and leave the
+    last valid preview in place.
+    """
+
+    def __init__(self, napari_viewer, parent=None):
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.geometry: ScanGeometry | None = None
+        self.n_updates = 0
+        self._first_preview = True
+
+        self.kind = QComboBox()
+        for key, (label, _beam, _nd) in TRAJECTORY_KINDS.items():
+            self.kind.addItem(label, key)
+        self.form = ParamForm(DESIGN_PARAMETERS)
+        self.form.set_values(TrajectoryDesign().to_dict())
+        self.auto = QCheckBox("Update the preview while editing")
+        self.auto.setChecked(True)
+        self.grid_size = QSpinBox()
+        self.grid_size.setRange(4, 256)
+        self.grid_size.setValue(40)
+        self.grid_size.setToolTip("completeness is computed on a grid of at most this many voxels per axis")
+        self.show_map = QCheckBox("Completeness map")
+        self.show_map.setChecked(True)
+        self.update_button = QPushButton("Update preview")
+        self.save_button = QPushButton("Save JSON…")
+        self.load_button = QPushButton("Load JSON…")
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.message = MessageLabel()
+
+        layout = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Trajectory"))
+        row.addWidget(self.kind, 1)
+        layout.addLayout(row)
+        layout.addWidget(self.form)
+        row = QHBoxLayout()
+        row.addWidget(self.show_map)
+        row.addWidget(QLabel("grid ≤"))
+        row.addWidget(self.grid_size)
+        layout.addLayout(row)
+        layout.addWidget(self.auto)
+        row = QHBoxLayout()
+        for b in (self.update_button, self.save_button, self.load_button):
+            row.addWidget(b)
+        layout.addLayout(row)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.message)
+        layout.addStretch(1)
+
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(150)
+        self._timer.timeout.connect(self.update_preview)
+        self.kind.currentIndexChanged.connect(self._kind_changed)
+        self.form.changed.connect(self._schedule)
+        self.grid_size.valueChanged.connect(self._schedule)
+        self.show_map.toggled.connect(self._schedule)
+        self.update_button.clicked.connect(self.update_preview)
+        self.save_button.clicked.connect(self._save_dialog)
+        self.load_button.clicked.connect(self._load_dialog)
+        self._kind_changed()
+
+    # ------------------------------------------------------------------ form
+    def design(self) -> TrajectoryDesign:
+        """The form's current values (not yet checked)."""
+        return TrajectoryDesign(kind=self.kind.currentData(), **self.form.values())
+
+    def set_design(self, design: TrajectoryDesign) -> None:
+        """Fill the form from a design; the preview follows."""
+        self.form.blockSignals(True)
+        try:
+            self.form.set_values({k: v for k, v in design.to_dict().items() if k != "kind"})
+        finally:
+            self.form.blockSignals(False)
+        i = self.kind.findData(design.kind)
+        if i == self.kind.currentIndex():
+            self._schedule()
+        self.kind.setCurrentIndex(i)
+
+    def _kind_changed(self, *_):
+        d = self.design()
+        for p in DESIGN_PARAMETERS:
+            self.form.set_row_visible(p.name, d.uses(p.name))
+        self._schedule()
+
+    def _schedule(self, *_):
+        if self.auto.isChecked():
+            self._timer.start()
+
+    # --------------------------------------------------------------- preview
+    @report_errors
+    def update_preview(self, *_) -> ScanGeometry | None:
+        """Build the scan from the form and refresh the preview layers."""
+        self._timer.stop()
+        try:
+            geometry = self.design().build()
+        except DesignError as e:
+            self.message.error(str(e))
+            return None
+        self.show_geometry(geometry)
+        return geometry
+
+    def show_geometry(self, geometry: ScanGeometry) -> None:
+        """Preview layers for any scan (also one loaded from JSON without a designer form)."""
+        self.message.clear()
+        self.geometry = geometry
+        for layer_data in trajectory_layers(geometry, PREFIX):
+            add_or_update(self.viewer, layer_data)
+        name = f"{PREFIX}: completeness"
+        if self.show_map.isChecked():
+            shape, spacing = coarse_grid(geometry.volume_shape, geometry.voxel_spacing, self.grid_size.value())
+            counts = completeness_map(geometry, shape, spacing)
+            add_or_update(self.viewer, completeness_layer(counts, geometry.n_views, spacing, name),
+                          keep_display=False)
+            s = summarize(counts, geometry.n_views)
+            self.summary.setText(f"{geometry.describe()}. Completeness: {s}.")
+        else:
+            if name in self.viewer.layers:
+                self.viewer.layers.remove(name)
+            self.summary.setText(geometry.describe())
+        if self._first_preview:
+            self._first_preview = False
+            if not geometry.is_2d:
+                self.viewer.dims.ndisplay = 3
+            self.viewer.reset_view()
+        self.n_updates += 1
+
+    # ------------------------------------------------------------------ JSON
+    @report_errors
+    def save(self, path) -> Path:
+        """Save the current trajectory as ctbench trajectory JSON (the form rides along in its meta)."""
+        geometry = self.design().build()
+        path = Path(path)
+        geometry.trajectory.save(path)
+        self.message.note(f"saved {path.name}")
+        return path
+
+    @report_errors
+    def load(self, path) -> ScanGeometry:
+        """Load a trajectory JSON; a designer-made one restores the form, others are shown as they are."""
+        traj = Trajectory.load(path)
+        design = design_of(traj)
+        if design is not None:
+            self.set_design(design)
+            return self.update_preview()
+        geometry = scan_from_trajectory(traj)
+        self.show_geometry(geometry)
+        self.message.note(f"{Path(path).name} has no designer form: showing it with a "
+                          f"{geometry.detector_shape} detector and a {geometry.volume_shape} grid")
+        return geometry
+
+    def _save_dialog(self):
+        path, _ = QFileDialog.getSaveFileName(self, "Save trajectory", "trajectory.json", "JSON (*.json)")
+        if path:
+            self.save(path)
+
+    def _load_dialog(self):
+        path, _ = QFileDialog.getOpenFileName(self, "Load trajectory", "", "JSON (*.json)")
+        if path:
+            self.load(path)

@@ -1,0 +1,416 @@
+"""Reconstruction: FBP/FDK, SIRT, CGLS, TV with live preview, residual plot, cancel and comparison."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from qtpy.QtCore import Qt, Signal
+from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget,
+                            QListWidgetItem, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QStackedWidget,
+                            QVBoxLayout, QWidget)
+
+from ctbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
+
+from .._layers import KEY, LayerError, is_sinogram, placement, sinogram_of
+from .common import LayerPicker, MessageLabel, ParamForm, error_text, fit_view, report_errors
+from .plot import ResidualPlot
+from .runner import LocalRunner, Runner
+
+PREVIEW_MODES = {"auto": "Auto (exact slice if possible)", "slice": "Central slice", "binned": "2x binned volume"}
+LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
+
+
+def _is_image(layer) -> bool:
+    return layer.__class__.__name__ == "Image"
+
+
+class ReconstructionWidget(QWidget):
+    """Reconstruct a sinogram layer (its geometry comes from the layer's metadata).
+
+    Runs go through a :class:`~ctbench_napari._qt.runner.Runner`: the
+    default runs locally in a napari thread worker; a jobs panel can hand
+    in another runner (e.g. a background GPU job) through :meth:`set_runner`.
+    """
+
+    result_added = Signal(object)     # the finished result layer
+
+    def __init__(self, napari_viewer, parent=None, runner: Runner | None = None):
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.runner: Runner = runner or LocalRunner(self)
+        self.results: list = []          # result layers of this widget, oldest first
+        self.live_layer = None
+        self.n_live_updates = 0
+        self._run: dict = {}
+
+        # --- inputs
+        self.sinogram = LayerPicker(napari_viewer, _is_image, prefer=is_sinogram)
+        self.algorithm = QComboBox()
+        self.forms = QStackedWidget()
+        for key, algo in ALGORITHMS.items():
+            self.algorithm.addItem(algo.label, key)
+            form = ParamForm(algo.params)
+            form.setToolTip(algo.description)
+            self.forms.addWidget(form)
+        self.grid = [QSpinBox() for _ in range(3)]
+        for s in self.grid:
+            s.setRange(1, 100000)
+            s.setValue(64)
+        self.pitch = QDoubleSpinBox()
+        self.pitch.setDecimals(4)
+        self.pitch.setRange(1e-4, 1e4)
+        self.pitch.setValue(1.0)
+        self.preview_every = QSpinBox()
+        self.preview_every.setRange(0, 100000)
+        self.preview_every.setValue(5)
+        self.preview_every.setToolTip("update the live preview every this many iterations (0: never)")
+        self.preview_mode = QComboBox()
+        for key, label in PREVIEW_MODES.items():
+            self.preview_mode.addItem(label, key)
+
+        # --- actions and feedback
+        self.preview_button = QPushButton("Quick preview")
+        self.preview_button.setToolTip("reconstruct only the central slice (or a 2x-binned volume) to tune parameters")
+        self.run_button = QPushButton("Run")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m")
+        self.plot = ResidualPlot()
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.message = MessageLabel()
+        self.result_list = QListWidget()
+        self.result_list.setMaximumHeight(90)
+        self.compare_button = QPushButton("Compare side by side")
+        self.compare_button.setToolTip("grid view of the checked results with linked contrast and colormap")
+        self.single_button = QPushButton("Single view")
+
+        form = QFormLayout()
+        form.addRow("Sinogram", self.sinogram)
+        form.addRow("Algorithm", self.algorithm)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.forms)
+        grid_box = QGroupBox("Volume grid")
+        g = QFormLayout(grid_box)
+        row = QHBoxLayout()
+        for label, s in zip("DHW", self.grid):
+            row.addWidget(QLabel(label))
+            row.addWidget(s)
+        g.addRow("Voxels", row)
+        g.addRow("Voxel pitch (mm)", self.pitch)
+        layout.addWidget(grid_box)
+        opts = QFormLayout()
+        opts.addRow("Live preview every", self.preview_every)
+        opts.addRow("Quick preview", self.preview_mode)
+        layout.addLayout(opts)
+        row = QHBoxLayout()
+        for b in (self.preview_button, self.run_button, self.cancel_button):
+            row.addWidget(b)
+        layout.addLayout(row)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.plot)
+        layout.addWidget(self.status)
+        layout.addWidget(self.message)
+        layout.addWidget(QLabel("Results (check to compare)"))
+        layout.addWidget(self.result_list)
+        row = QHBoxLayout()
+        row.addWidget(self.compare_button)
+        row.addWidget(self.single_button)
+        layout.addLayout(row)
+        layout.addStretch(1)
+
+        self.algorithm.currentIndexChanged.connect(self._algorithm_changed)
+        self.sinogram.layer_changed.connect(self._sinogram_changed)
+        self.preview_button.clicked.connect(self.quick_preview)
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.compare_button.clicked.connect(self.compare)
+        self.single_button.clicked.connect(self.single_view)
+        napari_viewer.layers.events.removed.connect(self._layer_removed)
+        self.set_runner(self.runner)
+        self._algorithm_changed(self.algorithm.currentIndex())
+        self._sinogram_changed(self.sinogram.layer())
+
+    # ---------------------------------------------------------------- setup
+    def set_runner(self, runner: Runner) -> None:
+        """Use another runner (same event interface), e.g. one that drives a background job."""
+        if self.runner is not runner and self.runner.running:
+            raise RuntimeError("cannot switch runners while a reconstruction is running")
+        for sig, slot in ((self.runner.event, self._on_event), (self.runner.failed, self._on_failed),
+                          (self.runner.done, self._on_done)):
+            try:
+                sig.disconnect(slot)
+            except (TypeError, RuntimeError):
+                pass
+        self.runner = runner
+        runner.event.connect(self._on_event)
+        runner.failed.connect(self._on_failed)
+        runner.done.connect(self._on_done)
+
+    def _algorithm_changed(self, index: int) -> None:
+        # A stacked widget is as tall as its tallest page: let only the shown page count.
+        for i in range(self.forms.count()):
+            page = self.forms.widget(i)
+            policy = QSizePolicy.Preferred if i == index else QSizePolicy.Ignored
+            page.setSizePolicy(policy, policy)
+        self.forms.setCurrentIndex(index)
+        self.forms.adjustSize()
+        algo = ALGORITHMS[self.algorithm.itemData(index)]
+        self.plot.setVisible(algo.iterative)
+        self.preview_every.setEnabled(algo.iterative)
+
+    def select_algorithm(self, name: str, **params) -> None:
+        """Choose an algorithm and set some of its parameters (for scripts and tests)."""
+        i = self.algorithm.findData(name)
+        if i < 0:
+            raise ValueError(f"unknown algorithm {name!r}; choose from {list(ALGORITHMS)}")
+        self.algorithm.setCurrentIndex(i)
+        self.forms.currentWidget().set_values(params)
+
+    def _sinogram_changed(self, layer) -> None:
+        if layer is None or not is_sinogram(layer):
+            return
+        try:
+            geo, _ = sinogram_of(layer)
+        except LayerError:
+            return
+        shape = geo.volume_shape if not geo.is_2d else (1, *geo.volume_shape)
+        for s, n in zip(self.grid, shape):
+            s.setValue(int(n))
+        self.grid[0].setEnabled(not geo.is_2d)
+        self.pitch.setValue(float(geo.voxel_spacing[-1]))
+
+    # ------------------------------------------------------------- requests
+    def request(self, mode: str = "full") -> ReconRequest:
+        key = self.algorithm.currentData()
+        return ReconRequest(key, self.forms.currentWidget().values(), mode).validated()
+
+    def problem_inputs(self):
+        """Geometry on the chosen grid and the sinogram of the chosen layer; LayerError if unusable."""
+        layer = self.sinogram.layer()
+        if layer is None:
+            raise LayerError("pick a sinogram layer (simulate one with the projection widget, or open a sample)")
+        geo, sino = sinogram_of(layer)
+        D, H, W = (s.value() for s in self.grid)
+        p = float(self.pitch.value())
+        geo = geo.with_volume((H, W), (p, p)) if geo.is_2d else geo.with_volume((D, H, W), (p, p, p))
+        return layer, geo, sino
+
+    # ------------------------------------------------------------------ runs
+    @report_errors
+    def run(self, *_):
+        """Full reconstruction in the background with live preview."""
+        return self._start("full")
+
+    @report_errors
+    def quick_preview(self, *_):
+        """Reconstruct the central slice (or a binned volume) with the current parameters."""
+        return self._start(self.preview_mode.currentData())
+
+    def _start(self, mode: str):
+        import torch
+
+        if self.runner.running:
+            raise RuntimeError("a reconstruction is running; cancel it first")
+        layer, geo, sino = self.problem_inputs()
+        request = self.request(mode)
+        self.message.clear()
+        self.plot.clear()
+        self.n_live_updates = 0
+        every = int(self.preview_every.value())
+        self._run = {"request": request, "geometry": geo, "source": layer.name, "t0": time.perf_counter(),
+                     "finished": None}
+        sino_t = torch.from_numpy(np.ascontiguousarray(sino))
+        if mode == "full":
+            # Adding a layer is the one slow GUI step (napari builds its visual and controls):
+            # do it now, in the click, so that the run itself never blocks the event loop.
+            self._live_layer(self._layer_name(request), geo.volume_shape, geo.voxel_spacing, None,
+                             {"request": request.to_dict()})
+        self.progress.setRange(0, 0)
+        self.status.setText(f"{request.title()}: starting…")
+        self._set_running(True)
+        self.runner.start(lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel))
+        return request
+
+    def cancel(self, *_) -> None:
+        """Stop the run after the current iteration; its estimate so far stays as a layer."""
+        if self.runner.running:
+            self.runner.cancel()
+            self.status.setText("cancelling…")
+
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    @property
+    def last_run(self) -> dict:
+        """The latest run: its request, and the Started / Progress (iteration, elapsed, residual) / Finished events."""
+        return self._run
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.preview_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+
+    # ---------------------------------------------------------------- events
+    def _layer_name(self, request: ReconRequest) -> str:
+        base = request.title()
+        if request.mode != "full":
+            return f"preview: {base}"
+        name, k = base, 2
+        while name in self.viewer.layers:
+            name, k = f"{base} ({k})", k + 1
+        return name
+
+    def _on_event(self, event) -> None:
+        try:
+            if isinstance(event, Started):
+                self._on_started(event)
+            elif isinstance(event, Progress):
+                self._on_progress(event)
+            elif isinstance(event, Finished):
+                self._on_finished(event)
+        except Exception as e:  # noqa: BLE001 - a display problem must not kill the run silently
+            self.message.error(error_text(e))
+
+    def _live_layer(self, name, shape, spacing, origin, recon: dict):
+        """The layer that shows the running estimate: reused when it exists (cheap), else added."""
+        zeros = np.zeros(shape, dtype=np.float32)
+        kw = placement(shape, spacing, origin)
+        meta = {KEY: {"kind": "volume", "running": True, "recon": recon}}
+        if name in self.viewer.layers:
+            layer = self.viewer.layers[name]
+            if layer.data.shape != zeros.shape:
+                layer.data = zeros
+            layer.scale, layer.translate = kw["scale"], kw["translate"]
+            layer.metadata = meta
+        else:
+            layer = self.viewer.add_image(zeros, name=name, colormap="gray", metadata=meta, **kw)
+        self.live_layer = layer
+        return layer
+
+    def _on_started(self, ev: Started) -> None:
+        self.progress.setRange(0, ev.n_iter)
+        self.progress.setValue(0)
+        self._run["started"] = ev
+        name = self.live_layer.name if self.live_layer is not None else self._layer_name(ev.request)
+        self._run["name"] = name
+        self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin, {"request": ev.request.to_dict()})
+        note = f" ({ev.note})" if ev.note else ""
+        self.status.setText(f"{ev.request.title()}{note}: running…")
+
+    def _on_progress(self, ev: Progress) -> None:
+        self._run.setdefault("progress", []).append((ev.iteration, ev.elapsed, ev.residual))
+        self.progress.setMaximum(max(ev.n_iter, 1))
+        self.progress.setValue(ev.iteration)
+        self.plot.add(ev.iteration, ev.residual)
+        res = f", residual {ev.residual:.4g}" if ev.residual is not None else ""
+        self.status.setText(f"iteration {ev.iteration}/{ev.n_iter}{res}, {ev.elapsed:.1f} s")
+        if ev.preview is not None and self.live_layer is not None:
+            data = ev.preview.numpy().astype(np.float32, copy=False)
+            self.live_layer.data = data
+            if self.n_live_updates == 0:
+                self.live_layer.contrast_limits = _robust_limits(data)
+            self.n_live_updates += 1
+
+    def _on_finished(self, ev: Finished) -> None:
+        self._run["finished"] = ev
+        layer = self.live_layer
+        if layer is None:
+            return
+        data = ev.volume.numpy().astype(np.float32, copy=False)
+        layer.data = data
+        layer.contrast_limits = _robust_limits(data)
+        g = self._run.get("geometry")
+        layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
+                                "recon": {**ev.metadata(), "source": self._run.get("source"),
+                                          "request": ev.request.to_dict()},
+                                "geometry": g.to_dict() if g is not None else None}}
+        if ev.stopped == "cancelled":
+            layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
+        if ev.request.mode == "full":
+            self._add_result(layer)
+        self.result_added.emit(layer)
+        note = f" ({ev.note})" if ev.note else ""
+        self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
+                            f"in {ev.elapsed:.2f} s")
+
+    def _on_failed(self, exc) -> None:
+        self.message.error(error_text(exc))
+        layer = self.live_layer
+        if layer is not None and self._run.get("finished") is None and not self.n_live_updates:
+            # Nothing was computed: do not leave an empty layer behind.
+            if layer in self.viewer.layers:
+                self.viewer.layers.remove(layer)
+            self.live_layer = None
+
+    def _on_done(self) -> None:
+        self._set_running(False)
+        ev = self._run.get("finished")
+        self.progress.setRange(0, max(ev.n_iter, 1) if ev else 1)
+        self.progress.setValue(ev.n_iter if ev else 0)
+        self.live_layer = None
+
+    # ----------------------------------------------------------- comparison
+    def _add_result(self, layer) -> None:
+        self.results.append(layer)
+        item = QListWidgetItem(layer.name)
+        item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+        item.setCheckState(Qt.Unchecked)
+        self.result_list.addItem(item)
+        # The two newest results are checked: one click compares them.
+        for i in range(self.result_list.count()):
+            it = self.result_list.item(i)
+            it.setCheckState(Qt.Checked if i >= self.result_list.count() - 2 else Qt.Unchecked)
+
+    def _layer_removed(self, event) -> None:
+        layer = event.value
+        if layer in self.results:
+            i = self.results.index(layer)
+            self.results.pop(i)
+            self.result_list.takeItem(i)
+
+    def checked_results(self) -> list:
+        return [self.results[i] for i in range(self.result_list.count())
+                if self.result_list.item(i).checkState() == Qt.Checked and i < len(self.results)]
+
+    @report_errors
+    def compare(self, *_, layers=None) -> list:
+        """Grid view of the checked results: one cell each, shared camera, linked contrast and colormap."""
+        chosen = list(layers) if layers is not None else self.checked_results()
+        if len(chosen) < 2:
+            raise LayerError("check at least two results to compare (run two reconstructions first)")
+        for layer in self.viewer.layers:
+            layer.visible = layer in chosen
+        self.viewer.layers.unlink_layers(chosen, LINKED_ATTRIBUTES)
+        self.viewer.layers.link_layers(chosen, LINKED_ATTRIBUTES)
+        grid = _grid(self.viewer)
+        grid.stride = 1
+        grid.enabled = True
+        fit_view(self.viewer, chosen)
+        self.message.note("cameras are shared across the grid; contrast, colormap and gamma are linked")
+        return chosen
+
+    def single_view(self, *_) -> None:
+        _grid(self.viewer).enabled = False
+
+
+def _grid(viewer):
+    """The viewer's grid model (``viewer.canvas.grid`` since napari 0.9, ``viewer.grid`` before)."""
+    canvas = getattr(viewer, "canvas", None)
+    return canvas.grid if canvas is not None and hasattr(canvas, "grid") else viewer.grid
+
+
+def _robust_limits(data: np.ndarray) -> tuple[float, float]:
+    """Contrast limits from the 0.5 and 99.5 percentiles (a few hot voxels do not wash out the image)."""
+    finite = data[np.isfinite(data)]
+    if finite.size == 0:
+        return (0.0, 1.0)
+    sample = finite.ravel()[:: max(1, finite.size // 200000)]
+    lo, hi = np.percentile(sample, [0.5, 99.5])
+    if hi <= lo:
+        hi = lo + 1e-6
+    return float(lo), float(hi)

@@ -1,0 +1,95 @@
+"""Sample data for napari's File > Open Sample (and the sample builders the tests share).
+
+- ``phantom``: the 3D modified Shepp-Logan head, 64^3 voxels of 1 mm, in
+  attenuation per mm (1.0 in the classic table is 0.02 /mm, close to bone).
+- ``phantom_scan``: the phantom and its simulated circular cone-beam scan
+  (120 views, SID 200 mm, SDD 400 mm, 96x96 detector of 1.5 mm pixels),
+  with the geometry in the sinogram layer's metadata.
+- ``htc2022``: the real fan-beam scan of the HTC2022 "ta" disc
+  (sample_data/htc2022_ta_full.mat, CC BY 4.0) with its geometry.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ctbench.design import ScanGeometry, TrajectoryDesign
+
+from ._layers import LayerData, sinogram_layer, volume_layer
+
+PHANTOM_SHAPE = (64, 64, 64)
+PHANTOM_SPACING = 1.0
+ATTENUATION = 0.02          # attenuation per mm of a unit value of the Shepp-Logan table
+PHANTOM_CONTRAST = (0.0, 0.4 * ATTENUATION)   # shows the soft-tissue ellipses inside the skull
+
+PHANTOM_SCAN = TrajectoryDesign(kind="circular", n_views=120, sid=200.0, sdd=400.0, angle_range=360.0,
+                                detector_u=96, detector_v=96, pixel_u=1.5, pixel_v=1.5,
+                                volume_d=64, volume_h=64, volume_w=64, voxel_size=PHANTOM_SPACING)
+
+
+@lru_cache(maxsize=2)
+def _phantom_array(shape=PHANTOM_SHAPE, spacing=PHANTOM_SPACING) -> np.ndarray:
+    from ctbench.phantoms import shepp_logan_3d
+    vol = shepp_logan_3d(shape, spacing, modified=True) * ATTENUATION
+    out = vol.numpy()
+    out.setflags(write=False)   # shared by the cache: layers get copies
+    return out
+
+
+def phantom_volume(shape=PHANTOM_SHAPE, spacing=PHANTOM_SPACING) -> np.ndarray:
+    """The Shepp-Logan phantom in attenuation per mm (a fresh, writable copy)."""
+    return _phantom_array(tuple(shape), float(spacing)).copy()
+
+
+def phantom_layer(shape=PHANTOM_SHAPE, spacing=PHANTOM_SPACING) -> LayerData:
+    vol = phantom_volume(shape, spacing)
+    return volume_layer(vol, (spacing,) * len(shape), "Shepp-Logan phantom", contrast_limits=PHANTOM_CONTRAST,
+                        extra={"source": "ctbench.phantoms.shepp_logan_3d", "units": "1/mm"})
+
+
+def phantom_scan_geometry(design: TrajectoryDesign = PHANTOM_SCAN) -> ScanGeometry:
+    return design.build()
+
+
+def phantom_sinogram(geometry: ScanGeometry | None = None) -> tuple[ScanGeometry, np.ndarray]:
+    """The phantom projected along the sample scan (Joseph projector, CPU)."""
+    from ctbench.workflow import simulate
+    import torch
+
+    geo = geometry or phantom_scan_geometry()
+    vol = torch.from_numpy(phantom_volume(geo.volume_shape, geo.voxel_spacing[0]))
+    return geo, simulate(geo, vol).numpy()
+
+
+def make_phantom() -> list[LayerData]:
+    """Sample: the 3D Shepp-Logan phantom."""
+    return [phantom_layer()]
+
+
+def make_phantom_scan() -> list[LayerData]:
+    """Sample: the phantom and its simulated circular cone-beam scan."""
+    geo, sino = phantom_sinogram()
+    return [phantom_layer(),
+            sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
+                           extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
+
+
+def make_htc2022() -> list[LayerData]:
+    """Sample: the measured HTC2022 fan-beam scan of an acrylic disc (721 views x 560 pixels)."""
+    from ctbench.datasets import load_htc2022
+
+    data = load_htc2022()
+    geo, sino = htc2022_geometry(data)
+    return [sinogram_layer(sino, geo, "HTC2022 ta (fan beam)",
+                           extra={"source": "HTC2022, doi:10.5281/zenodo.6984868, CC BY 4.0",
+                                  "units": "line integral"})]
+
+
+def htc2022_geometry(data) -> tuple[ScanGeometry, np.ndarray]:
+    """ScanGeometry and sinogram of a :class:`ctbench.datasets.ScanData` (the HTC2022 loader's result)."""
+    kw = data.projector_kwargs
+    geo = ScanGeometry(data.trajectory, kw["detector_shape"], kw["detector_spacing"], kw["volume_shape"],
+                       kw["voxel_spacing"])
+    return geo, data.sinogram.detach().cpu().numpy().astype(np.float32)

@@ -1,0 +1,202 @@
+"""Projection then reconstruction through the widgets, with the GUI event loop running."""
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from qtpy.QtCore import Qt, QTimer
+
+from ctbench import solvers
+from ctbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workflow import ReconRequest
+from ctbench_napari import PLUGIN
+from ctbench_napari._layers import display_to_sinogram
+from ctbench_napari._samples import phantom_layer
+from ctbench_napari._testing import save_viewer_screenshot, save_widget_screenshot, wait_for
+
+pytestmark = pytest.mark.gui
+SHOTS = Path(__file__).parent / "screenshots"
+CONE = TrajectoryDesign(kind="circular", n_views=30, sid=150.0, sdd=300.0, detector_u=48, detector_v=48,
+                        pixel_u=1.5, pixel_v=1.5, volume_d=32, volume_h=32, volume_w=32, voxel_size=1.0)
+# Parallel beam with detector rows at voxel-plane heights: the slab-separable case.
+PARALLEL = CONE.replace(kind="parallel", angle_range=180.0, detector_u=48, detector_v=32, pixel_u=1.0, pixel_v=1.0)
+
+
+@pytest.fixture
+def quiet_qt_warning(monkeypatch):
+    monkeypatch.setattr("napari._qt.qt_main_window.SHOW_QT_WARNING", False, raising=False)
+
+
+def _workbench(viewer, design=CONE):
+    """Phantom (32^3) -> designer scan -> projection widget -> sinogram layer; returns the widgets."""
+    from napari.layers import Layer
+
+    viewer.add_layer(Layer.create(*phantom_layer(shape=(32, 32, 32))))
+    docks = {}
+    docks["designer"], designer = viewer.window.add_plugin_dock_widget(PLUGIN, "Trajectory designer")
+    designer.show_map.setChecked(False)
+    designer.set_design(design)
+    designer.update_preview()
+    docks["projection"], proj = viewer.window.add_plugin_dock_widget(PLUGIN, "Projection")
+    proj.volume.select("Shepp-Logan phantom")
+    proj.scan.select("trajectory")
+    proj.run()
+    wait_for(lambda: not proj.busy, timeout=60)
+    assert proj.last_layer is not None, proj.message.text()
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select(proj.last_layer.name)
+    recon.test_docks = docks
+    return designer, proj, recon
+
+
+def _run(recon, button="run", timeout=120.0):
+    from qtpy.QtTest import QTest
+
+    QTest.mouseClick(getattr(recon, f"{button}_button"), Qt.LeftButton)
+    assert recon.message.level != "error", recon.message.text()
+    wait_for(lambda: not recon.running, timeout=timeout)
+    assert recon.message.level != "error", recon.message.text()
+    return recon.last_run["finished"]
+
+
+def _direct_inputs(proj_layer):
+    geo = ScanGeometry.from_dict(proj_layer.metadata["ctbench"]["geometry"])
+    sino = torch.from_numpy(display_to_sinogram(proj_layer.data).astype(np.float32))
+    return geo, sino
+
+
+def test_sirt_through_the_widgets_matches_ctbench_with_live_preview(make_napari_viewer):
+    viewer = make_napari_viewer()
+    _, proj, recon = _workbench(viewer)
+    recon.select_algorithm("sirt", n_iter=20, nonneg=True)
+    recon.preview_every.setValue(5)
+    results = []
+    recon.result_added.connect(results.append)
+    finished = _run(recon)
+    assert finished.stopped == "completed" and finished.n_iter == 20
+    [layer] = results
+    assert recon.n_live_updates >= 3                       # previews at 5, 10, 15, 20
+    geo, sino = _direct_inputs(proj.last_layer)
+    direct = solvers.sirt(geo.projector(), sino, 20, bounds=(0.0, None)).volume.numpy()
+    np.testing.assert_allclose(layer.data, direct, rtol=1e-5, atol=1e-7)
+    assert list(layer.scale) == [1.0, 1.0, 1.0]
+    assert list(layer.translate) == [-15.5, -15.5, -15.5]
+    meta = layer.metadata["ctbench"]["recon"]
+    assert meta["algorithm"] == "sirt" and meta["params"] == {"n_iter": 20, "nonneg": True}
+    assert len(meta["residuals"]) == 20 and meta["residuals"][-1] < meta["residuals"][0]
+    assert layer.name == "SIRT n_iter=20 nonneg"
+    assert len(recon.plot.points) == 20
+    assert recon.progress.value() == 20
+
+
+def test_gui_stays_responsive_and_cancel_stops_within_one_iteration(make_napari_viewer):
+    viewer = make_napari_viewer()
+    _, _, recon = _workbench(viewer)
+    recon.select_algorithm("sirt", n_iter=100000)
+    recon.preview_every.setValue(5)
+    # A 200 ms timer on the GUI thread must keep firing while the run works in its thread.
+    ticks = []
+    timer = QTimer()
+    timer.setInterval(200)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    t_click = time.perf_counter()
+    recon.run_button.click()        # adds the result layer (napari's slow step), then hands off to the worker
+    t0 = time.perf_counter()
+    timer.start()
+    wait_for(lambda: time.perf_counter() - t0 > 2.5, timeout=10)
+    t1 = time.perf_counter()
+    timer.stop()
+    assert recon.running and recon.n_live_updates >= 1
+    gaps = np.diff([t0, *[t for t in ticks if t <= t1]])
+    print(f"\nclick {1000 * (t0 - t_click):.0f} ms; 200 ms timer during {t1 - t0:.2f} s of reconstruction: "
+          f"{len(gaps)} ticks, "
+          f"median gap {1000 * np.median(gaps):.0f} ms, max {1000 * gaps.max():.0f} ms, "
+          f"{len(recon.last_run.get('progress', []))} iterations")
+    assert len(gaps) >= 0.75 * (t1 - t0) / 0.2
+    assert gaps.max() < 0.6
+
+    t_cancel = time.perf_counter()
+    recon.cancel_button.click()
+    wait_for(lambda: not recon.running, timeout=30)
+    fin = recon.last_run["finished"]
+    started = recon.last_run["started"]
+    assert fin.stopped == "cancelled" and fin.n_iter < 100000
+    # Iterations that finished after the click: at most the one that was running.
+    late = [it for it, elapsed, _ in recon.last_run["progress"] if started.clock + elapsed > t_cancel]
+    assert len(late) <= 1, late
+    assert recon.results[-1].name.endswith(f"(cancelled at {fin.n_iter})")
+    np.testing.assert_array_equal(recon.results[-1].data, fin.volume.numpy())
+    assert recon.run_button.isEnabled() and not recon.cancel_button.isEnabled()
+
+
+def test_quick_preview_equals_the_full_central_slice_on_a_parallel_beam(make_napari_viewer):
+    # (FBP/FDK slices against full runs: tests/test_gui_core.py)
+    algorithm, params = "sirt", {"n_iter": 15}
+    viewer = make_napari_viewer()
+    _, proj, recon = _workbench(viewer, PARALLEL)
+    recon.select_algorithm(algorithm, **params)
+    recon.preview_mode.setCurrentIndex(recon.preview_mode.findData("slice"))
+    preview = _run(recon, "preview")
+    assert preview.request.mode == "slice" and preview.volume.shape == (1, 32, 32)
+    layer = viewer.layers[f"preview: {ReconRequest(algorithm, preview.request.params).title()} [preview slice]"]
+    assert layer.translate[0] == pytest.approx(0.5)          # plane 16 of 32 sits at z = +0.5 mm
+    full = _run(recon, "run")
+    np.testing.assert_allclose(layer.data[0], full.volume[16].numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_viewer, quiet_qt_warning):
+    viewer = make_napari_viewer(show=True)
+    _, proj, recon = _workbench(viewer)
+    # Only the reconstruction widget stays docked: the screenshots show it in use.
+    for dock in recon.test_docks.values():
+        viewer.window.remove_dock_widget(dock)
+    viewer.window.resize(1300, 820)
+    for layer in list(viewer.layers):
+        if layer.name.startswith("trajectory"):
+            viewer.layers.remove(layer)
+    viewer.dims.ndisplay = 2
+    recon.select_algorithm("sirt", n_iter=30)
+    recon.preview_every.setValue(3)
+    recon.run_button.click()
+    wait_for(lambda: recon.n_live_updates >= 3 or not recon.running, timeout=120)
+    for layer in viewer.layers:
+        layer.visible = layer.name.startswith("SIRT")
+    _focus(viewer)
+    save_viewer_screenshot(viewer, "reconstruction", SHOTS)
+    save_widget_screenshot(recon, "reconstruction_widget", SHOTS)
+    wait_for(lambda: not recon.running, timeout=120)
+    assert recon.last_run["finished"].stopped == "completed"
+    recon.select_algorithm("fbp")
+    _run(recon)
+    assert [r.name for r in recon.results] == ["SIRT n_iter=30 nonneg", "FBP filter=ram-lak"]
+
+    recon.compare_button.click()
+    assert recon.message.level == "note", recon.message.text()
+    assert viewer.canvas.grid.enabled
+    a, b = recon.results
+    assert [layer.name for layer in viewer.layers if layer.visible] == [a.name, b.name]
+    canvas = viewer.window._qt_viewer.canvas
+    assert len(canvas.grid_cameras) == 2
+    assert all(c._camera is viewer.scene.camera for c in canvas.grid_cameras)   # one camera model for all cells
+    a.contrast_limits = (0.0, 0.008)
+    assert tuple(b.contrast_limits) == pytest.approx((0.0, 0.008))
+    a.colormap = "magma"
+    assert b.colormap.name == "magma"
+    _focus(viewer)
+    _, stats = save_viewer_screenshot(viewer, "compare", SHOTS)
+    assert stats["foreground"] > 0.05
+    recon.single_button.click()
+    assert not viewer.canvas.grid.enabled
+
+
+def _focus(viewer):
+    """2D view of the central plane, fitted to the visible layers."""
+    from qtpy.QtWidgets import QApplication
+
+    from ctbench_napari._qt.common import fit_view
+
+    viewer.dims.set_point(0, 0.0)
+    QApplication.processEvents()
+    fit_view(viewer, [layer for layer in viewer.layers if layer.visible])
