@@ -1,0 +1,217 @@
+"""The voxel-driven weighted backprojector of FDK/FBP on the cpu, cuda and reference backends.
+
+``weighted_backproject`` adds, for every voxel ``x`` of a slab ``[z0, z1)``
+and every view ``k`` of a view range,
+
+    view_weight[k] * m_k(x)**2 * q_k(i_k(x), j_k(x))        (cone beam)
+    view_weight[k] * q_k(i_k(x), j_k(x))                     (parallel beam)
+
+where ``(i_k, j_k)`` are the continuous detector pixel indices of the ray
+through ``x`` (pixel centres at integers, bilinear interpolation, zero off the
+detector) and ``m_k(x) = (c - s).n / (x - s).n`` the magnification of ``x``
+(source ``s``, detector centre ``c``, detector normal ``n``).  Views use the
+same general vectors as the projector, so one kernel serves circular cone
+beam, helical orbits, fan 2D (D=1) and parallel beams.
+
+The cpu and cuda backends run ``kernels/fdk_*``; the reference backend is an
+independent torch implementation (rays intersected with the detector plane
+and pixel offsets solved from the 2x2 Gram system) that the tests compare
+the kernels against.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import torch
+
+from .base import Rays, VolumeGrid
+from .cpu import num_threads
+from .cpu_build import load_cpu_library
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_L = ctypes.c_longlong
+_D = ctypes.c_double
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I]
+_CUDA_NAMES = ("fdk_view_matrices", "fdk_backproject")
+FDK_BACKENDS = ("auto", "cpu", "cuda", "reference")
+
+
+def _cpu_fn(dtype: torch.dtype):
+    f = getattr(load_cpu_library("fdk"), f"fdk_backproject_{_SUFFIX[dtype]}")
+    f.argtypes = _CPU_ARGS
+    f.restype = None
+    return f
+
+
+def _u_fastest(filtered: torch.Tensor) -> torch.Tensor:
+    """The projections with u contiguous (stride 1): a voxel row mostly walks along u."""
+    if filtered.stride(1) == 1:
+        return filtered
+    return filtered.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _resolve(backend: str, device: torch.device) -> str:
+    if backend not in FDK_BACKENDS:
+        raise ValueError(f"backend must be one of {FDK_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        return "cuda" if device.type == "cuda" else "cpu"
+    if backend == "cpu" and device.type != "cpu":
+        raise ValueError(f"backend 'cpu' needs CPU tensors, got {device}")
+    if backend == "cuda" and device.type != "cuda":
+        raise ValueError(f"backend 'cuda' needs CUDA tensors, got {device}")
+    return backend
+
+
+def weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, view_weight: torch.Tensor, *,
+                         z0: int = 0, z1: int | None = None, views: tuple[int, int] | None = None,
+                         out: torch.Tensor | None = None, backend: str = "auto") -> torch.Tensor:
+    """Weighted voxel-driven backprojection of ``filtered`` (n_views, U, V) into the slab ``[z0, z1)``.
+
+    ``rays`` holds the per-view vectors (source or ray direction, detector
+    centre, u*du, v*dv) of all ``n_views`` views; ``views=(k0, k1)``
+    restricts the sum to that view range (default all).  ``view_weight`` is
+    ``(n_views,)``.  Returns ``(z1-z0, H, W)`` in the dtype and on the device
+    of ``filtered``; with ``out`` given, adds into it and returns it.
+    """
+    if filtered.ndim != 3:
+        raise ValueError(f"filtered projections must have shape (n_views, U, V), got {tuple(filtered.shape)}")
+    n, U, V = filtered.shape
+    if (U, V) != tuple(rays.detector_shape) or rays.n_views != n:
+        raise ValueError(f"filtered projections {tuple(filtered.shape)} do not match the rays "
+                         f"({rays.n_views} views, detector {tuple(rays.detector_shape)})")
+    if view_weight.shape != (n,):
+        raise ValueError(f"view_weight must have shape ({n},), got {tuple(view_weight.shape)}")
+    z1 = grid.D if z1 is None else int(z1)
+    z0 = int(z0)
+    if not 0 <= z0 <= z1 <= grid.D:
+        raise ValueError(f"slab [z0, z1) = [{z0}, {z1}) must lie within [0, {grid.D}]")
+    k0, k1 = (0, n) if views is None else (int(views[0]), int(views[1]))
+    if not 0 <= k0 <= k1 <= n:
+        raise ValueError(f"views (k0, k1) = ({k0}, {k1}) must lie within [0, {n}]")
+    dtype, device = filtered.dtype, filtered.device
+    shape = (z1 - z0, grid.H, grid.W)
+    if out is None:
+        out_t, accumulate = torch.empty(shape, dtype=dtype, device=device), False
+    else:
+        if tuple(out.shape) != shape or out.dtype != dtype or out.device != device or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {dtype} tensor of shape {shape} on {device}")
+        out_t, accumulate = out, True
+    which = _resolve(backend, device)
+    q = filtered.detach()
+    geo = [t.detach().to(device=device, dtype=dtype).contiguous() for t in rays.tensors()]
+    w = view_weight.detach().to(device=device, dtype=dtype).contiguous()
+    if z1 == z0 or k1 == k0:
+        if not accumulate:
+            out_t.zero_()
+        return out_t
+    if which == "reference":
+        res = reference_weighted_backproject(q, Rays(*geo, rays.cone, rays.detector_shape), grid, w, z0, z1, k0, k1)
+        return out_t.add_(res) if accumulate else out_t.copy_(res)
+    q = _u_fastest(q)
+    dz, dy, dx = grid.spacing
+    if which == "cpu":
+        _cpu_fn(dtype)(q.data_ptr(), q.stride(0), q.stride(1), q.stride(2), U, V, *(t.data_ptr() for t in geo),
+                       w.data_ptr(), int(rays.cone), k0, k1, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz,
+                       out_t.data_ptr(), int(accumulate), num_threads())
+        return out_t
+    return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate)
+
+
+def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, out_t, accumulate):
+    from .cuda import as_cupy, get_kernel, launch
+
+    dtype, device = q.dtype, q.device
+    n, U, V = q.shape
+    dz, dy, dx = grid.spacing
+    mats = torch.empty((n, 13), dtype=dtype, device=device)
+    k_mat = get_kernel("fdk", "fdk_view_matrices", dtype, device, _CUDA_NAMES)
+    launch(k_mat, n, (*[as_cupy(t) for t in geo], as_cupy(w), np.int32(rays.cone), np.int32(n), np.int32(U),
+                      np.int32(V), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.float64(dx),
+                      np.float64(dy), np.float64(dz), as_cupy(mats)), device)
+    k_bp = get_kernel("fdk", "fdk_backproject", dtype, device, _CUDA_NAMES)
+    launch(k_bp, (z1 - z0) * grid.H * grid.W,
+           (as_cupy(q), np.int64(q.stride(0)), np.int64(q.stride(1)), np.int64(q.stride(2)), np.int32(U),
+            np.int32(V), as_cupy(mats), np.int32(rays.cone), np.int32(k0), np.int32(k1), np.int32(grid.H),
+            np.int32(grid.W), np.int32(z0), np.int32(z1), as_cupy(out_t), np.int32(accumulate)), device)
+    return out_t
+
+
+# --------------------------------------------------------------- reference
+def _bilinear_zero(img: torch.Tensor, fi: torch.Tensor, fj: torch.Tensor) -> torch.Tensor:
+    """Bilinear interpolation of img (U, V) at continuous indices, zero outside [0, U-1] x [0, V-1]."""
+    U, V = img.shape
+    padded = torch.zeros((U + 2, V + 2), dtype=img.dtype, device=img.device)
+    padded[1:-1, 1:-1] = img
+    # Shift by one for the zero border; clamp far-away points onto it.
+    gi = (fi + 1).clamp(0, U + 1)
+    gj = (fj + 1).clamp(0, V + 1)
+    i0 = gi.floor().clamp(max=U).long()
+    j0 = gj.floor().clamp(max=V).long()
+    ti, tj = gi - i0, gj - j0
+    return ((1 - ti) * (1 - tj) * padded[i0, j0] + ti * (1 - tj) * padded[i0 + 1, j0]
+            + (1 - ti) * tj * padded[i0, j0 + 1] + ti * tj * padded[i0 + 1, j0 + 1])
+
+
+def voxel_centres(grid: VolumeGrid, z0: int, z1: int, device=None) -> torch.Tensor:
+    """World coordinates (x, y, z) of the voxel centres of the slab [z0, z1), shape ((z1-z0)*H*W, 3), float64."""
+    f64 = torch.float64
+    dz, dy, dx = grid.spacing
+    D, H, W = grid.shape
+    zs = (torch.arange(z0, z1, dtype=f64, device=device) - (D - 1) / 2) * dz
+    ys = (torch.arange(H, dtype=f64, device=device) - (H - 1) / 2) * dy
+    xs = (torch.arange(W, dtype=f64, device=device) - (W - 1) / 2) * dx
+    Z, Y, X = torch.meshgrid(zs, ys, xs, indexing="ij")
+    return torch.stack([X, Y, Z], dim=-1).reshape(-1, 3)
+
+
+def detector_coordinates(rays: Rays, k: int, pts: torch.Tensor):
+    """Where the ray of view ``k`` through each point meets the detector.
+
+    Returns ``(fi, fj, mag, front)``: continuous pixel indices, the
+    magnification ``(c - s).n / (x - s).n`` (ones for parallel beams) and
+    whether the point lies on the detector's side of the source.  float64.
+    """
+    f64 = torch.float64
+    s, c, u, v = (t[k].to(device=pts.device, dtype=f64) for t in rays.tensors())
+    n = torch.linalg.cross(u, v, dim=0)
+    if rays.cone:
+        d = pts - s
+        denom = d @ n
+        num = (c - s) @ n
+        front = denom * num > 0
+        t = num / torch.where(denom == 0, torch.ones_like(denom), denom)
+        hit = s + t[:, None] * d
+        mag = t
+    else:
+        t = ((c - pts) @ n) / (s @ n)
+        hit = pts + t[:, None] * s
+        mag = torch.ones_like(t)
+        front = torch.ones_like(t, dtype=torch.bool)
+    r = hit - c
+    # Pixel offsets from the Gram system of the (possibly oblique) detector axes.
+    uu, uv, vv = u @ u, u @ v, v @ v
+    ru, rv = r @ u, r @ v
+    det = uu * vv - uv * uv
+    U, V = rays.detector_shape
+    fi = (vv * ru - uv * rv) / det + (U - 1) / 2
+    fj = (uu * rv - uv * ru) / det + (V - 1) / 2
+    return fi, fj, mag, front
+
+
+def reference_weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, view_weight: torch.Tensor,
+                                   z0: int, z1: int, k0: int, k1: int) -> torch.Tensor:
+    """Pure-torch oracle of :func:`weighted_backproject` (slow, simple, independent)."""
+    dtype, dev = filtered.dtype, filtered.device
+    f64 = torch.float64
+    pts = voxel_centres(grid, z0, z1, dev)
+    out = torch.zeros(pts.shape[0], dtype=f64, device=dev)
+    for k in range(k0, k1):
+        fi, fj, mag, front = detector_coordinates(rays, k, pts)
+        val = _bilinear_zero(filtered[k].to(f64), fi, fj)
+        weight = mag * mag if rays.cone else mag
+        out += torch.where(front, view_weight[k].to(f64) * weight * val, torch.zeros_like(val))
+    return out.reshape(z1 - z0, grid.H, grid.W).to(dtype)

@@ -1,0 +1,22 @@
+"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV).
+
+Analytic solvers return a volume.  Iterative solvers come in two forms: a
+generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``)
+that yields an :class:`IterationState` after every iteration (for progress,
+live previews and cancellation), and a function (``sirt``, ``cgls``,
+``tv_reconstruction``) that runs it to the end and returns a
+:class:`ReconResult`.  See docs/RECONSTRUCTION.md.
+"""
+
+from .analytic import fbp, fdk, field_of_view, helical_fdk
+from .cgls import cgls, cgls_iterations
+from .filtering import FILTERS, ramp_filter
+from .sirt import sirt, sirt_iterations
+from .state import IterationState, ReconResult
+from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconstruction
+
+__all__ = [
+    "fdk", "fbp", "helical_fdk", "field_of_view", "ramp_filter", "FILTERS",
+    "sirt", "sirt_iterations", "cgls", "cgls_iterations", "tv_reconstruction", "tv_iterations",
+    "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
+]

@@ -1,0 +1,255 @@
+"""Analytic reconstruction: FDK (circular cone beam), FBP (fan 2D, parallel 2D/3D), approximate helical FDK.
+
+All three are one filtered backprojection:
+
+1. pre-weight the projections: cosine weights ``Dsd/|pixel - source|`` for
+   cone/fan beams, times Parker weights when a cone/fan scan covers less
+   than a full turn;
+2. ramp-filter every detector row (along u) with the physical pixel pitch
+   (:mod:`ctbench.solvers.filtering`);
+3. backproject with the voxel-driven weighted kernel
+   (:mod:`ctbench.engine.fdk_kernels`): view ``k`` adds
+   ``c_k * m_k(x)^2 * q_k(pixel(x))`` (cone) or ``c_k * q_k(pixel(x))``
+   (parallel), with ``m_k(x)`` the magnification of the voxel and
+   ``c_k = dbeta_k * R_k / Dsd_k`` (cone; ``R`` source-axis distance,
+   ``Dsd`` source-detector distance, ``dbeta`` the view's share of the arc,
+   halved on a full turn) or ``c_k = dtheta_k`` (parallel).
+
+With line integrals in (attenuation x mm) the result is the attenuation
+coefficient per mm: a unit-density object reconstructs to 1 without any
+further scaling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..engine.base import Rays, VolumeGrid
+from ..engine.fdk_kernels import detector_coordinates, voxel_centres, weighted_backproject
+from ._checks import check_sinogram
+from .filtering import check_filter, check_oversample, ramp_filter
+from .weights import F64, Orbit, cosine_weights, linear_arc_weights, orbit_of, redundancy_weights
+
+__all__ = ["fdk", "fbp", "helical_fdk", "field_of_view"]
+
+
+def _layout(projector, sinogram: torch.Tensor):
+    """(batch shape, sinogram as (B, n, U, V))."""
+    n_core = len(projector.projection_shape)
+    batch = tuple(sinogram.shape[:sinogram.ndim - n_core])
+    s = sinogram.reshape(math.prod(batch), *projector.projection_shape)  # -1 is ambiguous on zero-view ranks
+    if projector.is_2d:
+        s = s.unsqueeze(-1)
+    return batch, s
+
+
+def _local_views(projector) -> tuple[int, int]:
+    vs = getattr(projector, "view_slice", slice(0, projector.n_views))
+    return vs.start, vs.stop
+
+
+def _slab(projector) -> tuple[int, int]:
+    sl = getattr(projector, "volume_slice", slice(0, projector.global_volume_shape[0]))
+    return sl.start, sl.stop
+
+
+def _rays(projector, dtype, device, k0: int, k1: int, oversample: int = 1) -> Rays:
+    """Rays of the local views; with oversampled filtered rows, a detector of (U-1)*m+1 columns
+    at pitch du/m with the same centre."""
+    rays = projector._rays(None, dtype, device).views(k0, k1)
+    if oversample == 1:
+        return rays
+    U, V = rays.detector_shape
+    return Rays(rays.source, rays.center, rays.ustep / oversample, rays.vstep, rays.cone,
+                ((U - 1) * oversample + 1, V))
+
+
+def _filtered(projector, orbit: Orbit, sino4: torch.Tensor, k0: int, k1: int, filter: str, cutoff: float,
+              padding: float, parker: torch.Tensor | None, oversample: int) -> torch.Tensor:
+    """Pre-weighted, ramp-filtered projections of the local views, (B, n, (U-1)*oversample+1, V)."""
+    dtype, device = sino4.dtype, sino4.device
+    data = sino4
+    if orbit.cone:
+        pre = cosine_weights(orbit)[k0:k1]
+        if parker is not None:
+            pre = pre * parker[k0:k1, :, None]
+        data = data * pre.to(device=device, dtype=dtype)
+    du = projector.detector_spacing[0] * float(projector.trajectory.detector_u[0].detach().norm())
+    return ramp_filter(data, du, dim=-2, filter=filter, cutoff=cutoff, padding=padding, oversample=oversample)
+
+
+def _view_scale(orbit: Orbit) -> torch.Tensor:
+    """Factor of each view's backprojection besides its arc weight: R/Dsd (cone) or 1 (parallel)."""
+    if orbit.cone:
+        return orbit.radius / orbit.sdd
+    return torch.ones_like(orbit.angles)
+
+
+def _reduce_views(projector, vol: torch.Tensor) -> torch.Tensor:
+    """Sum the partial backprojections of view-sharded ranks (views and hybrid partitions):
+    over the ranks that share this slab (``view_group``; None when there is nothing to sum)."""
+    group = getattr(projector, "view_group", None)
+    if group is not None:
+        from ..distributed.collectives import all_reduce_sum
+        vol = all_reduce_sum(vol, group)
+    return vol
+
+
+def _backproject_all(projector, filt: torch.Tensor, weights: torch.Tensor, k0: int, k1: int, backend: str,
+                     oversample: int = 1, planes=None) -> torch.Tensor:
+    """Backproject every batch item into this process's slab; ``planes`` optionally gives
+    per-plane (z, weights, (v0, v1)) overrides (helical)."""
+    B, n, U, V = filt.shape
+    z0, z1 = _slab(projector)
+    grid = projector.grid
+    rays = _rays(projector, filt.dtype, filt.device, k0, k1, oversample)
+    w = weights[k0:k1].to(device=filt.device, dtype=filt.dtype)
+    out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=filt.dtype, device=filt.device)
+    for b in range(B):
+        if planes is None:
+            weighted_backproject(filt[b], rays, grid, w, z0=z0, z1=z1, out=out[b], backend=backend)
+            continue
+        for z, wz, (v0, v1) in planes:
+            v0, v1 = max(v0, k0) - k0, min(v1, k1) - k0
+            if v1 <= v0:
+                continue
+            weighted_backproject(filt[b], rays, grid, wz[k0:k1].to(device=filt.device, dtype=filt.dtype),
+                                 z0=z, z1=z + 1, views=(v0, v1), out=out[b, z - z0:z - z0 + 1],
+                                 backend=backend)
+    return out
+
+
+def _finish(projector, out: torch.Tensor, batch) -> torch.Tensor:
+    out = _reduce_views(projector, out)
+    return out.reshape(*batch, *projector.volume_shape)
+
+
+def _filtered_backprojection(projector, sinogram, who: str, *, filter, cutoff, padding, oversample, short_scan,
+                             backend) -> torch.Tensor:
+    sinogram = check_sinogram(projector, sinogram, allow_batch=True)
+    filter = check_filter(filter)
+    oversample = check_oversample(oversample)
+    orbit = orbit_of(projector, require="circular", who=who)
+    arc, parker = redundancy_weights(orbit, short_scan, who=who)
+    weights = arc * _view_scale(orbit)
+    k0, k1 = _local_views(projector)
+    batch, sino4 = _layout(projector, sinogram)
+    filt = _filtered(projector, orbit, sino4, k0, k1, filter, cutoff, padding, parker, oversample)
+    out = _backproject_all(projector, filt, weights, k0, k1, backend, oversample)
+    return _finish(projector, out, batch)
+
+
+def fdk(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: float = 2.0,
+        oversample: int = 1, short_scan="auto", backend: str = "auto") -> torch.Tensor:
+    """Feldkamp-Davis-Kress reconstruction of a circular cone-beam scan (or a 2D fan-beam scan).
+
+    Parameters
+    ----------
+    projector : the :class:`~ctbench.Projector` of the scan (trajectory, volume grid, detector).
+    sinogram : ``(*batch, n_views, U, V)`` line integrals (``(*batch, n_views, U)`` for fan 2D).
+    filter : ramp window: "ram-lak", "shepp-logan", "cosine", "hamming" or "hann".
+    cutoff : window cut-off as a fraction of the Nyquist frequency (0, 1].
+    padding : rows are zero-padded to at least ``padding`` times their length (>= 2: no wrap-around).
+    oversample : filtered rows are interpolated (band-limited, by FFT) to ``oversample`` times the
+        detector sampling before the bilinear backprojection; 1 (default) is the classical method,
+        2 keeps more resolution (sharper edges, more ringing with ram-lak; pair it with shepp-logan).
+    short_scan : "auto" applies Parker weights when the orbit covers less than a full turn;
+        False uses plain arc weights; True forces Parker weights.
+    backend : "auto", "cpu", "cuda" or "reference" (the pure-torch oracle).
+
+    Returns the volume ``(*batch, *projector.volume_shape)`` in attenuation per mm
+    (the data's line-integral unit per mm), dtype and device of the sinogram.
+    Raises ValueError for trajectories that are not circular orbits about z.
+    """
+    if projector.beam != "cone":
+        raise ValueError("fdk reconstructs cone/fan-beam scans; for parallel beams use fbp")
+    return _filtered_backprojection(projector, sinogram, "fdk", filter=filter, cutoff=cutoff, padding=padding,
+                                    oversample=oversample, short_scan=short_scan, backend=backend)
+
+
+def fbp(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", cutoff: float = 1.0, padding: float = 2.0,
+        oversample: int = 1, short_scan="auto", backend: str = "auto") -> torch.Tensor:
+    """Filtered backprojection of a 2D fan-beam scan or a parallel-beam scan (2D or 3D).
+
+    Same parameters and units as :func:`fdk`.  Parallel scans need at least
+    180 degrees (views beyond are averaged with their opposites); fan scans
+    of less than a full turn get Parker weights.
+    """
+    if projector.beam == "cone" and not projector.is_2d:
+        raise ValueError("fbp reconstructs fan 2D and parallel scans; for a 3D cone-beam scan use fdk "
+                         "(circular orbit) or helical_fdk")
+    return _filtered_backprojection(projector, sinogram, "fbp", filter=filter, cutoff=cutoff, padding=padding,
+                                    oversample=oversample, short_scan=short_scan, backend=backend)
+
+
+def helical_fdk(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", cutoff: float = 1.0,
+                padding: float = 2.0, oversample: int = 1, backend: str = "auto") -> torch.Tensor:
+    """Approximate FDK for a helical (spiral) cone-beam scan.
+
+    Every volume plane at height ``z`` is reconstructed from the one turn of
+    the helix centred on the view whose source is at ``z`` (Wang et al.'s
+    generalised FDK): views ``|beta - beta(z)| <= pi`` with the full-scan
+    weights, the ends of the turn tapered over one angular step so each
+    plane sees exactly 360 degrees.  Rows are filtered along u as in FDK
+    (the helical tilt of the ideal filtering lines is ignored, hence
+    "approximate": accurate for small pitch and cone angle).  Planes near
+    the ends of the helix, with less than a full turn available, are
+    normalised by the data they have; planes with less than a quarter of a
+    turn are set to zero.  Units as :func:`fdk`.
+    """
+    if projector.beam != "cone" or projector.is_2d:
+        raise ValueError("helical_fdk reconstructs 3D cone-beam helical scans")
+    sinogram = check_sinogram(projector, sinogram, allow_batch=True)
+    filter = check_filter(filter)
+    oversample = check_oversample(oversample)
+    orbit = orbit_of(projector, require="helical", who="helical_fdk")
+    k0, k1 = _local_views(projector)
+    batch, sino4 = _layout(projector, sinogram)
+    filt = _filtered(projector, orbit, sino4, k0, k1, filter, cutoff, padding, None, oversample)
+    arc = linear_arc_weights(orbit.angles) / 2
+    base = arc * _view_scale(orbit)
+    # source z as an affine function of the angle
+    A = torch.stack([orbit.angles, torch.ones_like(orbit.angles)], dim=1)
+    slope, icpt = torch.linalg.lstsq(A, orbit.source_z[:, None]).solution[:, 0].tolist()
+    if abs(slope) * 2 * math.pi < 1e-9 * float(orbit.radius.max()):
+        return fdk(projector, sinogram, filter=filter, cutoff=cutoff, padding=padding, oversample=oversample,
+                   backend=backend)
+    grid = projector.grid
+    dz = grid.spacing[0]
+    z0, z1 = _slab(projector)
+    planes = []
+    for z in range(z0, z1):
+        zc = (z - (grid.D - 1) / 2) * dz
+        beta_c = (zc - icpt) / slope
+        taper = ((math.pi - (orbit.angles - beta_c).abs()) / orbit.step + 0.5).clamp(0.0, 1.0)
+        have = float((taper * arc * 2).sum()) / (2 * math.pi)  # fraction of a full turn available
+        if have < 0.25:
+            continue
+        wz = base * taper / have
+        idx = (taper > 0).nonzero()[:, 0]
+        planes.append((z, wz, (int(idx.min()), int(idx.max()) + 1)))
+    out = _backproject_all(projector, filt, base, k0, k1, backend, oversample, planes=planes)
+    return _finish(projector, out, batch)
+
+
+def field_of_view(projector, *, margin: float = 0.0) -> torch.Tensor:
+    """Boolean mask of the voxels (of this process's ``volume_shape``) whose centre projects
+    onto the detector in every view: within the span of the pixel centres, shrunk by
+    ``margin`` pixels.  Voxels outside it are reconstructed from incomplete data.
+    """
+    traj = projector.trajectory
+    rays = projector._rays(None, F64, torch.device("cpu"))
+    grid: VolumeGrid = projector.grid
+    z0, z1 = _slab(projector)
+    U, V = projector.detector_shape
+    pts = voxel_centres(grid, z0, z1)
+    inside = torch.ones(pts.shape[0], dtype=torch.bool)
+    for k in range(traj.n_views):
+        fi, fj, _, front = detector_coordinates(rays, k, pts)
+        ok = front & (fi >= margin) & (fi <= U - 1 - margin)
+        if not projector.is_2d:
+            ok &= (fj >= margin) & (fj <= V - 1 - margin)
+        inside &= ok
+    return inside.reshape(projector.volume_shape)

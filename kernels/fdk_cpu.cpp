@@ -1,0 +1,105 @@
+// CPU entry points of the FDK family: the voxel-driven weighted backprojection
+// of fdk.cuh in OpenMP loops.  Built at first use by ctbench/engine/cpu_build.py
+// and called through ctypes (which releases the GIL).
+//
+// Threads own voxel rows (z, y) of the output slab, so no atomics are needed.
+// A thread accumulates one row over a block of views in a small buffer that
+// stays in L1, then adds it to the output once; along the row the three
+// projective numerators advance by a constant step per voxel.
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "fdk.cuh"
+
+namespace {
+
+using ct::i64;
+
+
+template <typename real>
+void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride, int U, int V, const real* src,
+                 const real* ctr, const real* ustep, const real* vstep, const real* view_weight, int cone, int k0,
+                 int k1, ct::VolumeWindow<real> vw, real* out, int accumulate, int nthreads) {
+  const int nz = vw.z1 - vw.z0;
+  if (nz <= 0 || vw.H <= 0 || vw.W <= 0) return;
+  const i64 plane = (i64)vw.H * vw.W;
+  // Index matrices of the view range, once (double set-up, real in the loops).
+  const int nv = std::max(0, k1 - k0);
+  std::vector<double> mats((size_t)nv * 12, 0.0);
+  std::vector<char> ok((size_t)nv, 0);
+  for (int k = 0; k < nv; ++k) {
+    double P[12];
+    if (ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k0 + k, U, V, P) && view_weight[k0 + k] != real(0)) {
+      ct::fdk_index_matrix(P, vw, &mats[(size_t)k * 12]);
+      ok[k] = 1;
+    }
+  }
+  const i64 rows = (i64)nz * vw.H;
+  const int W = vw.W;
+  const int su = (int)q_u_stride, sv = (int)q_v_stride;
+#pragma omp parallel num_threads(nthreads)
+  {
+    std::vector<real> acc((size_t)W);
+#pragma omp for schedule(dynamic, 4)
+    for (i64 row = 0; row < rows; ++row) {
+      const int iz = vw.z0 + (int)(row / vw.H);
+      const int iy = (int)(row % vw.H);
+      std::fill(acc.begin(), acc.end(), real(0));
+      for (int k = 0; k < nv; ++k) {
+        if (!ok[k]) continue;
+        const double* M = &mats[(size_t)k * 12];
+        // Row start and per-voxel step of a = i*w, b = j*w and w.
+        const real a0 = (real)(M[3] + M[1] * iy + M[2] * iz), da = (real)M[0];
+        const real b0 = (real)(M[7] + M[5] * iy + M[6] * iz), db = (real)M[4];
+        const real w0 = (real)(M[11] + M[9] * iy + M[10] * iz), dw = (real)M[8];
+        const real wk = view_weight[k0 + k];
+        const real* qk = q + (i64)(k0 + k) * q_view_stride;
+        real* CT_RESTRICT a_ = acc.data();
+        if (cone) {
+#pragma omp simd
+          for (int ix = 0; ix < W; ++ix) {
+            const real w = w0 + dw * (real)ix;
+            a_[ix] += wk * ct::fdk_contribution(qk, su, sv, U, V, a0 + da * (real)ix,
+                                                b0 + db * (real)ix, w, 1);
+          }
+        } else {
+#pragma omp simd
+          for (int ix = 0; ix < W; ++ix) {
+            a_[ix] += wk * ct::fdk_bilinear(qk, su, sv, U, V, a0 + da * (real)ix,
+                                            b0 + db * (real)ix);
+          }
+        }
+      }
+      real* o = out + (i64)(iz - vw.z0) * plane + (i64)iy * W;
+      if (accumulate) {
+        for (int ix = 0; ix < W; ++ix) o[ix] += acc[ix];
+      } else {
+        for (int ix = 0; ix < W; ++ix) o[ix] = acc[ix];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+#define CT_EXPORT extern "C" __attribute__((visibility("default")))
+
+#define CT_FDK_ENTRIES(real, suffix)                                                                              \
+  CT_EXPORT void fdk_backproject_##suffix(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride,      \
+                                          int U, int V, const real* src, const real* ctr, const real* ustep,     \
+                                          const real* vstep, const real* view_weight, int cone, int k0, int k1,  \
+                                          int D, int H, int W, int z0, int z1, double dx, double dy, double dz,  \
+                                          real* out, int accumulate, int nthreads) {                             \
+    ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};                                    \
+    backproject<real>(q, q_view_stride, q_u_stride, q_v_stride, U, V, src, ctr, ustep, vstep, view_weight, cone,  \
+                      k0, k1, vw, out, accumulate, nthreads);                                                     \
+  }                                                                                                              \
+  CT_EXPORT int fdk_view_matrix_##suffix(const real* src, const real* ctr, const real* ustep, const real* vstep,  \
+                                         int cone, int k, int U, int V, double* P) {                             \
+    return ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P) ? 1 : 0;                                 \
+  }
+
+CT_FDK_ENTRIES(float, f32)
+CT_FDK_ENTRIES(double, f64)
