@@ -47,7 +47,7 @@ def test_cuda_entry_compiles_to_ptx(src, arch, tmp_path):
     else:
         ptx = _compile_nvrtc(src, arch)
     # every __global__ template declared in the file is instantiated in the PTX
-    kernels = set(re.findall(r"__global__\s+void\s+(\w+)", src.read_text()))
+    kernels = set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)", src.read_text()))
     assert kernels, f"{src.name} declares no __global__ kernels"
     for name in kernels:
         assert re.search(rf"\.entry\s+\S*{name}", ptx), f"{name} missing from the PTX of {src.name}"
