@@ -176,22 +176,24 @@ CT_HD real ray_forward(const real* CT_RESTRICT vol, const Ray<real>& r) {
   for (int n = r.n0; n < r.i0; ++n) acc += sample_checked(vol, r, n);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
   if (r.planar) {
-    const real* plane = vol + ((i64)r.pc * sc - r.offset);
-    for (int n = r.i0; n < r.i1; ++n) {
+    const real* plane = vol + ((i64)r.pc * sc + (i64)r.i0 * sa - r.offset);
+    for (int n = r.i0; n < r.i1; ++n, plane += sa) {
       const real fb = r.Ab + real(n) * r.Bb;
-      const real flb = CT_FLOOR(fb);
-      const real tb = fb - flb;
-      const real* p = plane + ((i64)n * sa + (i64)(int)flb * sb);
+      const int ib = (int)fb;
+      const real tb = fb - real(ib);
+      const real* p = plane + (i64)ib * sb;
       acc += (real(1) - tb) * p[0] + tb * p[sb];
     }
   } else {
-    const real* base = vol - r.offset;
-    for (int n = r.i0; n < r.i1; ++n) {
+    // Interior coordinates are positive, so truncation is floor; the plane
+    // pointer advances by one stride per plane.
+    const real* plane = vol + ((i64)r.i0 * sa - r.offset);
+    for (int n = r.i0; n < r.i1; ++n, plane += sa) {
       const real fb = r.Ab + real(n) * r.Bb;
       const real fc = r.Ac + real(n) * r.Bc;
-      const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
-      const real tb = fb - flb, tc = fc - flc;
-      const real* p = base + ((i64)n * sa + (i64)(int)flb * sb + (i64)(int)flc * sc);
+      const int ib = (int)fb, ic = (int)fc;
+      const real tb = fb - real(ib), tc = fc - real(ic);
+      const real* p = plane + ((i64)ib * sb + (i64)ic * sc);
       acc += (real(1) - tc) * ((real(1) - tb) * p[0] + tb * p[sb]) + tc * ((real(1) - tb) * p[sc] + tb * p[sb + sc]);
     }
   }
@@ -239,23 +241,23 @@ CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
   for (int n = r.n0; n < r.i0; ++n) scatter_checked<real, ATOMIC>(vol, r, n, v);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
   if (r.planar) {
-    real* plane = vol + ((i64)r.pc * sc - r.offset);
-    for (int n = r.i0; n < r.i1; ++n) {
+    real* plane = vol + ((i64)r.pc * sc + (i64)r.i0 * sa - r.offset);
+    for (int n = r.i0; n < r.i1; ++n, plane += sa) {
       const real fb = r.Ab + real(n) * r.Bb;
-      const real flb = CT_FLOOR(fb);
-      const real tb = fb - flb;
-      real* p = plane + ((i64)n * sa + (i64)(int)flb * sb);
+      const int ib = (int)fb;  // interior: positive, truncation is floor
+      const real tb = fb - real(ib);
+      real* p = plane + (i64)ib * sb;
       add_voxel<real, ATOMIC>(p, (real(1) - tb) * v);
       add_voxel<real, ATOMIC>(p + sb, tb * v);
     }
   } else {
-    real* base = vol - r.offset;
-    for (int n = r.i0; n < r.i1; ++n) {
+    real* plane = vol + ((i64)r.i0 * sa - r.offset);
+    for (int n = r.i0; n < r.i1; ++n, plane += sa) {
       const real fb = r.Ab + real(n) * r.Bb;
       const real fc = r.Ac + real(n) * r.Bc;
-      const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
-      const real tb = fb - flb, tc = fc - flc;
-      real* p = base + ((i64)n * sa + (i64)(int)flb * sb + (i64)(int)flc * sc);
+      const int ib = (int)fb, ic = (int)fc;  // interior: positive, truncation is floor
+      const real tb = fb - real(ib), tc = fc - real(ic);
+      real* p = plane + ((i64)ib * sb + (i64)ic * sc);
       const real vb = (real(1) - tc) * v, vc = tc * v;
       add_voxel<real, ATOMIC>(p, (real(1) - tb) * vb);
       add_voxel<real, ATOMIC>(p + sb, tb * vb);
