@@ -20,14 +20,22 @@ from ._checks import (check_bounds, check_callable, check_cancel, check_n_iter, 
                       initial_volume)
 from .state import IterationState, ReconResult, iterate, run_to_end
 
-__all__ = ["sirt", "sirt_iterations", "safe_reciprocal"]
+__all__ = ["sirt", "sirt_iterations", "safe_reciprocal", "path_eps"]
 
 
-def safe_reciprocal(t: torch.Tensor, rel_eps: float = 1e-6) -> torch.Tensor:
-    """1/t where t exceeds ``rel_eps`` times its largest value, 0 elsewhere."""
-    top = float(t.abs().max()) if t.numel() else 0.0
-    keep = t.abs() > rel_eps * top if top > 0 else torch.zeros_like(t, dtype=torch.bool)
+def safe_reciprocal(t: torch.Tensor, eps: float) -> torch.Tensor:
+    """1/t where |t| exceeds the absolute threshold ``eps``, 0 elsewhere.
+
+    The threshold is absolute (not relative to a local maximum) so that every
+    rank of a distributed run makes the same choice for the same ray or voxel.
+    """
+    keep = t.abs() > eps
     return torch.where(keep, 1.0 / torch.where(keep, t, torch.ones_like(t)), torch.zeros_like(t))
+
+
+def path_eps(projector) -> float:
+    """A length far below any real ray path or voxel weight: 1e-6 of the smallest voxel pitch (mm)."""
+    return 1e-6 * min(projector.voxel_spacing)
 
 
 def _clip(x: torch.Tensor, bounds) -> torch.Tensor:
@@ -64,8 +72,8 @@ def _prepare(projector, sinogram, n_iter, x0, bounds, tol, callback, cancel):
 
 def _sirt_gen(P, b, x, n_iter, bounds, tol, callback, cancel):
     with torch.no_grad():
-        R = safe_reciprocal(P.project(torch.ones_like(x)))
-        C = safe_reciprocal(P.backproject(torch.ones_like(b)))
+        R = safe_reciprocal(P.project(torch.ones_like(x)), path_eps(P))
+        C = safe_reciprocal(P.backproject(torch.ones_like(b)), path_eps(P))
         b_norm = math.sqrt(float(P.inner_projection(b, b))) or 1.0
         r = b - P.project(x)
         state = {"x": x, "r": r}

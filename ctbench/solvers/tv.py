@@ -30,7 +30,7 @@ import torch
 
 from ._checks import (check_callable, check_cancel, check_n_iter, check_projector, check_sinogram, check_tol,
                       initial_volume)
-from .sirt import safe_reciprocal
+from .sirt import path_eps, safe_reciprocal
 from .state import IterationState, ReconResult, iterate, run_to_end
 
 __all__ = ["total_variation", "gradient", "divergence", "tv_reconstruction", "tv_iterations"]
@@ -154,7 +154,7 @@ def _tv_gen(P, b, x, n_iter, lam, nonneg, tol, callback, cancel):
         ndim = len(P.volume_shape)
         # Slabs of a space/hybrid partition take their neighbour planes by halo exchange.
         from ..distributed.halo import divergence_distributed, gradient_distributed
-        sigma = safe_reciprocal(P.project(torch.ones_like(x)))
+        sigma = safe_reciprocal(P.project(torch.ones_like(x)), path_eps(P))
         tau = 1.0 / (P.backproject(torch.ones_like(b)) + 2.0 * ndim)
         b_norm = math.sqrt(float(P.inner_projection(b, b))) or 1.0
         Ax = P.project(x)
