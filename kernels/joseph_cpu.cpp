@@ -96,6 +96,26 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   }
 }
 
+// Backproject pixel (iu, iv) of view k into the z-range [zlo, zhi) of `out`
+// (batch items `out_stride` apart); pixels that are zero in every item are skipped.
+template <typename real>
+inline void scatter_pixel(const real* sino, int batch, const ct::VolumeWindow<real>& vw, const real* src,
+                          const real* ctr, const real* ustep, const real* vstep, int cone,
+                          const ct::DetectorWindow& dw, int k, int iu, int iv, int zlo, int zhi, real* out,
+                          i64 out_stride) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
+  const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
+  bool any = false;
+  for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
+  if (!any) return;
+  real o[3], d[3];
+  ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
+  ct::Ray<real> r{};
+  if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], zlo, zhi, r)) return;
+  for (int q = 0; q < batch; ++q) ct::ray_backward<real, false>(out + q * out_stride, r, sino[q * sino_batch_stride + si]);
+}
+
 // Backward without atomics: each thread owns a z-chunk of the output slab and,
 // per view, visits only the detector pixels whose rays cross that chunk.
 template <typename real>
@@ -103,7 +123,6 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
               const real* ustep, const real* vstep, int cone, ct::DetectorWindow dw, real* vol,
               i64 vol_batch_stride, int nthreads) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
-  const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
   const i64 slab = (i64)nz * vw.H * vw.W;
@@ -126,16 +145,8 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
       for (int k = 0; k < dw.n_views; ++k) {
         for (int iu = dw.u0; iu < dw.u1; ++iu) {
           for (int iv = dw.v0; iv < dw.v1; ++iv) {
-            const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
-            bool any = false;
-            for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
-            if (!any) continue;
-            real o[3], d[3];
-            ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
-            ct::Ray<real> r{};
-            if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r)) continue;
-            for (int q = 0; q < batch; ++q)
-              ct::ray_backward<real, false>(acc.data() + q * slab, r, sino[q * sino_batch_stride + si]);
+            scatter_pixel(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, iu, iv, vw.z0, vw.z1, acc.data(),
+                          slab);
           }
         }
       }
@@ -167,16 +178,8 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
       for (int outer = 0; outer < n_outer; ++outer) {
         for (int inner = 0; inner < n_inner; ++inner) {
           const int iu = ulo + (u_inner ? inner : outer), iv = vlo + (u_inner ? outer : inner);
-          const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
-          bool any = false;
-          for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
-          if (!any) continue;
-          real o[3], d[3];
-          ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
-          ct::Ray<real> r{};
-          if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], zlo, zhi, r)) continue;
-          for (int q = 0; q < batch; ++q)
-            ct::ray_backward<real, false>(vol + q * vol_batch_stride, r, sino[q * sino_batch_stride + si]);
+          scatter_pixel(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, iu, iv, zlo, zhi, vol,
+                        vol_batch_stride);
         }
       }
     }

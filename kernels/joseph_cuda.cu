@@ -6,23 +6,31 @@
 
 using ct::i64;
 
+// The ray of thread `tid` in a (view, u, v) tile.  Fastest index: v, so a warp
+// covers neighbouring pixels of one detector row.
+template <typename real>
+__device__ __forceinline__ void thread_ray(i64 tid, const real* src, const real* ctr, const real* ustep,
+                                           const real* vstep, int cone, int U, int V, int u0, int u1, int v0, int v1,
+                                           real o[3], real d[3]) {
+  const int nu = u1 - u0, nv = v1 - v0;
+  const int iv = v0 + (int)(tid % nv);
+  const int iu = u0 + (int)((tid / nv) % nu);
+  const int k = (int)(tid / ((i64)nv * nu));
+  ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, U, V, o, d);
+}
+
 template <typename real>
 __global__ void joseph_forward(const real* __restrict__ vol, i64 vol_batch_stride, int batch, int D, int H, int W,
                                int z0, int z1, double dx, double dy, double dz, const real* __restrict__ src,
                                const real* __restrict__ ctr, const real* __restrict__ ustep,
                                const real* __restrict__ vstep, int cone, int n_views, int U, int V, int u0, int u1,
                                int v0, int v1, real* __restrict__ out, int accumulate) {
-  const int nu = u1 - u0, nv = v1 - v0;
-  const i64 n_rays = (i64)n_views * nu * nv;
+  const i64 n_rays = (i64)n_views * (u1 - u0) * (v1 - v0);
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (tid >= n_rays) return;
-  // Fastest index: v, so a warp covers neighbouring pixels of one detector row.
-  const int iv = v0 + (int)(tid % nv);
-  const int iu = u0 + (int)((tid / nv) % nu);
-  const int k = (int)(tid / ((i64)nv * nu));
   ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
   real o[3], d[3];
-  ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, U, V, o, d);
+  thread_ray(tid, src, ctr, ustep, vstep, cone, U, V, u0, u1, v0, v1, o, d);
   ct::Ray<real> r{};
   const bool hit = ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], z0, z1, r);
   for (int q = 0; q < batch; ++q) {
@@ -38,16 +46,12 @@ __global__ void joseph_backward(const real* __restrict__ sino, int batch, int D,
                                 const real* __restrict__ ctr, const real* __restrict__ ustep,
                                 const real* __restrict__ vstep, int cone, int n_views, int U, int V, int u0, int u1,
                                 int v0, int v1, real* vol, i64 vol_batch_stride) {
-  const int nu = u1 - u0, nv = v1 - v0;
-  const i64 n_rays = (i64)n_views * nu * nv;
+  const i64 n_rays = (i64)n_views * (u1 - u0) * (v1 - v0);
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (tid >= n_rays) return;
-  const int iv = v0 + (int)(tid % nv);
-  const int iu = u0 + (int)((tid / nv) % nu);
-  const int k = (int)(tid / ((i64)nv * nu));
   ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
   real o[3], d[3];
-  ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, U, V, o, d);
+  thread_ray(tid, src, ctr, ustep, vstep, cone, U, V, u0, u1, v0, v1, o, d);
   ct::Ray<real> r{};
   if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], z0, z1, r)) return;
   for (int q = 0; q < batch; ++q) {

@@ -84,6 +84,34 @@ class Tile:
         return (self.u1 - self.u0, self.v1 - self.v0)
 
 
+def _check_out(out: torch.Tensor, like: torch.Tensor, shape) -> None:
+    if (not out.is_contiguous() or out.dtype != like.dtype or out.device != like.device
+            or tuple(out.shape) != tuple(shape)):
+        raise ValueError(f"out must be a contiguous {like.dtype} tensor of shape {tuple(shape)} on {like.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+
+
+def project_buffers(volume: torch.Tensor, rays: "Rays", tile: "Tile", out: torch.Tensor | None):
+    """(contiguous volume, checked output, accumulate flag) of a kernel projection call."""
+    vol = volume.detach().contiguous()
+    shape = (vol.shape[0], rays.n_views, *tile.shape)
+    accumulate = out is not None
+    if out is None:
+        out = torch.empty(shape, dtype=vol.dtype, device=vol.device)
+    _check_out(out, vol, shape)
+    return vol, out, accumulate
+
+
+def backproject_buffers(sinogram: torch.Tensor, grid: "VolumeGrid", z0: int, z1: int, out: torch.Tensor | None):
+    """(contiguous sinogram, checked zero-initialised or given output) of a kernel backprojection call."""
+    sino = sinogram.detach().contiguous()
+    shape = (sino.shape[0], z1 - z0, grid.H, grid.W)
+    if out is None:
+        out = torch.zeros(shape, dtype=sino.dtype, device=sino.device)
+    _check_out(out, sino, shape)
+    return sino, out
+
+
 class Backend:
     """Interface of a kernel backend (cpu, cuda, reference)."""
 

@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from .base import Backend, Rays, Tile, VolumeGrid
+from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
 from .cpu_build import load_cpu_library
 
 _P = ctypes.c_void_p
@@ -57,13 +57,8 @@ class CpuBackend(Backend):
 
     def project(self, volume, grid: VolumeGrid, z0, rays: Rays, tile: Tile, out=None):
         B, nz, H, W = volume.shape
-        vol = volume.detach().contiguous()
         nu, nv = tile.shape
-        accumulate = out is not None
-        if out is None:
-            out = torch.empty((B, rays.n_views, nu, nv), dtype=vol.dtype, device=vol.device)
-        if not out.is_contiguous():
-            raise ValueError("out must be contiguous")
+        vol, out, accumulate = project_buffers(volume, rays, tile, out)
         if rays.n_views == 0 or nu == 0 or nv == 0:
             return out
         keep, g = _geometry(rays, vol.dtype)
@@ -76,11 +71,7 @@ class CpuBackend(Backend):
 
     def backproject(self, sinogram, grid: VolumeGrid, z0, z1, rays: Rays, tile: Tile, out=None):
         B = sinogram.shape[0]
-        sino = sinogram.detach().contiguous()
-        if out is None:
-            out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=sino.dtype, device=sino.device)
-        if not out.is_contiguous():
-            raise ValueError("out must be contiguous")
+        sino, out = backproject_buffers(sinogram, grid, z0, z1, out)
         if rays.n_views == 0 or z1 <= z0:
             return out
         keep, g = _geometry(rays, sino.dtype)

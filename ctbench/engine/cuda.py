@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .base import Backend, Rays, Tile, VolumeGrid
+from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
 from .cpu_build import kernel_dir
 
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
@@ -64,13 +64,6 @@ def as_cupy(t: torch.Tensor):
                       memptr=cp.cuda.MemoryPointer(mem, 0), strides=tuple(st * es for st in t.stride()))
 
 
-def _check_out(out: torch.Tensor, like: torch.Tensor, shape) -> None:
-    if (not out.is_contiguous() or out.dtype != like.dtype or out.device != like.device
-            or tuple(out.shape) != tuple(shape)):
-        raise ValueError(f"out must be a contiguous {like.dtype} tensor of shape {tuple(shape)} on {like.device}, "
-                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
-
-
 def launch(kernel, n_threads: int, args, device: torch.device):
     """Launch ``kernel`` over ``n_threads`` threads on torch's current stream."""
     if n_threads <= 0:
@@ -92,12 +85,8 @@ class CudaBackend(Backend):
 
     def project(self, volume, grid: VolumeGrid, z0, rays: Rays, tile: Tile, out=None):
         B, nz, H, W = volume.shape
-        vol = volume.detach().contiguous()
         nu, nv = tile.shape
-        accumulate = out is not None
-        if out is None:
-            out = torch.empty((B, rays.n_views, nu, nv), dtype=vol.dtype, device=vol.device)
-        _check_out(out, vol, (B, rays.n_views, nu, nv))
+        vol, out, accumulate = project_buffers(volume, rays, tile, out)
         geo = [t.detach().to(device=vol.device, dtype=vol.dtype).contiguous() for t in rays.tensors()]
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
@@ -112,10 +101,7 @@ class CudaBackend(Backend):
 
     def backproject(self, sinogram, grid: VolumeGrid, z0, z1, rays: Rays, tile: Tile, out=None):
         B = sinogram.shape[0]
-        sino = sinogram.detach().contiguous()
-        if out is None:
-            out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=sino.dtype, device=sino.device)
-        _check_out(out, sino, (B, z1 - z0, grid.H, grid.W))
+        sino, out = backproject_buffers(sinogram, grid, z0, z1, out)
         geo = [t.detach().to(device=sino.device, dtype=sino.dtype).contiguous() for t in rays.tensors()]
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
