@@ -134,7 +134,12 @@ def fmt_ratio(line: dict) -> str:
         text += f" (CPU-s {cpu:.3g}x)"
     target = _num(line.get("target"))
     if target is not None:
-        text += f" (target {target:g}x: {'met' if v >= target else 'NOT met'})"
+        # The bench knows the direction of its target (a speed-up must reach it,
+        # a cost ratio or a dB loss must stay under it): trust its verdict.
+        met = line.get("meets_target")
+        if met is None:
+            met = v >= target
+        text += f" (target {target:g}x: {'met' if met else 'NOT met'})"
     return text
 
 

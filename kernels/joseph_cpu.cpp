@@ -7,42 +7,12 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu_helpers.hpp"
 #include "joseph.cuh"
 
 namespace {
 
 using ct::i64;
-
-// Which detector axis the inner pixel loop walks: the one whose pixel step
-// moves least along z, so that neighbouring rays read neighbouring rows of the
-// (z, y, x) volume instead of planes H*W elements apart (1.45x measured on a
-// circular scan, where v runs along z).
-template <typename real>
-bool inner_is_u(const real* ustep, const real* vstep, int n_views) {
-  double zu = 0, zv = 0;
-  for (int k = 0; k < n_views; ++k) {
-    zu += std::fabs((double)ustep[3 * k + 2]);
-    zv += std::fabs((double)vstep[3 * k + 2]);
-  }
-  return zu < zv;
-}
-
-// Copy a batch of (nz, H, W) slabs into (nz, W, H) order (x and y swapped).
-template <typename real>
-void swap_xy(const real* src, real* dst, i64 batch_stride, int batch, int nz, int H, int W, int nthreads) {
-  const int tile = 32;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
-  for (i64 qz = 0; qz < (i64)batch * nz; ++qz) {
-    for (int y0 = 0; y0 < H; y0 += tile) {
-      const int q = (int)(qz / nz), z = (int)(qz % nz);
-      const real* s = src + q * batch_stride + (i64)z * H * W;
-      real* d = dst + q * batch_stride + (i64)z * H * W;
-      for (int x0 = 0; x0 < W; x0 += tile)
-        for (int y = y0; y < std::min(H, y0 + tile); ++y)
-          for (int x = x0; x < std::min(W, x0 + tile); ++x) d[(i64)x * H + y] = s[(i64)y * W + x];
-    }
-  }
-}
 
 // Forward: threads take (view, detector row) blocks; the inner loop walks
 // neighbouring pixels of a row so consecutive rays share cache lines.
@@ -62,10 +32,10 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // Worth it when there are more rays than voxels to copy.
   if (slab > 0 && vw.H > 1 && vw.W > 1 && rows * nv >= slab / 4) {
     swapped.resize((size_t)(slab * batch));
-    swap_xy(vol, swapped.data(), slab, batch, nz, vw.H, vw.W, nthreads);
+    ct::swap_xy(vol, swapped.data(), slab, batch, nz, vw.H, vw.W, nthreads);
   }
   // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
-  const bool u_inner = inner_is_u(ustep, vstep, dw.n_views);
+  const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
   const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
   const i64 nrows = (i64)dw.n_views * n_outer;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
@@ -126,7 +96,7 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
   const i64 slab = (i64)nz * vw.H * vw.W;
-  const bool u_inner = inner_is_u(ustep, vstep, dw.n_views);
+  const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
   // A thin slab (2D scans) cannot feed every thread with z-chunks: then threads
   // take views instead and each accumulates into a private copy of the slab,
   // summed at the end (still no atomics).

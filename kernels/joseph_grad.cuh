@@ -35,36 +35,56 @@ CT_HD real origin_voxel_coord(const VolumeWindow<real>& vw, int axis, const real
 // Add y * (the five sums of ray r through the slab array vol) to acc.  The
 // stencil and its bounds checks mirror ray_forward line by line.
 template <typename real>
+CT_HD void stencil_terms(const real* CT_RESTRICT vol, const Ray<real>& r, int n, int ib, int ic, real xb, real xc,
+                         bool interior, real fo_a, real& s, real& hb, real& tb, real& hc,
+                         real& tc) {
+  const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+  real v00, v10, v01, v11;
+  if (interior) {
+    const real* p = vol + base;
+    v00 = p[0]; v10 = p[r.sb]; v01 = p[r.sc]; v11 = p[r.sb + r.sc];
+  } else {
+    const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
+    const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
+    v00 = (b0 && c0) ? vol[base] : real(0);
+    v10 = (b1 && c0) ? vol[base + r.sb] : real(0);
+    v01 = (b0 && c1) ? vol[base + r.sc] : real(0);
+    v11 = (b1 && c1) ? vol[base + r.sb + r.sc] : real(0);
+  }
+  const real lo_c = (real(1) - xb) * v00 + xb * v10;  // interpolated along b at c = ic
+  const real hi_c = (real(1) - xb) * v01 + xb * v11;  // ... at c = ic + 1
+  const real db = (real(1) - xc) * (v10 - v00) + xc * (v11 - v01);
+  const real dc = hi_c - lo_c;
+  const real tn = real(n) - fo_a;
+  s += (real(1) - xc) * lo_c + xc * hi_c;
+  hb += db; tb += tn * db;
+  hc += dc; tc += tn * dc;
+}
+
+// Add y * (the five sums of ray r through the slab array vol) to acc.  The
+// stencil and its bounds checks mirror ray_forward: checked edge planes, and
+// interior planes (all four neighbours present, coordinates positive so that
+// truncation is floor) without checks.  Rays on one voxel plane (2D scans)
+// keep the checked stencil: their c+1 neighbour may lie outside the window.
+template <typename real>
 CT_HD void ray_stencil_sums(const real* CT_RESTRICT vol, const Ray<real>& r, real fo_a, real y,
                             RaySums<real>& acc) {
   real s = real(0), hb = real(0), tb = real(0), hc = real(0), tc = real(0);
-  for (int n = r.n0; n < r.n1; ++n) {
-    const real fb = r.Ab + real(n) * r.Bb;
-    const real fc = r.Ac + real(n) * r.Bc;
+  const int i0 = r.planar ? r.n0 : r.i0, i1 = r.planar ? r.n0 : (r.i1 > r.i0 ? r.i1 : r.i0);
+  for (int n = r.n0; n < i0; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb, fc = r.Ac + real(n) * r.Bc;
     const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
-    const int ib = (int)flb, ic = (int)flc;
-    const real xb = fb - flb, xc = fc - flc;
-    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
-    real v00, v10, v01, v11;
-    if (ib >= r.lob && ib + 1 < r.hib && ic >= r.loc && ic + 1 < r.hic) {
-      const real* p = vol + base;
-      v00 = p[0]; v10 = p[r.sb]; v01 = p[r.sc]; v11 = p[r.sb + r.sc];
-    } else {
-      const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-      const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
-      v00 = (b0 && c0) ? vol[base] : real(0);
-      v10 = (b1 && c0) ? vol[base + r.sb] : real(0);
-      v01 = (b0 && c1) ? vol[base + r.sc] : real(0);
-      v11 = (b1 && c1) ? vol[base + r.sb + r.sc] : real(0);
-    }
-    const real lo_c = (real(1) - xb) * v00 + xb * v10;  // interpolated along b at c = ic
-    const real hi_c = (real(1) - xb) * v01 + xb * v11;  // ... at c = ic + 1
-    const real db = (real(1) - xc) * (v10 - v00) + xc * (v11 - v01);
-    const real dc = hi_c - lo_c;
-    const real tn = real(n) - fo_a;
-    s += (real(1) - xc) * lo_c + xc * hi_c;
-    hb += db; tb += tn * db;
-    hc += dc; tc += tn * dc;
+    stencil_terms(vol, r, n, (int)flb, (int)flc, fb - flb, fc - flc, false, fo_a, s, hb, tb, hc, tc);
+  }
+  for (int n = i0; n < i1; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb, fc = r.Ac + real(n) * r.Bc;
+    const int ib = (int)fb, ic = (int)fc;
+    stencil_terms(vol, r, n, ib, ic, fb - real(ib), fc - real(ic), true, fo_a, s, hb, tb, hc, tc);
+  }
+  for (int n = i1 > r.n0 ? i1 : r.n0; n < r.n1; ++n) {
+    const real fb = r.Ab + real(n) * r.Bb, fc = r.Ac + real(n) * r.Bc;
+    const real flb = CT_FLOOR(fb), flc = CT_FLOOR(fc);
+    stencil_terms(vol, r, n, (int)flb, (int)flc, fb - flb, fc - flc, false, fo_a, s, hb, tb, hc, tc);
   }
   acc.s += y * s; acc.hb += y * hb; acc.tb += y * tb; acc.hc += y * hc; acc.tc += y * tc;
 }
@@ -121,11 +141,14 @@ CT_HD void pixel_geometry_grad(int cone, int iu, int iv, int U, int V, const rea
 // the slab [vw.z0, vw.z1), gather the batch's cotangent-weighted sums and add
 // the ray's geometry gradient into acc.  grad points at the cotangent of this
 // ray in batch item 0; items are grad_batch_stride apart.
+// vol_xy (may be null) is a copy of the slab with x and y swapped (batch items
+// swapped_stride apart): rays advancing along y read it contiguously.
 template <typename real, typename acc_t>
 CT_HD void ray_geometry_vjp(const real* CT_RESTRICT vol, i64 vol_batch_stride, int batch,
                             const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
                             const real* vstep, int cone, int k, int iu, int iv, int U, int V,
-                            const real* grad, i64 grad_batch_stride, acc_t* acc) {
+                            const real* grad, i64 grad_batch_stride, acc_t* acc,
+                            const real* vol_xy = nullptr, i64 swapped_stride = 0) {
   bool any = false;
   for (int q = 0; q < batch; ++q) any |= grad[q * grad_batch_stride] != real(0);
   if (!any) return;
@@ -134,6 +157,11 @@ CT_HD void ray_geometry_vjp(const real* CT_RESTRICT vol, i64 vol_batch_stride, i
   Ray<real> r{};
   if (!make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r)) return;
   const real fo_a = origin_voxel_coord(vw, r.a, o);
+  if (vol_xy != nullptr && r.a == 1) {
+    ray_use_strides(r, (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
+    vol = vol_xy;
+    vol_batch_stride = swapped_stride;
+  }
   RaySums<real> sums{real(0), real(0), real(0), real(0), real(0)};
   for (int q = 0; q < batch; ++q) {
     const real y = grad[q * grad_batch_stride];

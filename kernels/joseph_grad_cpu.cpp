@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cpu_helpers.hpp"
 #include "joseph_grad.cuh"
 
 namespace {
@@ -22,8 +23,21 @@ void geometry_vjp(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWi
   std::fill(out, out + (i64)dw.n_views * ct::GEO_N, 0.0);
   if (nu <= 0 || nv <= 0 || dw.n_views <= 0 || vw.z1 <= vw.z0) return;
   const i64 grad_batch_stride = (i64)dw.n_views * nu * nv;
-  const i64 rows = (i64)dw.n_views * nu;
-  // One partial sum per detector row (12 doubles), reduced per view in row
+  // Same memory-order choices as the forward projector (cpu_helpers.hpp):
+  // the inner pixel loop walks the detector axis that moves least along z,
+  // and y-dominant rays read a copy of the slab with x and y swapped.
+  const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
+  const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
+  const i64 rows = (i64)dw.n_views * n_outer;
+  const int nz = vw.z1 - vw.z0;
+  const i64 slab = (i64)nz * vw.H * vw.W;
+  std::vector<real> swapped;
+  if (vw.H > 1 && vw.W > 1 && rows * n_inner >= slab / 4) {
+    swapped.resize((size_t)(slab * batch));
+    ct::swap_xy(vol, swapped.data(), slab, batch, nz, vw.H, vw.W, nthreads);
+  }
+  const real* vol_xy = swapped.empty() ? nullptr : swapped.data();
+  // One partial sum per pixel row (12 doubles), reduced per view in row
   // order afterwards: no atomics, and the result does not depend on the
   // thread count or schedule.
   std::vector<double> row_sums((size_t)rows * ct::GEO_N);
@@ -31,21 +45,23 @@ void geometry_vjp(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWi
   {
 #pragma omp for schedule(dynamic, 4)
     for (i64 row = 0; row < rows; ++row) {
-      const int k = (int)(row / nu);
-      const int iu = dw.u0 + (int)(row % nu);
+      const int k = (int)(row / n_outer);
+      const int outer = (int)(row % n_outer);
       double acc[ct::GEO_N] = {0};
-      for (int iv = dw.v0; iv < dw.v1; ++iv) {
-        const i64 gi = row * nv + (iv - dw.v0);
-        ct::ray_geometry_vjp<real, double>(vol, vol_batch_stride, batch, vw, src, ctr, ustep, vstep, cone, k, iu,
-                                           iv, dw.U, dw.V, grad + gi, grad_batch_stride, acc);
+      for (int inner = 0; inner < n_inner; ++inner) {
+        const int ju = u_inner ? inner : outer, jv = u_inner ? outer : inner;
+        const i64 gi = ((i64)k * nu + ju) * nv + jv;
+        ct::ray_geometry_vjp<real, double>(vol, vol_batch_stride, batch, vw, src, ctr, ustep, vstep, cone, k,
+                                           dw.u0 + ju, dw.v0 + jv, dw.U, dw.V, grad + gi, grad_batch_stride, acc,
+                                           vol_xy, slab);
       }
       std::copy(acc, acc + ct::GEO_N, row_sums.data() + (size_t)row * ct::GEO_N);
     }
 #pragma omp for schedule(static)
     for (int k = 0; k < dw.n_views; ++k) {
       double* dst = out + (i64)k * ct::GEO_N;
-      for (int r = 0; r < nu; ++r) {
-        const double* src_row = row_sums.data() + ((size_t)k * nu + r) * ct::GEO_N;
+      for (int r = 0; r < n_outer; ++r) {
+        const double* src_row = row_sums.data() + ((size_t)k * n_outer + r) * ct::GEO_N;
         for (int q = 0; q < ct::GEO_N; ++q) dst[q] += src_row[q];
       }
     }

@@ -82,7 +82,7 @@ def compile_flags(cxx: str) -> list[str]:
 def _source_hash(family: str, flags: list[str], cxx: str) -> str:
     h = hashlib.sha256()
     d = kernel_dir()
-    for p in sorted(d.glob("*.cuh")) + [d / f"{family}_cpu.cpp"]:
+    for p in sorted(d.glob("*.cuh")) + sorted(d.glob("*.hpp")) + [d / f"{family}_cpu.cpp"]:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     h.update(" ".join(flags).encode())

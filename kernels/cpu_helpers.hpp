@@ -1,0 +1,43 @@
+// Host-only helpers shared by the CPU entry files (OpenMP loops).
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common.cuh"
+
+namespace ct {
+
+// Which detector axis the inner pixel loop walks: the one whose pixel step
+// moves least along z, so that neighbouring rays read neighbouring rows of the
+// (z, y, x) volume instead of planes H*W elements apart (1.45x measured on a
+// circular scan, where v runs along z).
+template <typename real>
+inline bool inner_is_u(const real* ustep, const real* vstep, int n_views) {
+  double zu = 0, zv = 0;
+  for (int k = 0; k < n_views; ++k) {
+    zu += std::fabs((double)ustep[3 * k + 2]);
+    zv += std::fabs((double)vstep[3 * k + 2]);
+  }
+  return zu < zv;
+}
+
+// Copy a batch of (nz, H, W) slabs into (nz, W, H) order (x and y swapped).
+template <typename real>
+inline void swap_xy(const real* src, real* dst, i64 batch_stride, int batch, int nz, int H, int W, int nthreads) {
+  const int tile = 32;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads)
+  for (i64 qz = 0; qz < (i64)batch * nz; ++qz) {
+    for (int y0 = 0; y0 < H; y0 += tile) {
+      const int q = (int)(qz / nz), z = (int)(qz % nz);
+      const real* s = src + q * batch_stride + (i64)z * H * W;
+      real* d = dst + q * batch_stride + (i64)z * H * W;
+      for (int x0 = 0; x0 < W; x0 += tile)
+        for (int y = y0; y < std::min(H, y0 + tile); ++y)
+          for (int x = x0; x < std::min(W, x0 + tile); ++x) d[(i64)x * H + y] = s[(i64)y * W + x];
+    }
+  }
+}
+
+}  // namespace ct
