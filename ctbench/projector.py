@@ -292,7 +292,8 @@ def make_strategy(projector: "Projector", options: dict):
         return make_distributed_strategy(projector, options)
     stray = [k for k in ("process_group", "partition", "partition_grid") if options.get(k) is not None]
     if stray:
-        raise ValueError(f"{', '.join(stray)} only apply with distributed=True (one process per device under torchrun)")
+        raise ValueError(f"{', '.join(stray)} only apply with distributed=True "
+                         "(one process per device under torchrun)")
     devices = options.get("devices")
     if devices is not None:
         from .engine.devices import MultiDeviceStrategy
