@@ -118,13 +118,37 @@ def _subgroup(ranks: tuple[int, ...], group, timeout):
     return _SUBGROUPS[key]
 
 
+def _job_group():
+    """A group over every rank of the job, standing in for the default group.
+
+    Projectors outlive ``destroy_process_group()`` in ordinary scripts (the
+    spec's demo keeps its operator to the end); a Python reference to the
+    default group itself that survives it makes gloo abort the process at exit
+    ("terminate called without an active exception"), a copy made with
+    ``new_group`` does not.  All ranks build projectors, so all call this.
+    """
+    world = dist.group.WORLD
+    key = ("job", id(world), dist.get_world_size())
+    group = _SUBGROUPS.get(key)
+    if group is not None:
+        try:
+            dist.get_process_group_ranks(group)
+        except (KeyError, ValueError, RuntimeError):  # destroyed with an earlier default group
+            group = None
+    if group is None:
+        timeout = group_timeout(world)
+        kw = {"timeout": timeout} if timeout is not None else {}
+        group = _SUBGROUPS[key] = dist.new_group(list(range(dist.get_world_size())), **kw)
+    return group
+
+
 def make_layout(partition: str, partition_grid, process_group) -> RankLayout:
     """This rank's layout in ``process_group`` (default: the whole job) for ``partition``."""
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("distributed=True needs an initialised torch.distributed process group: launch with "
                            "torchrun and call torch.distributed.init_process_group('nccl' for CUDA, 'gloo' for "
                            "CPU) before creating the Projector")
-    group = dist.group.WORLD if process_group is None else process_group
+    group = _job_group() if process_group is None else process_group
     try:
         rank, world = dist.get_rank(group), dist.get_world_size(group)
     except Exception as e:
