@@ -39,11 +39,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.metadata as _md
-import json
 import math
-import os
-import platform
 import sys
 import time
 import traceback
@@ -52,7 +48,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ctbench import Projector, circular_trajectory_3d
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter as _ProjectorEmitter, machine_info  # noqa: E402  (shared bench plumbing)
+
+from ctbench import Projector, circular_trajectory_3d  # noqa: E402
 from ctbench.phantoms import Ellipsoid, ellipsoid_phantom, ellipsoid_projections, shepp_logan_ellipsoids
 from ctbench.solvers import fdk
 
@@ -63,41 +62,13 @@ TARGETS = {"speedup_vs_rtk": 1.5}
 
 
 # ------------------------------------------------------------------ output
-class Emitter:
-    """Prints JSON lines and appends them to a file; every line carries the bench name and run id."""
-
-    def __init__(self, out: Path | None, run_id: str):
-        self.out, self.run_id = out, run_id
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-
-    def __call__(self, **fields) -> dict:
-        line = {"bench": BENCH, "run_id": self.run_id, **fields}
-        text = json.dumps(line, default=str)
-        print(text, flush=True)
-        if self.out is not None:
-            with open(self.out, "a") as f:
-                f.write(text + "\n")
-        return line
+def Emitter(out: Path | None, run_id: str):
+    """JSON lines tagged with this bench's name (the projector benchmark's emitter)."""
+    return _ProjectorEmitter(out, run_id, bench=BENCH)
 
 
 def _r(x, digits=5):
     return float(f"{x:.{digits}g}") if x is not None and math.isfinite(x) else x
-
-
-def machine_info() -> dict:
-    versions = {}
-    for name in ("ctbench", "torch", "numpy", "itk-rtk", "itk"):
-        try:
-            versions[name] = _md.version(name)
-        except _md.PackageNotFoundError:
-            versions[name] = None
-    try:
-        load = os.getloadavg()
-    except OSError:
-        load = None
-    return {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(), "loadavg": load,
-            "python": platform.python_version(), "platform": platform.platform(), "versions": versions}
 
 
 def best_of(fn, repeats: int):
