@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import ctypes
 import threading
 
 import torch
 
 from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
-from .cpu_build import load_cpu_library
-
-_P = ctypes.c_void_p
-_I = ctypes.c_int
-_L = ctypes.c_longlong
-_D = ctypes.c_double
+from .cpu_build import F64 as _D
+from .cpu_build import I64 as _L
+from .cpu_build import INT as _I
+from .cpu_build import PTR as _P
+from .cpu_build import cpu_function
 
 _FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
                  _P, _I, _I]
 _BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
                   _P, _L, _I]
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-
-
-def _fn(family: str, name: str, dtype: torch.dtype, argtypes):
-    lib = load_cpu_library(family)
-    f = getattr(lib, f"{name}_{_SUFFIX[dtype]}")
-    f.argtypes = argtypes
-    f.restype = None
-    return f
 
 
 # A calling thread may take a share of the cores (several CPU "devices" in one
@@ -64,7 +53,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, vol.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
-        _fn("joseph", "joseph_forward", vol.dtype, _FORWARD_ARGS)(
+        cpu_function("joseph", "joseph_forward", vol.dtype, _FORWARD_ARGS)(
             _ptr(vol), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz, *g, int(rays.cone),
             rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), int(accumulate), num_threads())
         return out
@@ -77,7 +66,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, sino.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
-        _fn("joseph", "joseph_backward", sino.dtype, _BACKWARD_ARGS)(
+        cpu_function("joseph", "joseph_backward", sino.dtype, _BACKWARD_ARGS)(
             _ptr(sino), B, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz, *g, int(rays.cone), rays.n_views, U, V,
             tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), (z1 - z0) * grid.H * grid.W, num_threads())
         return out

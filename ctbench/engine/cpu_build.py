@@ -112,3 +112,17 @@ def load_cpu_library(family: str) -> ctypes.CDLL:
                 raise RuntimeError(f"compiling the CPU kernels failed:\n$ {' '.join(cmd)}\n{proc.stderr}")
             os.replace(tmp, lib)
     return ctypes.CDLL(str(lib))
+
+
+# ctypes argument types of the kernels' extern "C" entries, and the dtype suffix
+# every entry carries (<name>_f32, <name>_f64).
+PTR, INT, I64, F64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_double
+DTYPE_SUFFIX = {"torch.float32": "f32", "torch.float64": "f64"}
+
+
+def cpu_function(family: str, name: str, dtype, argtypes):
+    """The entry ``<name>_<f32|f64>`` of kernel family ``family`` for ``dtype``, with its ctypes signature."""
+    f = getattr(load_cpu_library(family), f"{name}_{DTYPE_SUFFIX[str(dtype)]}")
+    f.argtypes = argtypes
+    f.restype = None
+    return f

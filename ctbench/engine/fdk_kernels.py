@@ -21,30 +21,22 @@ the kernels against.
 
 from __future__ import annotations
 
-import ctypes
 
 import numpy as np
 import torch
 
 from .base import Rays, VolumeGrid
 from .cpu import num_threads
-from .cpu_build import load_cpu_library
+from .cpu_build import F64, I64, INT, PTR, cpu_function
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int
-_L = ctypes.c_longlong
-_D = ctypes.c_double
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_P, _I, _L, _D = PTR, INT, I64, F64
 _CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I]
 _CUDA_NAMES = ("fdk_view_matrices", "fdk_backproject")
 FDK_BACKENDS = ("auto", "cpu", "cuda", "reference")
 
 
 def _cpu_fn(dtype: torch.dtype):
-    f = getattr(load_cpu_library("fdk"), f"fdk_backproject_{_SUFFIX[dtype]}")
-    f.argtypes = _CPU_ARGS
-    f.restype = None
-    return f
+    return cpu_function("fdk", "fdk_backproject", dtype, _CPU_ARGS)
 
 
 def _u_fastest(filtered: torch.Tensor) -> torch.Tensor:

@@ -11,20 +11,17 @@ the four results come back in the rays' dtype, each ``(n_views, 3)``.
 
 from __future__ import annotations
 
-import ctypes
 import math
 
 import torch
 
 from .base import Rays, Tile, VolumeGrid
+from .cpu_build import F64, I64, INT, PTR, cpu_function
 
-_P = ctypes.c_void_p
-_I = ctypes.c_int
-_L = ctypes.c_longlong
-_D = ctypes.c_double
+_P, _I, _L, _D = PTR, INT, I64, F64
 _CPU_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
              _P, _P, _I]
-_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_DTYPES = (torch.float32, torch.float64)
 _FAMILY = "joseph_grad"
 _CUDA_NAMES = ("joseph_geometry_vjp",)
 _CUDA_BLOCK = 256         # must match CT_GRAD_BLOCK in joseph_grad_cuda.cu
@@ -40,7 +37,7 @@ def _check(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Ten
     want = (B, rays.n_views, *tile.shape)
     if tuple(grad_sino.shape) != want:
         raise ValueError(f"grad_sino must have shape {want}, got {tuple(grad_sino.shape)}")
-    if grad_sino.dtype != volume.dtype or volume.dtype not in _SUFFIX:
+    if grad_sino.dtype != volume.dtype or volume.dtype not in _DTYPES:
         raise TypeError(f"volume and grad_sino must share a float32/float64 dtype, got {volume.dtype} "
                         f"and {grad_sino.dtype}")
 
@@ -58,8 +55,6 @@ def _zeros(rays: Rays, dtype, device):
 def cpu_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays,
                      tile: Tile, nthreads: int):
     """Geometry VJP of one window with the OpenMP kernel (tensors on the CPU)."""
-    from .cpu_build import load_cpu_library
-
     _check(volume, grid, z0, grad_sino, rays, tile)
     dtype = volume.dtype
     B, nz, H, W = volume.shape
@@ -69,8 +64,7 @@ def cpu_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino:
     g = grad_sino.detach().contiguous()
     geo = [t.detach().to(dtype=dtype).contiguous() for t in rays.tensors()]
     out = torch.empty((rays.n_views, 12), dtype=torch.float64)
-    fn = getattr(load_cpu_library(_FAMILY), f"joseph_geometry_vjp_{_SUFFIX[dtype]}")
-    fn.argtypes, fn.restype = _CPU_ARGS, None
+    fn = cpu_function(_FAMILY, "joseph_geometry_vjp", dtype, _CPU_ARGS)
     dz, dy, dx = grid.spacing
     U, V = rays.detector_shape
     fn(vol.data_ptr(), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz,
