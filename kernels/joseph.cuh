@@ -130,7 +130,6 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
   return true;
 }
 
-// Line integral of one ray through a slab array (global indices minus offset).
 // Re-point a ray at a copy of the slab stored with other strides for the
 // world axes (x, y, z); the z stride (plane size) must stay the same.
 template <typename real>
@@ -139,32 +138,52 @@ CT_HD void ray_use_strides(Ray<real>& r, i64 sx, i64 sy, i64 sz) {
   r.sa = st[r.a]; r.sb = st[r.b]; r.sc = st[r.c];
 }
 
-// One stencil sample with bounds checks (edge planes of a ray).
+// The bilinear stencil of plane n with its bounds checks (edge planes of a
+// ray): neighbours (b, c), (b+1, c), (b, c+1), (b+1, c+1) at base + offset[q],
+// their weights, and which of them lie inside the window.  Rays on one voxel
+// plane (planar) use c = pc and only the first two.
 template <typename real>
-CT_HD real sample_checked(const real* CT_RESTRICT vol, const Ray<real>& r, int n) {
+struct EdgeStencil {
+  i64 base;
+  i64 offset[4];
+  real w[4];
+  bool inside[4];
+};
+
+template <typename real>
+CT_HD EdgeStencil<real> edge_stencil(const Ray<real>& r, int n) {
+  EdgeStencil<real> e;
   const real fb = r.Ab + real(n) * r.Bb;
   const real flb = CT_FLOOR(fb);
   const int ib = (int)flb;
   const real tb = fb - flb;
   const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-  if (r.planar) {
-    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)r.pc * r.sc - r.offset;
-    real s = real(0);
-    if (b0) s += (real(1) - tb) * vol[base];
-    if (b1) s += tb * vol[base + r.sb];
-    return s;
+  int ic = r.pc;
+  real tc = real(0);
+  bool c0 = true, c1 = false;
+  if (!r.planar) {
+    const real fc = r.Ac + real(n) * r.Bc;
+    const real flc = CT_FLOOR(fc);
+    ic = (int)flc;
+    tc = fc - flc;
+    c0 = ic >= r.loc && ic < r.hic;
+    c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
   }
-  const real fc = r.Ac + real(n) * r.Bc;
-  const real flc = CT_FLOOR(fc);
-  const int ic = (int)flc;
-  const real tc = fc - flc;
-  const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
-  const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+  e.base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
+  e.offset[0] = 0; e.offset[1] = r.sb; e.offset[2] = r.sc; e.offset[3] = r.sb + r.sc;
+  e.w[0] = (real(1) - tb) * (real(1) - tc); e.w[1] = tb * (real(1) - tc);
+  e.w[2] = (real(1) - tb) * tc;             e.w[3] = tb * tc;
+  e.inside[0] = b0 && c0; e.inside[1] = b1 && c0; e.inside[2] = b0 && c1; e.inside[3] = b1 && c1;
+  return e;
+}
+
+// One stencil sample with bounds checks.
+template <typename real>
+CT_HD real sample_checked(const real* CT_RESTRICT vol, const Ray<real>& r, int n) {
+  const EdgeStencil<real> e = edge_stencil(r, n);
   real s = real(0);
-  if (b0 && c0) s += (real(1) - tb) * (real(1) - tc) * vol[base];
-  if (b1 && c0) s += tb * (real(1) - tc) * vol[base + r.sb];
-  if (b0 && c1) s += (real(1) - tb) * tc * vol[base + r.sc];
-  if (b1 && c1) s += tb * tc * vol[base + r.sb + r.sc];
+  for (int q = 0; q < 4; ++q)
+    if (e.inside[q]) s += e.w[q] * vol[e.base + e.offset[q]];
   return s;
 }
 
@@ -212,27 +231,9 @@ CT_HD void add_voxel(real* p, real v) {
 
 template <typename real, bool ATOMIC>
 CT_HD void scatter_checked(real* CT_RESTRICT vol, const Ray<real>& r, int n, real v) {
-  const real fb = r.Ab + real(n) * r.Bb;
-  const real flb = CT_FLOOR(fb);
-  const int ib = (int)flb;
-  const real tb = fb - flb;
-  const bool b0 = ib >= r.lob && ib < r.hib, b1 = ib + 1 >= r.lob && ib + 1 < r.hib;
-  if (r.planar) {
-    const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)r.pc * r.sc - r.offset;
-    if (b0) add_voxel<real, ATOMIC>(vol + base, (real(1) - tb) * v);
-    if (b1) add_voxel<real, ATOMIC>(vol + base + r.sb, tb * v);
-    return;
-  }
-  const real fc = r.Ac + real(n) * r.Bc;
-  const real flc = CT_FLOOR(fc);
-  const int ic = (int)flc;
-  const real tc = fc - flc;
-  const bool c0 = ic >= r.loc && ic < r.hic, c1 = ic + 1 >= r.loc && ic + 1 < r.hic;
-  const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
-  if (b0 && c0) add_voxel<real, ATOMIC>(vol + base, (real(1) - tb) * (real(1) - tc) * v);
-  if (b1 && c0) add_voxel<real, ATOMIC>(vol + base + r.sb, tb * (real(1) - tc) * v);
-  if (b0 && c1) add_voxel<real, ATOMIC>(vol + base + r.sc, (real(1) - tb) * tc * v);
-  if (b1 && c1) add_voxel<real, ATOMIC>(vol + base + r.sb + r.sc, tb * tc * v);
+  const EdgeStencil<real> e = edge_stencil(r, n);
+  for (int q = 0; q < 4; ++q)
+    if (e.inside[q]) add_voxel<real, ATOMIC>(vol + e.base + e.offset[q], e.w[q] * v);
 }
 
 template <typename real, bool ATOMIC>
