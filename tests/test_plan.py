@@ -55,8 +55,12 @@ def test_no_budget_is_one_window_in_memory():
     assert plan.single and plan.n_windows == 1 and plan.mode == "inplace"
     w, = plan.windows
     assert (w.z0, w.z1, w.view0, w.view1, w.tile) == (0, 16, 0, 12, Tile(0, 30, 0, 10))
-    # The only allocation of an untiled in-memory call is its output.
-    assert plan.peak_bytes == 12 * 30 * 10 * 4
+    # An untiled in-memory call allocates its output, and the CPU forward kernel
+    # an x/y-swapped copy of the slab (3600 rays >= a quarter of 7680 voxels).
+    assert plan.buffers == {"output": 12 * 30 * 10 * 4, "kernel_scratch": 16 * 20 * 24 * 4}
+    assert plan.peak_bytes == 12 * 30 * 10 * 4 + 16 * 20 * 24 * 4
+    few_rays = make_plan("project", (16, 20, 24), (30, 10), 2)  # 600 rays: no copy
+    assert few_rays.peak_bytes == 2 * 30 * 10 * 4
     back = make_plan("backproject", (16, 20, 24), (30, 10), 12, dtype=torch.float64)
     assert back.peak_bytes == 16 * 20 * 24 * 8
 

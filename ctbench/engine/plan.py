@@ -236,6 +236,16 @@ class _Shape:
     staging: object = None  # store mode: (nz, nb) -> (read, write) staging bytes of the stores
     filter_factor: float = 0.0  # fdk: peak bytes of filtering a block, per byte of the block
     filtered_ratio: float = 1.0  # fdk: bytes of a filtered block (oversampled rows) per byte of the block
+    cpu_kernel: bool = False  # the compute runs in the CPU kernels (their own scratch counts too)
+
+
+def _kernel_scratch(s: _Shape, nz: int, nb: int, tu: int, tv: int) -> int:
+    """Bytes the CPU forward kernel allocates for itself: an x/y-swapped copy of the
+    slab, made when a window has at least a quarter as many rays as slab voxels
+    (the same rule as kernels/joseph_cpu.cpp)."""
+    if not (s.cpu_kernel and s.kind == "project" and s.H > 1 and s.W > 1):
+        return 0
+    return s.B * nz * s.H * s.W * s.isz if nb * tu * tv >= (nz * s.H * s.W) // 4 else 0
 
 
 def _buffers(s: _Shape, nz: int, nb: int, tu: int, tv: int) -> tuple[dict, int, int, int]:
@@ -264,6 +274,9 @@ def _buffers(s: _Shape, nz: int, nb: int, tu: int, tv: int) -> tuple[dict, int, 
                 if not (full_tile and (s.B == 1 or whole_views)):
                     buf["block_copy"] = block
         buf["output"] = out_bytes
+        scratch = _kernel_scratch(s, nz, nb, tu, tv)
+        if scratch:
+            buf["kernel_scratch"] = scratch
         peak = sum(buf.values())
     elif s.mode == "streamed":
         if s.kind == "project":
@@ -284,7 +297,10 @@ def _buffers(s: _Shape, nz: int, nb: int, tu: int, tv: int) -> tuple[dict, int, 
         read_stage, write_stage = (int(v) for v in s.staging(nz, nb)) if s.staging else (0, 0)
         buf = {"slab": slab, "block": block, "read_staging": read_stage, "write_staging": write_stage}
         if s.kind == "project":
-            working = block + max(slab + read_stage, write_stage)
+            scratch = _kernel_scratch(s, nz, nb, tu, tv)
+            if scratch:
+                buf["kernel_scratch"] = scratch
+            working = block + max(slab + max(read_stage, scratch), write_stage)
         elif s.kind == "backproject":
             working = slab + max(block + read_stage, write_stage)
         else:
@@ -386,7 +402,8 @@ def make_plan(kind: str, grid_shape, detector_shape, n_views: int, *, z_range=No
     m = int(fdk_oversample or 1)
     shape = _Shape(kind, mode, B, Nz, n, H, W, U, V, isz, store_staging if mode == "store" else None,
                    fdk_filter_factor(U, isz, fdk_padding, m) if kind == "fdk" else 0.0,
-                   ((U - 1) * m + 1) / U if kind == "fdk" else 1.0)
+                   ((U - 1) * m + 1) / U if kind == "fdk" else 1.0,
+                   cpu_kernel=torch.device(device).type == "cpu" and mode != "streamed")
 
     nz = fixed_nz or max(1, Nz)
     nb = fixed_nb or max(1, n)
