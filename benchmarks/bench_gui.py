@@ -9,7 +9,7 @@ phantom of 1 mm voxels; circular cone beam, 120 views, SID 200 mm, SDD 400 mm,
   loop runs; this includes the thread hand-off and the layer update).  Needs
   a display: without ``$DISPLAY`` the script re-runs itself under
   ``xvfb-run`` when available, else records ``{"skipped": ...}``.
-- ``path="core"``: the same preview through ``ctbench.workflow.run`` without
+- ``path="core"``: the same preview through ``ctbench.workbench.workflow.run`` without
   any GUI, and the full reconstruction it stands in for (``mode="full"``), so
   the speed-up is a number.
 
@@ -68,7 +68,7 @@ def _best(fn, repeats: int) -> tuple[float, object]:
 def core_records(run_id: str, repeats: int, full: bool, full_iterative: bool) -> list[dict]:
     import torch
 
-    from ctbench.workflow import ReconRequest, run
+    from ctbench.workbench.workflow import ReconRequest, run
     from ctbench_napari._samples import phantom_sinogram
 
     geo, sino = phantom_sinogram()

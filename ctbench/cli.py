@@ -20,10 +20,10 @@ def _demo(args) -> int:
     import torch
 
     from . import Projector, circular_trajectory_3d
-    from .design import ScanGeometry
+    from .workbench.design import ScanGeometry
     from .phantoms import shepp_logan_3d, shepp_logan_line_integrals
     from .solvers import fdk
-    from .storage.dataset import save_dataset
+    from .workbench.dataset import save_dataset
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -213,8 +213,8 @@ def _run(args, dist_device) -> int:
     print(title)
     args.out.mkdir(parents=True, exist_ok=True)
     write_figure(args.out / "reconstruction.png", truth, volume, residuals, title)
-    from ctbench.design import ScanGeometry
-    from ctbench.storage.dataset import save_dataset
+    from ctbench.workbench.design import ScanGeometry
+    from ctbench.workbench.dataset import save_dataset
 
     geometry = ScanGeometry(projector.trajectory.to(device="cpu"), projector.detector_shape,
                             projector.detector_spacing, projector.volume_shape, projector.voxel_spacing)

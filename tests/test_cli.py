@@ -7,7 +7,7 @@ import sys
 import numpy as np
 
 from ctbench.cli import main
-from ctbench.storage.dataset import load_dataset
+from ctbench.workbench.dataset import load_dataset
 
 
 def test_demo_writes_zarr_png_and_reports_accuracy(tmp_path, capsys):

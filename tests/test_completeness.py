@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from ctbench import circular_trajectory_3d, circular_trajectory_3d_parallel, saddle_trajectory_3d
-from ctbench.completeness import (coarse_grid, completeness_map, projection_matrices, summarize, views_seeing,
+from ctbench.workbench.completeness import (coarse_grid, completeness_map, projection_matrices, summarize, views_seeing,
                                   voxel_centres)
-from ctbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
 
 
 def test_parallel_beam_counts_match_the_analytic_rule():

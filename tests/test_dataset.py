@@ -7,8 +7,8 @@ import pytest
 import torch
 import zarr
 
-from ctbench.design import ScanGeometry, TrajectoryDesign
-from ctbench.storage.dataset import FORMAT, Dataset, is_dataset, load_dataset, save_dataset
+from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workbench.dataset import FORMAT, Dataset, is_dataset, load_dataset, save_dataset
 
 
 @pytest.fixture

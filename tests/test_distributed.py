@@ -384,7 +384,7 @@ def test_slurm_script_submits_itself_and_launches_torchrun_per_node(tmp_path):
 
 # ------------------------------------------------------- the iterative example
 def test_iterative_example_under_torchrun_matches_one_process(tmp_path):
-    from ctbench.storage.dataset import load_dataset
+    from ctbench.workbench.dataset import load_dataset
 
     example = ROOT / "examples" / "iterative_reconstruction.py"
     common = ["--algorithm", "tv", "--size", "12", "--views", "10", "--n-iter", "3", "--dtype", "float64"]

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ctbench import circular_trajectory_3d_parallel, load_trajectory
-from ctbench.design import TRAJECTORY_KINDS, DesignError, ScanGeometry, TrajectoryDesign, design_of
-from ctbench.preview import (PreviewError, bin_sinogram, binned_geometry, binned_problem, choose_mode,
+from ctbench.workbench.design import TRAJECTORY_KINDS, DesignError, ScanGeometry, TrajectoryDesign, design_of
+from ctbench.workbench.preview import (PreviewError, bin_sinogram, binned_geometry, binned_problem, choose_mode,
                              separable_rows, slice_problem)
-from ctbench.workflow import ALGORITHMS, ReconRequest, simulate
+from ctbench.workbench.workflow import ALGORITHMS, ReconRequest, simulate
 from ctbench_napari._io import get_reader, read_dataset, read_trajectory, write_dataset
 from ctbench_napari._layers import (display_to_sinogram, sinogram_layer, sinogram_to_display, trajectory_layers,
                                     volume_layer)
@@ -238,7 +238,7 @@ def _phantomish(g):
 
 @pytest.mark.parametrize("index", [0, 5, 8, 15])
 def test_fdk_slice_preview_is_exactly_that_plane_of_the_full_fdk(index):
-    from ctbench.workflow import _direct, run
+    from ctbench.workbench.workflow import _direct, run
 
     g = TrajectoryDesign(kind="circular", n_views=24, sid=120.0, sdd=240.0, detector_u=40, detector_v=40,
                          pixel_u=1.5, pixel_v=1.5, volume_d=16, volume_h=24, volume_w=24).build()
@@ -252,7 +252,7 @@ def test_fdk_slice_preview_is_exactly_that_plane_of_the_full_fdk(index):
 
 @pytest.mark.parametrize("algorithm", ["sirt", "fbp"])
 def test_slice_preview_equals_the_full_central_slice_on_a_parallel_beam(algorithm):
-    from ctbench.workflow import run
+    from ctbench.workbench.workflow import run
 
     g = _parallel(8)
     sino = simulate(g, _phantomish(g), backend="cpu")
@@ -266,7 +266,7 @@ def test_slice_preview_equals_the_full_central_slice_on_a_parallel_beam(algorith
 def test_reconstruct_events_previews_and_cancel():
     import threading
 
-    from ctbench.workflow import Finished, Progress, Started, reconstruct
+    from ctbench.workbench.workflow import Finished, Progress, Started, reconstruct
 
     g = _parallel(4)
     sino = simulate(g, _phantomish(g), backend="cpu")

@@ -9,8 +9,8 @@ import torch
 from qtpy.QtCore import Qt, QTimer
 
 from ctbench import solvers
-from ctbench.design import ScanGeometry, TrajectoryDesign
-from ctbench.workflow import ReconRequest
+from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workbench.workflow import ReconRequest
 from ctbench_napari import PLUGIN
 from ctbench_napari._layers import display_to_sinogram
 from ctbench_napari._samples import phantom_layer

@@ -7,8 +7,8 @@ import pytest
 import torch
 from qtpy.QtCore import Qt
 
-from ctbench.design import ScanGeometry, TrajectoryDesign
-from ctbench.workflow import simulate
+from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workbench.workflow import simulate
 from ctbench_napari import PLUGIN, SAMPLES, WIDGETS
 from ctbench_napari._layers import display_to_sinogram, volume_layer
 from ctbench_napari._samples import PHANTOM_SCAN

@@ -355,7 +355,7 @@ _MEASURE = textwrap.dedent("""
                 grown, _ = peak_growth(lambda: q.backproject_into(ss, vs))
             rows.append({"case": f"{kind}_into {name}", "estimate": plan.peak_bytes, "measured": grown})
     # FDK between stores: filtering per view batch, then slabs.
-    from ctbench.storage import fdk_into
+    from ctbench.solvers import fdk_into
     q = make(wide, memory_budget=12 * MiB)
     sino = q.project(torch.rand(q.volume_shape, dtype=f64))
     sz = ZarrStore.create(tmp + "/fs.zarr", q.projection_shape, f64, chunks=(2, 128, 128))

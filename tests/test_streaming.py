@@ -193,7 +193,7 @@ def test_streamed_equals_direct_on_a_smaller_zarr_case(tmp_path):
 def test_fdk_into_equals_in_memory_fdk(tmp_path, case):
     from ctbench import circular_trajectory_2d_fan, circular_trajectory_3d_parallel
     from ctbench.solvers import fbp, fdk
-    from ctbench.storage import fdk_into
+    from ctbench.solvers import fdk_into
 
     f64 = torch.float64
     if case == "cone":
@@ -224,7 +224,7 @@ def test_fdk_into_equals_in_memory_fdk(tmp_path, case):
 
 def test_fdk_into_filters_each_view_batch_once_through_a_scratch_store(monkeypatch):
     from ctbench.solvers import analytic, fdk
-    from ctbench.storage import fdk_into
+    from ctbench.solvers import fdk_into
 
     traj = circular_trajectory_3d(24, 100.0, 200.0)
     direct = Projector(traj, (12, 16, 16), (24, 14))
@@ -245,7 +245,7 @@ def test_fdk_into_filters_each_view_batch_once_through_a_scratch_store(monkeypat
 
 
 def test_fdk_into_refuses_bad_input_before_writing(tmp_path):
-    from ctbench.storage import fdk_into
+    from ctbench.solvers import fdk_into
 
     helix = spiral_trajectory_3d(20, 100.0, 200.0, z_range=10.0)
     p = Projector(helix, (6, 8, 8), (12, 8))

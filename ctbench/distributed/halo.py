@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..engine.finite_differences import divergence, gradient
 from .collectives import all_gather, global_sum
 from .partition import balanced_split
 
@@ -65,8 +66,6 @@ def gradient_distributed(x: torch.Tensor, projector, ndim: int = 3) -> torch.Ten
     plane; the z difference of the slab's top plane uses the plane above
     (halo).  Returns ``(3, *x.shape)``.
     """
-    from ..solvers.tv import gradient
-
     if not _split_spatially(projector):
         return gradient(x, ndim)
     if ndim != 3:
@@ -87,8 +86,6 @@ def divergence_distributed(q: torch.Tensor, projector) -> torch.Tensor:
     bottom plane uses ``q_z`` of the plane below (halo); ``q_z`` of the
     global top plane never contributes.
     """
-    from ..solvers.tv import divergence
-
     if not _split_spatially(projector):
         return divergence(q)
     if q.shape[0] != 3:
@@ -113,8 +110,6 @@ def total_variation_distributed(volume: torch.Tensor, projector, *, eps: float) 
     it.  The value is the global one on every rank; the gradient of each slab
     is exact (the rank's own share), so add it to a loss undivided.
     """
-    from ..solvers.tv import gradient
-
     if not _split_spatially(projector):
         ndim = len(projector.volume_shape)
         return torch.sqrt(gradient(volume, ndim).square().sum(0) + eps).sum()

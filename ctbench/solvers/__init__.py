@@ -13,10 +13,11 @@ from .cgls import cgls, cgls_iterations
 from .filtering import FILTERS, ramp_filter
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
+from .streamed import fdk_into
 from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconstruction
 
 __all__ = [
     "fdk", "fbp", "helical_fdk", "field_of_view", "ramp_filter", "FILTERS",
-    "sirt", "sirt_iterations", "cgls", "cgls_iterations", "tv_reconstruction", "tv_iterations",
+    "sirt", "sirt_iterations", "cgls", "cgls_iterations", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
 ]

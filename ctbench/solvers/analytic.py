@@ -55,7 +55,7 @@ def _slab(projector) -> tuple[int, int]:
     return sl.start, sl.stop
 
 
-def _rays(projector, dtype, device, k0: int, k1: int, oversample: int = 1) -> Rays:
+def fdk_rays(projector, dtype, device, k0: int, k1: int, oversample: int = 1) -> Rays:
     """Rays of the local views; with oversampled filtered rows, a detector of (U-1)*m+1 columns
     at pitch du/m with the same centre."""
     rays = projector._rays(None, dtype, device).views(k0, k1)
@@ -66,7 +66,7 @@ def _rays(projector, dtype, device, k0: int, k1: int, oversample: int = 1) -> Ra
                 ((U - 1) * oversample + 1, V))
 
 
-def _filtered(projector, orbit: Orbit, sino4: torch.Tensor, k0: int, k1: int, filter: str, cutoff: float,
+def filtered_views(projector, orbit: Orbit, sino4: torch.Tensor, k0: int, k1: int, filter: str, cutoff: float,
               padding: float, parker: torch.Tensor | None, oversample: int) -> torch.Tensor:
     """Pre-weighted, ramp-filtered projections of the local views, (B, n, (U-1)*oversample+1, V)."""
     dtype, device = sino4.dtype, sino4.device
@@ -80,7 +80,7 @@ def _filtered(projector, orbit: Orbit, sino4: torch.Tensor, k0: int, k1: int, fi
     return ramp_filter(data, du, dim=-2, filter=filter, cutoff=cutoff, padding=padding, oversample=oversample)
 
 
-def _view_scale(orbit: Orbit) -> torch.Tensor:
+def view_scale(orbit: Orbit) -> torch.Tensor:
     """Factor of each view's backprojection besides its arc weight: R/Dsd (cone) or 1 (parallel)."""
     if orbit.cone:
         return orbit.radius / orbit.sdd
@@ -104,7 +104,7 @@ def _backproject_all(projector, filt: torch.Tensor, weights: torch.Tensor, k0: i
     B, n, U, V = filt.shape
     z0, z1 = _slab(projector)
     grid = projector.grid
-    rays = _rays(projector, filt.dtype, filt.device, k0, k1, oversample)
+    rays = fdk_rays(projector, filt.dtype, filt.device, k0, k1, oversample)
     w = weights[k0:k1].to(device=filt.device, dtype=filt.dtype)
     out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=filt.dtype, device=filt.device)
     for b in range(B):
@@ -133,10 +133,10 @@ def _filtered_backprojection(projector, sinogram, who: str, *, filter, cutoff, p
     oversample = check_oversample(oversample)
     orbit = orbit_of(projector, require="circular", who=who)
     arc, parker = redundancy_weights(orbit, short_scan, who=who)
-    weights = arc * _view_scale(orbit)
+    weights = arc * view_scale(orbit)
     k0, k1 = _local_views(projector)
     batch, sino4 = _layout(projector, sinogram)
-    filt = _filtered(projector, orbit, sino4, k0, k1, filter, cutoff, padding, parker, oversample)
+    filt = filtered_views(projector, orbit, sino4, k0, k1, filter, cutoff, padding, parker, oversample)
     out = _backproject_all(projector, filt, weights, k0, k1, backend, oversample)
     return _finish(projector, out, batch)
 
@@ -207,9 +207,9 @@ def helical_fdk(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", c
     orbit = orbit_of(projector, require="helical", who="helical_fdk")
     k0, k1 = _local_views(projector)
     batch, sino4 = _layout(projector, sinogram)
-    filt = _filtered(projector, orbit, sino4, k0, k1, filter, cutoff, padding, None, oversample)
+    filt = filtered_views(projector, orbit, sino4, k0, k1, filter, cutoff, padding, None, oversample)
     arc = linear_arc_weights(orbit.angles) / 2
-    base = arc * _view_scale(orbit)
+    base = arc * view_scale(orbit)
     # source z as an affine function of the angle
     A = torch.stack([orbit.angles, torch.ones_like(orbit.angles)], dim=1)
     slope, icpt = torch.linalg.lstsq(A, orbit.source_z[:, None]).solution[:, 0].tolist()

@@ -6,7 +6,6 @@
 - :func:`backproject_into`: for each z-slab, the backprojections of the view
   batches (read one at a time) are summed into one slab buffer, which is
   then written to the volume store.
-- :func:`fdk_into`: FDK through the same slabs and view batches.
 
 One slab and one view batch are resident at a time (plus the stores' chunk
 staging), so peak memory is the plan's ``peak_bytes`` whatever the store
@@ -18,10 +17,6 @@ every chunk write is atomic in :class:`~ctbench.storage.zarr_store.ZarrStore`).
 """
 
 from __future__ import annotations
-
-import dataclasses
-import shutil
-import tempfile
 
 import torch
 
@@ -105,7 +100,7 @@ def _executor(projector, device: torch.device):
     return make_executor(backend, projector.grid, projector.detector_shape, projector.options, compute_device=device)
 
 
-class _Windows:
+class StoreWindows:
     """Store windows and the (1, nz, H, W) / (1, n, U, V) views of what they hold."""
 
     def __init__(self, projector):
@@ -141,7 +136,7 @@ def project_into(projector, volume_store, sinogram_store, *, device=None) -> Pla
     plan = plan_into(projector, "project", volume_store, sinogram_store)
     ex = _executor(projector, compute_device(projector, device))
     rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
-    win = _Windows(projector)
+    win = StoreWindows(projector)
     with torch.no_grad():
         for a, b in plan.view_batches():
             acc = torch.zeros((1, b - a, win.U, win.V), dtype=plan.dtype)
@@ -160,7 +155,7 @@ def backproject_into(projector, sinogram_store, volume_store, *, device=None) ->
     plan = plan_into(projector, "backproject", volume_store, sinogram_store)
     ex = _executor(projector, compute_device(projector, device))
     rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
-    win = _Windows(projector)
+    win = StoreWindows(projector)
     with torch.no_grad():
         for s0, s1 in plan.slabs():
             acc = torch.zeros((1, s1 - s0, win.H, win.W), dtype=plan.dtype)
@@ -170,86 +165,4 @@ def backproject_into(projector, sinogram_store, volume_store, *, device=None) ->
                 del block
             volume_store.write(win.volume(s0, s1), win.slab_value(acc))
             del acc
-    return plan
-
-
-def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak", cutoff: float = 1.0,
-             padding: float = 2.0, oversample: int = 1, short_scan="auto", backend: str = "auto",
-             scratch=None) -> Plan:
-    """FDK (circular cone beam, fan 2D) or FBP (parallel beams) from a sinogram store into a volume store.
-
-    The same reconstruction as :func:`ctbench.solvers.fdk` / :func:`~ctbench.solvers.fbp` (same
-    keyword arguments), computed in the plan's windows: each view batch is pre-weighted and
-    ramp-filtered once, then backprojected through the voxel-driven FDK kernel into one z-slab at a
-    time, and each slab is written once.  When the filtered projections do not fit the budget in one
-    batch they go to ``scratch`` (a block store of shape (n_views, (U-1)*oversample+1, V), or
-    (n_views, (U-1)*oversample+1) for 2D scans, in the sinogram's dtype; default a temporary zarr
-    store, removed at the end).  Runs on the CPU.  Returns the plan.
-    """
-    from ..engine.fdk_kernels import weighted_backproject
-    from ..solvers import analytic
-    from ..solvers.filtering import check_filter, check_oversample
-    from ..solvers.weights import orbit_of, redundancy_weights
-
-    m = check_oversample(oversample)
-    plan = plan_into(projector, "fdk", volume_store, sinogram_store, fdk_padding=padding, fdk_oversample=m)
-    filter = check_filter(filter)
-    who = "fdk" if projector.beam == "cone" else "fbp"
-    orbit = orbit_of(projector, require="circular", who=who)
-    arc, parker = redundancy_weights(orbit, short_scan, who=who)
-    weights = (arc * analytic._view_scale(orbit)).to(plan.dtype)
-    win = _Windows(projector)
-    grid = projector.grid
-    batches = plan.view_batches()
-    n_views = projector.projection_shape[0]
-    um = (win.U - 1) * m + 1
-    scratch_shape = (n_views, um) if projector.is_2d else (n_views, um, win.V)
-    if scratch is not None and len(batches) > 1:
-        check_store(scratch, "scratch", scratch_shape, (plan.dtype,))
-
-    def filtered(a: int, b: int) -> torch.Tensor:
-        """Pre-weighted, ramp-filtered views [a, b) as (b-a, (U-1)*m+1, V)."""
-        raw = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
-        part = dataclasses.replace(orbit, sdd=orbit.sdd[a:b], pixel_u=orbit.pixel_u[a:b],
-                                   pixel_v=orbit.pixel_v[a:b])
-        return analytic._filtered(projector, part, raw, 0, b - a, filter=filter, cutoff=cutoff, padding=padding,
-                                  parker=None if parker is None else parker[a:b], oversample=m)[0]
-
-    def backproject_slabs(blocks):
-        for s0, s1 in plan.slabs():
-            acc = torch.zeros((s1 - s0, win.H, win.W), dtype=plan.dtype)
-            for (a, b), block in blocks():
-                rays = analytic._rays(projector, plan.dtype, torch.device("cpu"), a, b, m)
-                weighted_backproject(block, rays, grid, weights[a:b], z0=s0, z1=s1, out=acc, backend=backend)
-                del block
-            volume_store.write(win.volume(s0, s1), win.slab_value(acc[None]))
-            del acc
-
-    def as_scratch(block: torch.Tensor) -> torch.Tensor:
-        return block.reshape(block.shape[0], um) if projector.is_2d else block
-
-    tmp = None
-    try:
-        with torch.no_grad():
-            if len(batches) == 1:
-                a, b = batches[0]
-                resident = filtered(a, b)
-                backproject_slabs(lambda: [((a, b), resident)])
-            else:
-                if scratch is None:
-                    from .zarr_store import ZarrStore
-                    tmp = tempfile.mkdtemp(prefix="ctbench-fdk-")
-                    scratch = ZarrStore.create(f"{tmp}/filtered.zarr", scratch_shape, plan.dtype,
-                                               chunks=(plan.view_batch, *scratch_shape[1:]))
-                for a, b in batches:
-                    scratch.write(win.sinogram(a, b), as_scratch(filtered(a, b)))
-
-                def from_scratch():
-                    for a, b in batches:
-                        yield (a, b), scratch.read(win.sinogram(a, b)).to("cpu").reshape(b - a, um, win.V)
-
-                backproject_slabs(from_scratch)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
     return plan

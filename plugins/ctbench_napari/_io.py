@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ctbench.design import SCAN_FORMAT, ScanGeometry, scan_from_trajectory
+from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, scan_from_trajectory
 from ctbench.geometry import Trajectory
-from ctbench.storage.dataset import Dataset, is_dataset, load_dataset, save_dataset
+from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
 from ._layers import KEY, LayerData, display_to_sinogram, sinogram_layer, trajectory_layers, volume_layer
 

@@ -6,7 +6,7 @@ dict with at least ``"kind"``:
 - ``"volume"``      an image of attenuation; optional ``"geometry"`` and
                     ``"recon"`` (how it was reconstructed)
 - ``"sinogram"``    an image of line integrals with ``"geometry"`` (a
-                    :class:`~ctbench.design.ScanGeometry` dict) and
+                    :class:`~ctbench.workbench.design.ScanGeometry` dict) and
                     ``"axes"``, the display order of its data
 - ``"trajectory"``  the source-path layer of a trajectory preview, with ``"geometry"``
 - ``"trajectory_part"`` the other preview layers (detector frames, volume box)
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ctbench.design import ScanGeometry
+from ctbench.workbench.design import ScanGeometry
 
 KEY = "ctbench"
 LayerData = tuple[Any, dict, str]

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ctbench.design import ScanGeometry, TrajectoryDesign
+from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
 
 from ._layers import LayerData, sinogram_layer, volume_layer
 
@@ -55,7 +55,7 @@ def phantom_scan_geometry(design: TrajectoryDesign = PHANTOM_SCAN) -> ScanGeomet
 
 def phantom_sinogram(geometry: ScanGeometry | None = None) -> tuple[ScanGeometry, np.ndarray]:
     """The phantom projected along the sample scan (Joseph projector, CPU)."""
-    from ctbench.workflow import simulate
+    from ctbench.workbench.workflow import simulate
     import torch
 
     geo = geometry or phantom_scan_geometry()

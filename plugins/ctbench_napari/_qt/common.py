@@ -130,7 +130,7 @@ class LayerPicker(QComboBox):
 
 
 class ParamForm(QWidget):
-    """A form built from parameter specs (``ctbench.workflow.ParamSpec`` or designer parameters).
+    """A form built from parameter specs (``ctbench.workbench.workflow.ParamSpec`` or designer parameters).
 
     A spec needs ``name``, ``label`` and ``kind`` ("int", "float", "bool",
     "choice", or the types int/float); optional ``minimum``, ``maximum``,

@@ -8,8 +8,8 @@ from qtpy.QtCore import QTimer
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox,
                             QVBoxLayout, QWidget)
 
-from ctbench.completeness import coarse_grid, completeness_map, summarize
-from ctbench.design import (DESIGN_PARAMETERS, TRAJECTORY_KINDS, DesignError, ScanGeometry, TrajectoryDesign,
+from ctbench.workbench.completeness import coarse_grid, completeness_map, summarize
+from ctbench.workbench.design import (DESIGN_PARAMETERS, TRAJECTORY_KINDS, DesignError, ScanGeometry, TrajectoryDesign,
                             design_of, scan_from_trajectory)
 from ctbench.geometry import Trajectory
 

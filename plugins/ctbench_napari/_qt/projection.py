@@ -5,7 +5,7 @@ from __future__ import annotations
 from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QProgressBar, QPushButton,
                             QSpinBox, QVBoxLayout, QWidget)
 
-from ctbench.design import ScanGeometry
+from ctbench.workbench.design import ScanGeometry
 
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
 from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
@@ -125,5 +125,5 @@ class ProjectionWidget(QWidget):
 def _simulate(geo: ScanGeometry, data, i0, seed):
     import torch
 
-    from ctbench.workflow import simulate
+    from ctbench.workbench.workflow import simulate
     return simulate(geo, torch.from_numpy(data), i0=i0, seed=seed).numpy()

@@ -10,7 +10,7 @@ from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, Q
                             QListWidgetItem, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QStackedWidget,
                             QVBoxLayout, QWidget)
 
-from ctbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
+from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
 
 from .._layers import KEY, LayerError, is_sinogram, placement, sinogram_of
 from .common import LayerPicker, MessageLabel, ParamForm, error_text, fit_view, report_errors

@@ -1,7 +1,7 @@
 """Runners: drive a generator of ctbench workflow events off the GUI thread.
 
 A runner takes a *factory* ``make_events(cancel: threading.Event) -> Iterator``
-(typically ``lambda cancel: ctbench.workflow.reconstruct(..., cancel=cancel)``)
+(typically ``lambda cancel: ctbench.workbench.workflow.reconstruct(..., cancel=cancel)``)
 and re-emits every event on the GUI thread through :attr:`Runner.event`.
 Widgets only talk to this interface, so a jobs panel can later supply a
 runner whose events come from a background GPU job (through the job bridge)

@@ -230,7 +230,7 @@ def _cancelled(cancel) -> bool:
 
 
 def _direct(problem: Problem, params: dict) -> torch.Tensor:
-    from . import solvers
+    from .. import solvers
 
     g = problem.geometry
     kind = g.kind
@@ -242,7 +242,7 @@ def _direct(problem: Problem, params: dict) -> torch.Tensor:
 
 
 def _iterations(problem: Problem, request: ReconRequest, x0, cancel):
-    from . import solvers
+    from .. import solvers
 
     p = request.params
     P, y = problem.projector, problem.sinogram

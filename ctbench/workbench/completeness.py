@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .design import ScanGeometry
-from .geometry import Trajectory
+from ..geometry import Trajectory
 
 _CHUNK = 1 << 22  # voxel x view pairs per step: bounded memory
 

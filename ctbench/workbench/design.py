@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .geometry import (
+from ..geometry import (
     Trajectory,
     circular_trajectory_2d_fan,
     circular_trajectory_2d_parallel,
@@ -123,7 +123,7 @@ class ScanGeometry:
 
     def projector(self, backend: str = "auto", **options):
         """A :class:`~ctbench.projector.Projector` for this scan."""
-        from .projector import Projector
+        from ..projector import Projector
         return Projector(self.trajectory, self.volume_shape, self.detector_shape,
                          detector_spacing=self.detector_spacing, voxel_spacing=self.voxel_spacing,
                          backend=backend, **options)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..design import ScanGeometry
+from .design import ScanGeometry
 
 FORMAT = "ctbench.dataset"
 VERSION = 1

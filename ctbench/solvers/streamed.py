@@ -1,0 +1,98 @@
+"""Solvers that stream between block stores: FDK/FBP from a sinogram store into a volume store.
+
+The windows come from the storage layer's planner (:func:`ctbench.storage.streaming.plan_into`):
+each view batch is pre-weighted and ramp-filtered once, then backprojected slab by slab, so
+memory stays within the plan whatever the store size (docs/LARGE_VOLUMES.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+
+import torch
+
+from ..engine.fdk_kernels import weighted_backproject
+from ..engine.plan import Plan
+from ..storage import ZarrStore, check_store
+from ..storage.streaming import StoreWindows, plan_into
+from . import analytic
+from .filtering import check_filter, check_oversample
+from .weights import orbit_of, redundancy_weights
+
+
+def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak", cutoff: float = 1.0,
+             padding: float = 2.0, oversample: int = 1, short_scan="auto", backend: str = "auto",
+             scratch=None) -> Plan:
+    """FDK (circular cone beam, fan 2D) or FBP (parallel beams) from a sinogram store into a volume store.
+
+    The same reconstruction as :func:`ctbench.solvers.fdk` / :func:`~ctbench.solvers.fbp` (same
+    keyword arguments), computed in the plan's windows: each view batch is pre-weighted and
+    ramp-filtered once, then backprojected through the voxel-driven FDK kernel into one z-slab at a
+    time, and each slab is written once.  When the filtered projections do not fit the budget in one
+    batch they go to ``scratch`` (a block store of shape (n_views, (U-1)*oversample+1, V), or
+    (n_views, (U-1)*oversample+1) for 2D scans, in the sinogram's dtype; default a temporary zarr
+    store, removed at the end).  Runs on the CPU.  Returns the plan.
+    """
+    m = check_oversample(oversample)
+    plan = plan_into(projector, "fdk", volume_store, sinogram_store, fdk_padding=padding, fdk_oversample=m)
+    filter = check_filter(filter)
+    who = "fdk" if projector.beam == "cone" else "fbp"
+    orbit = orbit_of(projector, require="circular", who=who)
+    arc, parker = redundancy_weights(orbit, short_scan, who=who)
+    weights = (arc * analytic.view_scale(orbit)).to(plan.dtype)
+    win = StoreWindows(projector)
+    grid = projector.grid
+    batches = plan.view_batches()
+    n_views = projector.projection_shape[0]
+    um = (win.U - 1) * m + 1
+    scratch_shape = (n_views, um) if projector.is_2d else (n_views, um, win.V)
+    if scratch is not None and len(batches) > 1:
+        check_store(scratch, "scratch", scratch_shape, (plan.dtype,))
+
+    def filtered(a: int, b: int) -> torch.Tensor:
+        """Pre-weighted, ramp-filtered views [a, b) as (b-a, (U-1)*m+1, V)."""
+        raw = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
+        part = dataclasses.replace(orbit, sdd=orbit.sdd[a:b], pixel_u=orbit.pixel_u[a:b],
+                                   pixel_v=orbit.pixel_v[a:b])
+        return analytic.filtered_views(projector, part, raw, 0, b - a, filter=filter, cutoff=cutoff, padding=padding,
+                                  parker=None if parker is None else parker[a:b], oversample=m)[0]
+
+    def backproject_slabs(blocks):
+        for s0, s1 in plan.slabs():
+            acc = torch.zeros((s1 - s0, win.H, win.W), dtype=plan.dtype)
+            for (a, b), block in blocks():
+                rays = analytic.fdk_rays(projector, plan.dtype, torch.device("cpu"), a, b, m)
+                weighted_backproject(block, rays, grid, weights[a:b], z0=s0, z1=s1, out=acc, backend=backend)
+                del block
+            volume_store.write(win.volume(s0, s1), win.slab_value(acc[None]))
+            del acc
+
+    def as_scratch(block: torch.Tensor) -> torch.Tensor:
+        return block.reshape(block.shape[0], um) if projector.is_2d else block
+
+    tmp = None
+    try:
+        with torch.no_grad():
+            if len(batches) == 1:
+                a, b = batches[0]
+                resident = filtered(a, b)
+                backproject_slabs(lambda: [((a, b), resident)])
+            else:
+                if scratch is None:
+                    tmp = tempfile.mkdtemp(prefix="ctbench-fdk-")
+                    scratch = ZarrStore.create(f"{tmp}/filtered.zarr", scratch_shape, plan.dtype,
+                                               chunks=(plan.view_batch, *scratch_shape[1:]))
+                for a, b in batches:
+                    scratch.write(win.sinogram(a, b), as_scratch(filtered(a, b)))
+
+                def from_scratch():
+                    for a, b in batches:
+                        yield (a, b), scratch.read(win.sinogram(a, b)).to("cpu").reshape(b - a, um, win.V)
+
+                backproject_slabs(from_scratch)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return plan
