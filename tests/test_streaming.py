@@ -231,8 +231,8 @@ def test_fdk_into_filters_each_view_batch_once_through_a_scratch_store(monkeypat
     p = Projector(traj, (12, 16, 16), (24, 14), view_chunk_size=5, volume_chunk_shape=3)
     sino = direct.project(torch.rand(12, 16, 16))
     calls = []
-    real = analytic._filtered
-    monkeypatch.setattr(analytic, "_filtered", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = analytic.filtered_views
+    monkeypatch.setattr(analytic, "filtered_views", lambda *a, **k: calls.append(1) or real(*a, **k))
     scratch = TensorStore.empty((24, 24, 14))
     with pytest.raises(ValueError, match="scratch has shape"):
         fdk_into(p, TensorStore(sino), TensorStore.empty((12, 16, 16)), scratch=TensorStore.empty((24, 47, 14)))
