@@ -6,7 +6,7 @@
 // OpenMP loops (host C++ compiler).
 #pragma once
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__) || defined(CT_CUDA_EMULATION)
 #define CT_HD __host__ __device__ __forceinline__
 #define CT_DEVICE 1
 #define CT_RESTRICT __restrict__
