@@ -178,3 +178,17 @@ def test_emulated_kernels_refuse_arguments_of_the_wrong_width():
     args = [None] * 25
     with pytest.raises(TypeError, match="parameter of type"):
         k((1,), (32,), tuple(np.int32(0) if a is None else a for a in args))
+
+
+def test_python_launch_constants_match_the_kernels():
+    """Launch arithmetic in Python and the kernels' compile-time constants agree."""
+    import re
+
+    from ctbench.engine.cpu_build import kernel_dir
+    from ctbench.engine.fdk_kernels import CUDA_FDK_ZPT
+    from ctbench.engine.geometry_grad import _CUDA_BLOCK
+
+    fdk = (kernel_dir() / "fdk_cuda.cu").read_text()
+    assert int(re.search(r"#define FDK_ZPT (\d+)", fdk).group(1)) == CUDA_FDK_ZPT
+    grad = (kernel_dir() / "joseph_grad_cuda.cu").read_text()
+    assert int(re.search(r"#define CT_GRAD_BLOCK (\d+)", grad).group(1)) == _CUDA_BLOCK

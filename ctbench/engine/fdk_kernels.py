@@ -115,6 +115,9 @@ def weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, v
     return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate, runtime_for(which))
 
 
+CUDA_FDK_ZPT = 4  # voxels along z per thread: FDK_ZPT in kernels/fdk_cuda.cu
+
+
 def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, out_t, accumulate, runtime):
     from .cuda import launch
 
@@ -129,7 +132,7 @@ def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, o
                       np.int32(V), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.float64(dx),
                       np.float64(dy), np.float64(dz), as_cupy(mats)), device)
     k_bp = runtime.kernel("fdk", "fdk_backproject", dtype, device)
-    launch(runtime, k_bp, (z1 - z0) * grid.H * grid.W,
+    launch(runtime, k_bp, -(-(z1 - z0) // CUDA_FDK_ZPT) * grid.H * grid.W,
            (as_cupy(q), np.int64(q.stride(0)), np.int64(q.stride(1)), np.int64(q.stride(2)), np.int32(U),
             np.int32(V), as_cupy(mats), np.int32(rays.cone), np.int32(k0), np.int32(k1), np.int32(grid.H),
             np.int32(grid.W), np.int32(z0), np.int32(z1), as_cupy(out_t), np.int32(accumulate)), device)
