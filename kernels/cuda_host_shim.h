@@ -27,6 +27,7 @@ using std::sqrt;
 using std::ceil;
 using std::fmin;
 using std::fmax;
+using std::isfinite;
 
 struct ct_dim3 {
   unsigned int x = 1, y = 1, z = 1;

@@ -69,10 +69,17 @@ CT_HD void interior_planes(double A, double B, int lo, int hi, double& nlo, doub
 // cancellation alone cost 5% (source at 1e5 mm, 0.1 mm voxels).  The stored
 // coefficients (A within a few grid sizes of the window for any ray that hits
 // it, |B| <= 1) are then exact enough in the kernel's own precision.
+//
+// make_ray_box is the general form: the window is the box [lo, hi) of global
+// (x, y, z) voxel indices, stored in an array with element strides `stride`
+// where global voxel (x, y, z) sits at x*sx + y*sy + z*sz - offset.  A windowed
+// call counts (or writes) exactly the voxels of its box, so the sum over boxes
+// that tile the volume is the whole projection and each box's transpose writes
+// only its own voxels.
 template <typename real>
-CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const double d[3], int zlo, int zhi,
-                    Ray<real>& r) {
-  if (zlo >= zhi) return false;
+CT_HD bool make_ray_box(const VolumeWindow<real>& vw, const double o[3], const double d[3], const int lo[3],
+                        const int hi[3], const i64 stride[3], i64 offset, Ray<real>& r) {
+  if (lo[0] >= hi[0] || lo[1] >= hi[1] || lo[2] >= hi[2]) return false;
   const double sp[3] = {(double)vw.dx, (double)vw.dy, (double)vw.dz};
   const int nn[3] = {vw.W, vw.H, vw.D};
   double fo[3], fd[3];
@@ -87,9 +94,6 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
   if (fd[a] == 0.0) return false;
   int b = (a == 0) ? 1 : 0;
   int c = (a == 2) ? 1 : 2;
-  int lo[3] = {0, 0, zlo};
-  int hi[3] = {vw.W, vw.H, zhi};
-  i64 stride[3] = {1, (i64)vw.W, (i64)vw.W * vw.H};
   r.a = a; r.b = b; r.c = c;
   const double Bb = fd[b] / fd[a], Bc = fd[c] / fd[a];
   // w = |d| / |fd_a| = sp_a * |d / d_a|, written with ratios so that it cannot overflow.
@@ -102,7 +106,7 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
   if (!all_finite(setup, 5) || !all_finite(stored, 5)) return false;
   r.lob = lo[b]; r.hib = hi[b]; r.loc = lo[c]; r.hic = hi[c];
   r.sa = stride[a]; r.sb = stride[b]; r.sc = stride[c];
-  r.offset = (i64)vw.z0 * stride[2];
+  r.offset = offset;
   // A ray that never leaves one voxel plane of b or c interpolates in 1D; put
   // that axis in c.  (Same values as the bilinear stencil with a zero weight.)
   if (r.Bb == real(0) && r.Ab == CT_FLOOR(r.Ab) && !(r.Bc == real(0) && r.Ac == CT_FLOOR(r.Ac))) {
@@ -144,6 +148,17 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
     if (i0 < i1) { r.i0 = i0; r.i1 = i1; }
   }
   return true;
+}
+
+// The z-slab window of the kernels: voxels with z in [zlo, zhi) of a
+// (z1-z0, H, W) slab array starting at global plane vw.z0.
+template <typename real>
+CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const double d[3], int zlo, int zhi,
+                    Ray<real>& r) {
+  const int lo[3] = {0, 0, zlo};
+  const int hi[3] = {vw.W, vw.H, zhi};
+  const i64 stride[3] = {1, (i64)vw.W, (i64)vw.W * vw.H};
+  return make_ray_box(vw, o, d, lo, hi, stride, (i64)vw.z0 * stride[2], r);
 }
 
 // Re-point a ray at a copy of the slab stored with other strides for the
@@ -303,15 +318,15 @@ CT_HD void pixel_ray(const real* src, const real* ctr, const real* ustep, const 
 }
 
 // Detector pixel ranges [iu_lo, iu_hi) x [iv_lo, iv_hi) whose rays can touch
-// voxels of the z-range [zlo, zhi) in view k: the box (widened by the one-voxel
+// voxels of the box [blo, bhi) (global x, y, z indices) in view k: the box (widened by the one-voxel
 // stencil support) is projected corner by corner onto the detector plane.  A
 // perspective map sends the box to the convex hull of its corner images as
 // long as the box lies on one side of the plane through the source parallel to
 // the detector; otherwise the whole detector is returned.
 template <typename real>
-CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
-                             const real* vstep, int cone, int k, int zlo, int zhi, int U, int V,
-                             int& iu_lo, int& iu_hi, int& iv_lo, int& iv_hi) {
+CT_HD void box_pixel_bounds(const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
+                            const real* vstep, int cone, int k, const int blo[3], const int bhi[3], int U, int V,
+                            int& iu_lo, int& iu_hi, int& iv_lo, int& iv_hi) {
   iu_lo = 0; iu_hi = U; iv_lo = 0; iv_hi = V;
   const double eu[3] = {ustep[3 * k], ustep[3 * k + 1], ustep[3 * k + 2]};
   const double ev[3] = {vstep[3 * k], vstep[3 * k + 1], vstep[3 * k + 2]};
@@ -325,10 +340,10 @@ CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, cons
   const double guv = eu[0] * ev[0] + eu[1] * ev[1] + eu[2] * ev[2];
   const double det = guu * gvv - guv * guv;
   if (!(det > 1e-30 * guu * gvv)) return;
-  const double lo[3] = {(-1.0 - 0.5 * (vw.W - 1)) * vw.dx, (-1.0 - 0.5 * (vw.H - 1)) * vw.dy,
-                        (zlo - 1.0 - 0.5 * (vw.D - 1)) * vw.dz};
-  const double hi[3] = {(vw.W - 0.5 * (vw.W - 1)) * vw.dx, (vw.H - 0.5 * (vw.H - 1)) * vw.dy,
-                        (zhi - 0.5 * (vw.D - 1)) * vw.dz};
+  const double lo[3] = {(blo[0] - 1.0 - 0.5 * (vw.W - 1)) * vw.dx, (blo[1] - 1.0 - 0.5 * (vw.H - 1)) * vw.dy,
+                        (blo[2] - 1.0 - 0.5 * (vw.D - 1)) * vw.dz};
+  const double hi[3] = {(bhi[0] - 0.5 * (vw.W - 1)) * vw.dx, (bhi[1] - 0.5 * (vw.H - 1)) * vw.dy,
+                        (bhi[2] - 0.5 * (vw.D - 1)) * vw.dz};
   double amin = 1e300, amax = -1e300, bmin = 1e300, bmax = -1e300;
   int side = 0;
   for (int corner = 0; corner < 8; ++corner) {
@@ -362,6 +377,15 @@ CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, cons
   const int b0 = (int)CT_FLOOR(clampd(bmin, -big, big)) - 1, b1 = (int)CT_FLOOR(clampd(bmax, -big, big)) + 2;
   iu_lo = a0 > 0 ? a0 : 0; iu_hi = a1 < U ? a1 : U;
   iv_lo = b0 > 0 ? b0 : 0; iv_hi = b1 < V ? b1 : V;
+}
+
+// Pixel ranges of the rays that can touch the z-range [zlo, zhi) (all x, y).
+template <typename real>
+CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
+                             const real* vstep, int cone, int k, int zlo, int zhi, int U, int V,
+                             int& iu_lo, int& iu_hi, int& iv_lo, int& iv_hi) {
+  const int blo[3] = {0, 0, zlo}, bhi[3] = {vw.W, vw.H, zhi};
+  box_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, blo, bhi, U, V, iu_lo, iu_hi, iv_lo, iv_hi);
 }
 
 }  // namespace ct

@@ -192,3 +192,30 @@ def test_python_launch_constants_match_the_kernels():
     assert int(re.search(r"#define FDK_ZPT (\d+)", fdk).group(1)) == CUDA_FDK_ZPT
     grad = (kernel_dir() / "joseph_grad_cuda.cu").read_text()
     assert int(re.search(r"#define CT_GRAD_BLOCK (\d+)", grad).group(1)) == _CUDA_BLOCK
+
+
+def test_tiled_backprojection_constants_match_the_kernel():
+    import re
+
+    from ctbench.engine.cpu_build import kernel_dir
+    from ctbench.engine.cuda import BACKWARD_BOX, BACKWARD_THREADS
+
+    src = (kernel_dir() / "joseph_cuda.cu").read_text()
+    got = tuple(int(re.search(rf"#define JB_{n} (\d+)", src).group(1)) for n in ("TX", "TY", "TZ"))
+    assert got == BACKWARD_BOX
+    assert int(re.search(r"#define JB_THREADS (\d+)", src).group(1)) == BACKWARD_THREADS
+
+
+@pytest.mark.parametrize("kernel", ["tiled", "scatter"])
+def test_both_matched_backprojections_equal_the_cpu_backend(kernel, monkeypatch):
+    """The box-owning kernel (no global atomics) and the per-ray scatter kernel, with a volume that
+    does not divide into boxes, a slab window, a detector tile and a batch."""
+    monkeypatch.setattr(cuda_backend, "BACKPROJECT_KERNEL", kernel)
+    from ctbench import circular_trajectory_3d
+
+    traj = circular_trajectory_3d(7, 50.0, 95.0, detector_offset=(1.3, -0.7), dtype=torch.float64)
+    vol, det = (9, 37, 35), (30, 14)
+    kw = dict(voxel_spacing=(1.1, 0.7, 0.8), detector_spacing=(1.5, 1.6))
+    cpu, emu = pair(traj, vol, det, kw, volume_chunk_shape=5, detector_chunk_shape=(17, 14))
+    y = torch.rand((2, 1, *cpu.projection_shape), dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    assert_parity(emu.backproject(y), cpu.backproject(y), torch.float64, f"{kernel} backprojection")

@@ -21,7 +21,7 @@ _BLOCK = 256
 
 # Every templated __global__ kernel of each CUDA entry file (kernels/<family>_cuda.cu).
 CUDA_KERNELS = {
-    "joseph": ("joseph_forward", "joseph_backward"),
+    "joseph": ("joseph_forward", "joseph_backward", "joseph_backward_tiled"),
     "joseph_grad": ("joseph_geometry_vjp",),
     "fdk": ("fdk_view_matrices", "fdk_backproject"),
 }
@@ -60,6 +60,21 @@ def launch_config(n_threads: int, block: int = _BLOCK) -> tuple[tuple[int], tupl
     emulated grids are the ones a GPU runs.
     """
     return (max(0, math.ceil(n_threads / block)),), (block,)
+
+
+# Box of one block of joseph_backward_tiled: JB_TX, JB_TY, JB_TZ and JB_THREADS in kernels/joseph_cuda.cu.
+BACKWARD_BOX = (32, 16, 4)
+BACKWARD_THREADS = 256
+# The matched backprojection kernel: "tiled" (per-box shared memory, no global atomics) or
+# "scatter" (one thread per ray, four global atomics per sample; kept for comparison).
+BACKPROJECT_KERNEL = "tiled"
+
+
+def tiled_launch_config(W: int, H: int, nz: int) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block) of joseph_backward_tiled over a (nz, H, W) slab: one block per box."""
+    tx, ty, tz = BACKWARD_BOX
+    n = math.ceil(W / tx) * math.ceil(H / ty) * math.ceil(nz / tz) if W and H and nz else 0
+    return (n,), (BACKWARD_THREADS,)
 
 
 @lru_cache(maxsize=None)
@@ -175,13 +190,20 @@ class CudaBackend(Backend):
         dz, dy, dx = grid.spacing
         nu, nv = tile.shape
         rt = self.runtime
-        k = rt.kernel("joseph", "joseph_backward", sino.dtype, sino.device)
+        tiled = BACKPROJECT_KERNEL == "tiled"
+        k = rt.kernel("joseph", "joseph_backward_tiled" if tiled else "joseph_backward", sino.dtype, sino.device)
         args = (rt.array(sino), np.int32(B), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.int32(z0),
                 np.int32(z1), np.float64(dx), np.float64(dy), np.float64(dz), *[rt.array(t) for t in geo],
                 np.int32(rays.cone), np.int32(rays.n_views), np.int32(U), np.int32(V), np.int32(tile.u0),
                 np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), rt.array(out),
                 np.int64((z1 - z0) * grid.H * grid.W))
-        launch(rt, k, rays.n_views * nu * nv, args, sino.device)
+        if not tiled:
+            launch(rt, k, rays.n_views * nu * nv, args, sino.device)
+        elif rays.n_views * nu * nv > 0:
+            grid_, block = tiled_launch_config(grid.W, grid.H, z1 - z0)
+            if grid_[0] > 0:
+                with rt.on_stream(sino.device):
+                    k(grid_, block, args)
         return out
 
     def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
