@@ -19,24 +19,41 @@ __device__ __forceinline__ void thread_ray(i64 tid, const real* src, const real*
   ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, U, V, o, d);
 }
 
+// Forward: each thread walks JF_RAYS rays of one detector column, pixels
+// (iu, iu + 1, ...) at the same iv: neighbouring rays cross neighbouring voxels,
+// so the second ray's reads hit what the first brought into L1.  A warp still
+// covers 32 neighbouring v of one u row (coalesced stores).  The volume is read
+// through const __restrict__ pointers (the read-only data path).
+#define JF_RAYS 2
+
 template <typename real>
 __global__ void joseph_forward(const real* __restrict__ vol, i64 vol_batch_stride, int batch, int D, int H, int W,
                                int z0, int z1, double dx, double dy, double dz, const real* __restrict__ src,
                                const real* __restrict__ ctr, const real* __restrict__ ustep,
                                const real* __restrict__ vstep, int cone, int n_views, int U, int V, int u0, int u1,
                                int v0, int v1, real* __restrict__ out, int accumulate) {
-  const i64 n_rays = (i64)n_views * (u1 - u0) * (v1 - v0);
+  const int nu = u1 - u0, nv = v1 - v0;
+  const int nug = (nu + JF_RAYS - 1) / JF_RAYS;  // u groups
+  const i64 n_rays = (i64)n_views * nu * nv;
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (tid >= n_rays) return;
-  ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
-  double o[3], d[3];
-  thread_ray(tid, src, ctr, ustep, vstep, cone, U, V, u0, u1, v0, v1, o, d);
-  ct::Ray<real> r{};
-  const bool hit = ct::make_ray(vw, o, d, z0, z1, r);
-  for (int q = 0; q < batch; ++q) {
-    const real val = hit ? ct::ray_forward(vol + q * vol_batch_stride, r) : real(0);
-    real* dst = out + q * n_rays + tid;
-    *dst = accumulate ? *dst + val : val;
+  if (tid >= (i64)n_views * nug * nv) return;
+  const int jv = (int)(tid % nv);
+  const int g = (int)((tid / nv) % nug);
+  const int k = (int)(tid / ((i64)nv * nug));
+  const ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
+  for (int j = 0; j < JF_RAYS; ++j) {
+    const int ju = g * JF_RAYS + j;
+    if (ju >= nu) break;
+    double o[3], d[3];
+    ct::pixel_ray(src, ctr, ustep, vstep, cone, k, u0 + ju, v0 + jv, U, V, o, d);
+    ct::Ray<real> r{};
+    const bool hit = ct::make_ray(vw, o, d, z0, z1, r);
+    const i64 ray = ((i64)k * nu + ju) * nv + jv;
+    for (int q = 0; q < batch; ++q) {
+      const real val = hit ? ct::ray_forward(vol + q * vol_batch_stride, r) : real(0);
+      real* dst = out + q * n_rays + ray;
+      *dst = accumulate ? *dst + val : val;
+    }
   }
 }
 

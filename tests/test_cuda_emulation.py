@@ -149,10 +149,12 @@ def test_launches_use_the_backends_launch_configuration():
     k = _kernel("joseph", "joseph_forward", "double")
     k.launches.clear()
     p.project(torch.rand(p.volume_shape, dtype=torch.float64))
-    n_rays = traj.n_views * det[0] * det[1]
-    assert k.launches == [((launch_config(n_rays)[0][0], 1, 1), (launch_config(n_rays)[1][0], 1, 1))]
-    (blocks,), (threads,) = launch_config(n_rays)
-    assert blocks * threads >= n_rays > (blocks - 1) * threads
+    from ctbench.engine.cuda import FORWARD_RAYS_PER_THREAD
+    n_threads = traj.n_views * -(-det[0] // FORWARD_RAYS_PER_THREAD) * det[1]  # odd U: a last group of one
+    assert det[0] % FORWARD_RAYS_PER_THREAD != 0
+    assert k.launches == [((launch_config(n_threads)[0][0], 1, 1), (launch_config(n_threads)[1][0], 1, 1))]
+    (blocks,), (threads,) = launch_config(n_threads)
+    assert blocks * threads >= n_threads > (blocks - 1) * threads
 
 
 def test_a_launch_with_too_few_blocks_is_caught(monkeypatch):
@@ -204,6 +206,8 @@ def test_tiled_backprojection_constants_match_the_kernel():
     got = tuple(int(re.search(rf"#define JB_{n} (\d+)", src).group(1)) for n in ("TX", "TY", "TZ"))
     assert got == BACKWARD_BOX
     assert int(re.search(r"#define JB_THREADS (\d+)", src).group(1)) == BACKWARD_THREADS
+    from ctbench.engine.cuda import FORWARD_RAYS_PER_THREAD
+    assert int(re.search(r"#define JF_RAYS (\d+)", src).group(1)) == FORWARD_RAYS_PER_THREAD
 
 
 @pytest.mark.parametrize("kernel", ["tiled", "scatter"])

@@ -62,6 +62,8 @@ def launch_config(n_threads: int, block: int = _BLOCK) -> tuple[tuple[int], tupl
     return (max(0, math.ceil(n_threads / block)),), (block,)
 
 
+# Rays per thread of joseph_forward (JF_RAYS in kernels/joseph_cuda.cu), along the detector's u axis.
+FORWARD_RAYS_PER_THREAD = 2
 # Box of one block of joseph_backward_tiled: JB_TX, JB_TY, JB_TZ and JB_THREADS in kernels/joseph_cuda.cu.
 BACKWARD_BOX = (32, 16, 4)
 BACKWARD_THREADS = 256
@@ -179,7 +181,7 @@ class CudaBackend(Backend):
                 *[rt.array(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views), np.int32(U), np.int32(V),
                 np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), rt.array(out),
                 np.int32(accumulate))
-        launch(rt, k, rays.n_views * nu * nv, args, vol.device)
+        launch(rt, k, rays.n_views * -(-nu // FORWARD_RAYS_PER_THREAD) * nv, args, vol.device)
         return out
 
     def backproject(self, sinogram, grid: VolumeGrid, z0, z1, rays: Rays, tile: Tile, out=None):
