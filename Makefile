@@ -10,7 +10,7 @@ TORCH   ?= torch==2.13.0
 OUTDIR  ?= out
 PYTEST_ARGS ?=
 
-.PHONY: run test venv dev-deps system-deps gui bench gpu-check clean
+.PHONY: run test venv dev-deps system-deps gui bench gpu-check gpu-rehearse gpu-wheels clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -44,12 +44,20 @@ bench: dev-deps
 	$(PIP) install -q -e ".[peers]"
 	bash scripts/run-benchmarks.sh
 
-# On a machine with an NVIDIA GPU: CUDA parity tests and the GPU benchmark; JSON to $$OUT (or out/).
-gpu-check: venv
-	$(PIP) install -q -e ".[gpu,dev]"
-	mkdir -p $${OUT:-$(OUTDIR)}
-	set -o pipefail; $(VPY) -m pytest -q -m gpu tests 2>&1 | tee $${OUT:-$(OUTDIR)}/gpu-tests.log
-	$(VPY) benchmarks/bench_gpu.py --out $${OUT:-$(OUTDIR)}/bench_gpu.jsonl
+# On a machine with an NVIDIA GPU (its own python3 with torch and CuPy): CUDA parity tests and the
+# GPU benchmark; JSON and logs to $$OUT (or out/gpu-check).  gpu-wheels fetches, here, the wheels that
+# machine lacks (carry .whl); gpu-rehearse runs the same script here on the CPU (backend='cuda-emulated').
+gpu-check:
+	bash scripts/gpu-check.sh
+
+gpu-rehearse: dev-deps
+	PY=$(VPY) bash scripts/gpu-check.sh --rehearse
+
+GPU_WHEELS ?= zarr numcodecs donfig crc32c pydantic pydantic-core annotated-types typing-inspection diffct
+gpu-wheels:
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info $(OUTDIR)

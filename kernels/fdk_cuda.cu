@@ -17,37 +17,70 @@ __global__ void fdk_view_matrices(const real* __restrict__ src, const real* __re
   if (k >= n_views) return;
   ct::VolumeWindow<real> vw{D, H, W, 0, D, (real)dx, (real)dy, (real)dz};
   double P[12], M[12];
-  const bool ok = ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P);
-  if (ok) ct::fdk_index_matrix(P, vw, M);
+  bool ok = ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P) && isfinite(view_weight[k]);
+  if (ok) {
+    ct::fdk_index_matrix(P, vw, M);
+    ok = ct::fdk_index_matrix_ok<real>(M);
+  }
   for (int r = 0; r < 12; ++r) mats[13 * k + r] = ok ? (real)M[r] : real(0);
   mats[13 * k + 12] = ok ? view_weight[k] : real(0);
 }
 
 // out[z - z0, y, x] (+)= sum over views k in [k0, k1) of weight_k * contribution.
+//
+// One thread per FDK_ZPT voxels stacked along z at one (x, y): the three
+// numerators are affine in z, so the thread's voxels cost three adds each
+// after the first.  The views' 13 constants are staged through shared memory
+// FDK_VIEWS at a time (every thread of a block reads the same view at the same
+// time).  Every thread takes part in the staging, so none returns early.
+#define FDK_ZPT 4
+#define FDK_VIEWS 32
+
 template <typename real>
-__global__ void fdk_backproject(const real* __restrict__ q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride,
-                                int U, int V, const real* __restrict__ mats, int cone, int k0, int k1, int H, int W,
-                                int z0, int z1, real* __restrict__ out, int accumulate) {
-  const i64 n_vox = (i64)(z1 - z0) * H * W;
+__global__ void __launch_bounds__(256)
+fdk_backproject(const real* __restrict__ q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride, int U, int V,
+                const real* __restrict__ mats, int cone, int k0, int k1, int H, int W, int z0, int z1,
+                real* __restrict__ out, int accumulate) {
+  __shared__ real view_mats[FDK_VIEWS * 13];
+  const int nz = z1 - z0;
+  const int zgroups = (nz + FDK_ZPT - 1) / FDK_ZPT;
+  const i64 n_items = (i64)zgroups * H * W;
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (tid >= n_vox) return;
+  const bool active = tid < n_items;
   // x fastest: a warp covers neighbouring voxels of a row, whose rays hit
   // neighbouring detector pixels.
-  const int ix = (int)(tid % W);
-  const int iy = (int)((tid / W) % H);
-  const int iz = z0 + (int)(tid / ((i64)W * H));
-  const real fx = (real)ix, fy = (real)iy, fz = (real)iz;
-  real acc = real(0);
-  for (int k = k0; k < k1; ++k) {
-    const real* M = mats + 13 * k;
-    const real wk = M[12];
-    if (wk == real(0)) continue;
-    const real a = M[3] + M[0] * fx + M[1] * fy + M[2] * fz;
-    const real b = M[7] + M[4] * fx + M[5] * fy + M[6] * fz;
-    const real w = M[11] + M[8] * fx + M[9] * fy + M[10] * fz;
-    acc += wk * ct::fdk_contribution(q + (i64)k * q_view_stride, (int)q_u_stride, (int)q_v_stride, U, V, a, b, w, cone);
+  const int ix = active ? (int)(tid % W) : 0;
+  const int iy = active ? (int)((tid / W) % H) : 0;
+  const int zl = active ? (int)(tid / ((i64)W * H)) * FDK_ZPT : 0;
+  const int nzt = active ? (nz - zl < FDK_ZPT ? nz - zl : FDK_ZPT) : 0;
+  const real fx = (real)ix, fy = (real)iy, fz = (real)(z0 + zl);
+  real acc[FDK_ZPT];
+  for (int t = 0; t < FDK_ZPT; ++t) acc[t] = real(0);
+  for (int kc = k0; kc < k1; kc += FDK_VIEWS) {
+    const int nk = (k1 - kc < FDK_VIEWS) ? k1 - kc : FDK_VIEWS;
+    for (int e = threadIdx.x; e < nk * 13; e += blockDim.x) view_mats[e] = mats[13 * kc + e];
+    __syncthreads();
+    for (int j = 0; j < nk; ++j) {
+      const real* M = view_mats + 13 * j;
+      const real wk = M[12];
+      if (wk == real(0) || nzt == 0) continue;
+      const real* qk = q + (i64)(kc + j) * q_view_stride;
+      real a = M[3] + M[0] * fx + M[1] * fy + M[2] * fz;
+      real b = M[7] + M[4] * fx + M[5] * fy + M[6] * fz;
+      real w = M[11] + M[8] * fx + M[9] * fy + M[10] * fz;
+      for (int t = 0; t < FDK_ZPT; ++t) {
+        if (t < nzt) acc[t] += wk * ct::fdk_contribution(qk, (int)q_u_stride, (int)q_v_stride, U, V, a, b, w, cone);
+        a += M[2];
+        b += M[6];
+        w += M[10];
+      }
+    }
+    __syncthreads();  // the next chunk overwrites view_mats
   }
-  out[tid] = accumulate ? out[tid] + acc : acc;
+  for (int t = 0; t < nzt; ++t) {
+    const i64 o = ((i64)(zl + t) * H + iy) * W + ix;
+    out[o] = accumulate ? out[o] + acc[t] : acc[t];
+  }
 }
 
 // Explicit instantiations so an offline nvcc -ptx check sees every entry point

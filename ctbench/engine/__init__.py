@@ -6,7 +6,7 @@ import torch
 
 from .base import Backend, Rays, Tile, VolumeGrid
 
-BACKENDS = ("auto", "cpu", "cuda", "reference")
+BACKENDS = ("auto", "cpu", "cuda", "reference", "cuda-emulated")
 _INSTANCES: dict[str, Backend] = {}
 
 
@@ -21,9 +21,9 @@ def get_backend(name: str, device: torch.device | str | None = None) -> Backend:
         if name == "cpu":
             from .cpu import CpuBackend
             _INSTANCES[name] = CpuBackend()
-        elif name == "cuda":
-            from .cuda import CudaBackend
-            _INSTANCES[name] = CudaBackend()
+        elif name in ("cuda", "cuda-emulated"):
+            from .cuda import CudaBackend, runtime_for
+            _INSTANCES[name] = CudaBackend(runtime_for(name))
         else:
             from .reference import ReferenceBackend
             _INSTANCES[name] = ReferenceBackend()

@@ -19,6 +19,13 @@ from .cpu_build import kernel_dir
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 _BLOCK = 256
 
+# Every templated __global__ kernel of each CUDA entry file (kernels/<family>_cuda.cu).
+CUDA_KERNELS = {
+    "joseph": ("joseph_forward", "joseph_backward", "joseph_backward_tiled"),
+    "joseph_grad": ("joseph_geometry_vjp",),
+    "fdk": ("fdk_view_matrices", "fdk_backproject"),
+}
+
 
 def _cupy():
     try:
@@ -33,20 +40,53 @@ def entry_source(family: str) -> str:
     return (kernel_dir() / f"{family}_cuda.cu").read_text()
 
 
+def nvrtc_program(family: str, names: tuple[str, ...]) -> tuple[str, tuple[str, ...], list[str]]:
+    """(source, options, name expressions) that the backend hands to CuPy's RawModule (NVRTC).
+
+    One function, so that the NVRTC test without a GPU compiles exactly what CuPy compiles.
+    """
+    return entry_source(family), ("-std=c++17", f"-I{kernel_dir()}"), list(names)
+
+
+def name_expressions(family: str) -> tuple[str, ...]:
+    """Every templated kernel of a family, for both dtypes: ``("joseph_forward<float>", ...)``."""
+    return tuple(f"{n}<{t}>" for n in CUDA_KERNELS[family] for t in _CTYPE.values())
+
+
+def launch_config(n_threads: int, block: int = _BLOCK) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block) of a one-thread-per-item launch over ``n_threads`` items.
+
+    Pure arithmetic shared by the CuPy launch and the host emulation, so the
+    emulated grids are the ones a GPU runs.
+    """
+    return (max(0, math.ceil(n_threads / block)),), (block,)
+
+
+# Rays per thread of joseph_forward (JF_RAYS in kernels/joseph_cuda.cu), along the detector's u axis.
+FORWARD_RAYS_PER_THREAD = 2
+# Box of one block of joseph_backward_tiled: JB_TX, JB_TY, JB_TZ and JB_THREADS in kernels/joseph_cuda.cu.
+BACKWARD_BOX = (32, 16, 4)
+BACKWARD_THREADS = 256
+# The matched backprojection kernel: "tiled" (per-box shared memory, no global atomics) or
+# "scatter" (one thread per ray, four global atomics per sample; kept for comparison).
+BACKPROJECT_KERNEL = "tiled"
+
+
+def tiled_launch_config(W: int, H: int, nz: int) -> tuple[tuple[int], tuple[int]]:
+    """(grid, block) of joseph_backward_tiled over a (nz, H, W) slab: one block per box."""
+    tx, ty, tz = BACKWARD_BOX
+    n = math.ceil(W / tx) * math.ceil(H / ty) * math.ceil(nz / tz) if W and H and nz else 0
+    return (n,), (BACKWARD_THREADS,)
+
+
 @lru_cache(maxsize=None)
 def _module(family: str, names: tuple[str, ...], device_index: int):
     cp = _cupy()
+    source, options, exprs = nvrtc_program(family, names)
     with cp.cuda.Device(device_index):
-        mod = cp.RawModule(code=entry_source(family), options=("-std=c++17", f"-I{kernel_dir()}"),
-                           name_expressions=list(names))
+        mod = cp.RawModule(code=source, options=options, name_expressions=exprs)
         mod.compile()
     return mod
-
-
-def get_kernel(family: str, name: str, dtype: torch.dtype, device: torch.device, all_names: tuple[str, ...]):
-    expr = f"{name}<{_CTYPE[dtype]}>"
-    names = tuple(f"{n}<{t}>" for n in all_names for t in _CTYPE.values())
-    return _module(family, names, device.index or 0).get_function(expr)
 
 
 def as_cupy(t: torch.Tensor):
@@ -64,24 +104,68 @@ def as_cupy(t: torch.Tensor):
                       memptr=cp.cuda.MemoryPointer(mem, 0), strides=tuple(st * es for st in t.stride()))
 
 
-def launch(kernel, n_threads: int, args, device: torch.device):
-    """Launch ``kernel`` over ``n_threads`` threads on torch's current stream."""
-    if n_threads <= 0:
-        return
-    cp = _cupy()
-    stream = torch.cuda.current_stream(device)
-    with cp.cuda.Device(device.index or 0), cp.cuda.ExternalStream(stream.cuda_stream, device.index or 0):
-        kernel((math.ceil(n_threads / _BLOCK),), (_BLOCK,), args)
+class CupyRuntime:
+    """Kernels, arrays and streams through CuPy on a real GPU."""
 
-
-_JOSEPH = ("joseph_forward", "joseph_backward")
-
-
-class CudaBackend(Backend):
     name = "cuda"
 
     def supports(self, device: torch.device) -> bool:
         return device.type == "cuda"
+
+    def kernel(self, family: str, name: str, dtype: torch.dtype, device: torch.device):
+        return _module(family, name_expressions(family), device.index or 0).get_function(
+            f"{name}<{_CTYPE[dtype]}>")
+
+    def array(self, t: torch.Tensor):
+        return as_cupy(t)
+
+    def on_stream(self, device: torch.device):
+        """Launches inside run on torch's current stream of ``device``."""
+        cp = _cupy()
+        idx = device.index or 0
+        stream = torch.cuda.current_stream(device)
+        return _Both(cp.cuda.Device(idx), cp.cuda.ExternalStream(stream.cuda_stream, idx))
+
+
+class _Both:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __enter__(self):
+        self.a.__enter__()
+        self.b.__enter__()
+
+    def __exit__(self, *exc):
+        self.b.__exit__(*exc)
+        self.a.__exit__(*exc)
+
+
+def runtime_for(name: str):
+    """The runtime of backend ``name``: ``"cuda"`` (CuPy) or ``"cuda-emulated"`` (host emulation)."""
+    if name == "cuda-emulated":
+        from .cuda_emulation import EmulatedRuntime
+        return EmulatedRuntime()
+    return CupyRuntime()
+
+
+def launch(runtime, kernel, n_threads: int, args, device: torch.device):
+    """Launch ``kernel`` over ``n_threads`` threads on ``runtime``'s stream for ``device``."""
+    if n_threads <= 0:
+        return
+    grid, block = launch_config(n_threads)
+    with runtime.on_stream(device):
+        kernel(grid, block, args)
+
+
+class CudaBackend(Backend):
+    """The CUDA entry files through a runtime: CuPy on a GPU, or the host emulation (``"cuda-emulated"``)."""
+
+    def __init__(self, runtime=None):
+        self.runtime = runtime if runtime is not None else CupyRuntime()
+        self.name = self.runtime.name
+
+    def supports(self, device: torch.device) -> bool:
+        return self.runtime.supports(device)
 
     def project(self, volume, grid: VolumeGrid, z0, rays: Rays, tile: Tile, out=None):
         B, nz, H, W = volume.shape
@@ -90,13 +174,14 @@ class CudaBackend(Backend):
         geo = [t.detach().to(device=vol.device, dtype=vol.dtype).contiguous() for t in rays.tensors()]
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
-        k = get_kernel("joseph", "joseph_forward", vol.dtype, vol.device, _JOSEPH)
-        args = (as_cupy(vol), np.int64(nz * H * W), np.int32(B), np.int32(grid.D), np.int32(grid.H),
+        rt = self.runtime
+        k = rt.kernel("joseph", "joseph_forward", vol.dtype, vol.device)
+        args = (rt.array(vol), np.int64(nz * H * W), np.int32(B), np.int32(grid.D), np.int32(grid.H),
                 np.int32(grid.W), np.int32(z0), np.int32(z0 + nz), np.float64(dx), np.float64(dy), np.float64(dz),
-                *[as_cupy(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views), np.int32(U), np.int32(V),
-                np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), as_cupy(out),
+                *[rt.array(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views), np.int32(U), np.int32(V),
+                np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), rt.array(out),
                 np.int32(accumulate))
-        launch(k, rays.n_views * nu * nv, args, vol.device)
+        launch(rt, k, rays.n_views * -(-nu // FORWARD_RAYS_PER_THREAD) * nv, args, vol.device)
         return out
 
     def backproject(self, sinogram, grid: VolumeGrid, z0, z1, rays: Rays, tile: Tile, out=None):
@@ -106,16 +191,24 @@ class CudaBackend(Backend):
         U, V = rays.detector_shape
         dz, dy, dx = grid.spacing
         nu, nv = tile.shape
-        k = get_kernel("joseph", "joseph_backward", sino.dtype, sino.device, _JOSEPH)
-        args = (as_cupy(sino), np.int32(B), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.int32(z0),
-                np.int32(z1), np.float64(dx), np.float64(dy), np.float64(dz), *[as_cupy(t) for t in geo],
+        rt = self.runtime
+        tiled = BACKPROJECT_KERNEL == "tiled"
+        k = rt.kernel("joseph", "joseph_backward_tiled" if tiled else "joseph_backward", sino.dtype, sino.device)
+        args = (rt.array(sino), np.int32(B), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.int32(z0),
+                np.int32(z1), np.float64(dx), np.float64(dy), np.float64(dz), *[rt.array(t) for t in geo],
                 np.int32(rays.cone), np.int32(rays.n_views), np.int32(U), np.int32(V), np.int32(tile.u0),
-                np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), as_cupy(out),
+                np.int32(tile.u1), np.int32(tile.v0), np.int32(tile.v1), rt.array(out),
                 np.int64((z1 - z0) * grid.H * grid.W))
-        launch(k, rays.n_views * nu * nv, args, sino.device)
+        if not tiled:
+            launch(rt, k, rays.n_views * nu * nv, args, sino.device)
+        elif rays.n_views * nu * nv > 0:
+            grid_, block = tiled_launch_config(grid.W, grid.H, z1 - z0)
+            if grid_[0] > 0:
+                with rt.on_stream(sino.device):
+                    k(grid_, block, args)
         return out
 
     def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
         """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the CUDA kernel."""
         from .geometry_grad import cuda_geometry_vjp
-        return cuda_geometry_vjp(volume, grid, z0, grad_sino, rays, tile)
+        return cuda_geometry_vjp(volume, grid, z0, grad_sino, rays, tile, runtime=self.runtime)

@@ -31,8 +31,7 @@ from .cpu_build import F64, I64, INT, PTR, cpu_function
 
 _P, _I, _L, _D = PTR, INT, I64, F64
 _CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I]
-_CUDA_NAMES = ("fdk_view_matrices", "fdk_backproject")
-FDK_BACKENDS = ("auto", "cpu", "cuda", "reference")
+FDK_BACKENDS = ("auto", "cpu", "cuda", "reference", "cuda-emulated")
 
 
 def _cpu_fn(dtype: torch.dtype):
@@ -55,6 +54,8 @@ def _resolve(backend: str, device: torch.device) -> str:
         raise ValueError(f"backend 'cpu' needs CPU tensors, got {device}")
     if backend == "cuda" and device.type != "cuda":
         raise ValueError(f"backend 'cuda' needs CUDA tensors, got {device}")
+    if backend == "cuda-emulated" and device.type != "cpu":
+        raise ValueError(f"backend 'cuda-emulated' runs the CUDA kernels on the host and needs CPU tensors, got {device}")
     return backend
 
 
@@ -110,22 +111,28 @@ def weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, v
                        w.data_ptr(), int(rays.cone), k0, k1, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz,
                        out_t.data_ptr(), int(accumulate), num_threads())
         return out_t
-    return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate)
+    from .cuda import runtime_for
+    return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate, runtime_for(which))
 
 
-def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, out_t, accumulate):
-    from .cuda import as_cupy, get_kernel, launch
+CUDA_FDK_ZPT = 4  # voxels along z per thread: FDK_ZPT in kernels/fdk_cuda.cu
+
+
+def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, out_t, accumulate, runtime):
+    from .cuda import launch
+
+    as_cupy = runtime.array
 
     dtype, device = q.dtype, q.device
     n, U, V = q.shape
     dz, dy, dx = grid.spacing
     mats = torch.empty((n, 13), dtype=dtype, device=device)
-    k_mat = get_kernel("fdk", "fdk_view_matrices", dtype, device, _CUDA_NAMES)
-    launch(k_mat, n, (*[as_cupy(t) for t in geo], as_cupy(w), np.int32(rays.cone), np.int32(n), np.int32(U),
+    k_mat = runtime.kernel("fdk", "fdk_view_matrices", dtype, device)
+    launch(runtime, k_mat, n, (*[as_cupy(t) for t in geo], as_cupy(w), np.int32(rays.cone), np.int32(n), np.int32(U),
                       np.int32(V), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.float64(dx),
                       np.float64(dy), np.float64(dz), as_cupy(mats)), device)
-    k_bp = get_kernel("fdk", "fdk_backproject", dtype, device, _CUDA_NAMES)
-    launch(k_bp, (z1 - z0) * grid.H * grid.W,
+    k_bp = runtime.kernel("fdk", "fdk_backproject", dtype, device)
+    launch(runtime, k_bp, -(-(z1 - z0) // CUDA_FDK_ZPT) * grid.H * grid.W,
            (as_cupy(q), np.int64(q.stride(0)), np.int64(q.stride(1)), np.int64(q.stride(2)), np.int32(U),
             np.int32(V), as_cupy(mats), np.int32(rays.cone), np.int32(k0), np.int32(k1), np.int32(grid.H),
             np.int32(grid.W), np.int32(z0), np.int32(z1), as_cupy(out_t), np.int32(accumulate)), device)

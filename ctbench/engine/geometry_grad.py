@@ -23,7 +23,6 @@ _CPU_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I,
              _P, _P, _I]
 _DTYPES = (torch.float32, torch.float64)
 _FAMILY = "joseph_grad"
-_CUDA_NAMES = ("joseph_geometry_vjp",)
 _CUDA_BLOCK = 256         # must match CT_GRAD_BLOCK in joseph_grad_cuda.cu
 _CUDA_MAX_GRID_Y = 65535  # views per launch (gridDim.y limit)
 
@@ -74,11 +73,14 @@ def cpu_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino:
 
 
 def cuda_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays,
-                      tile: Tile):
+                      tile: Tile, runtime=None):
     """Geometry VJP of one window with the CUDA kernel (NVRTC through CuPy), on torch's current stream."""
     import numpy as np
 
-    from .cuda import _cupy, as_cupy, get_kernel
+    from .cuda import CupyRuntime, launch_config
+
+    runtime = runtime if runtime is not None else CupyRuntime()
+    as_cupy = runtime.array
 
     _check(volume, grid, z0, grad_sino, rays, tile)
     dtype, device = volume.dtype, volume.device
@@ -90,14 +92,11 @@ def cuda_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino
     g = grad_sino.detach().contiguous()
     geo = [t.detach().to(device=device, dtype=dtype).contiguous() for t in rays.tensors()]
     out = torch.zeros((rays.n_views, 12), dtype=torch.float64, device=device)
-    kernel = get_kernel(_FAMILY, "joseph_geometry_vjp", dtype, device, _CUDA_NAMES)
+    kernel = runtime.kernel(_FAMILY, "joseph_geometry_vjp", dtype, device)
     dz, dy, dx = grid.spacing
     U, V = rays.detector_shape
-    cp = _cupy()
-    idx = device.index or 0
-    stream = torch.cuda.current_stream(device)
-    blocks_x = math.ceil(nu * nv / _CUDA_BLOCK)
-    with cp.cuda.Device(idx), cp.cuda.ExternalStream(stream.cuda_stream, idx):
+    (blocks_x,), block = launch_config(nu * nv, _CUDA_BLOCK)
+    with runtime.on_stream(device):
         for k0 in range(0, rays.n_views, _CUDA_MAX_GRID_Y):
             n_k = min(_CUDA_MAX_GRID_Y, rays.n_views - k0)
             args = (as_cupy(vol), np.int64(nz * H * W), np.int32(B), np.int32(grid.D), np.int32(grid.H),
@@ -105,5 +104,5 @@ def cuda_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino
                     np.float64(dz), *[as_cupy(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views),
                     np.int32(U), np.int32(V), np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0),
                     np.int32(tile.v1), np.int32(k0), as_cupy(g), as_cupy(out))
-            kernel((blocks_x, n_k), (_CUDA_BLOCK,), args)
+            kernel((blocks_x, n_k), block, args)
     return _split(out, dtype)
