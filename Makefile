@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-$(VENV)/.dev-installed: $(VENV)/.installed
+$(VENV)/.dev-installed: $(VENV)/.installed pyproject.toml
 	$(PIP) install -q -e ".[gui,dev]"
 	touch $@
 
