@@ -12,7 +12,8 @@ circular cone-beam scan is an exact fan-beam scan.
    (computed from the geometry, so fan and parallel beams are handled alike)
    and compared with the data interpolated there; the offset minimises the
    mean squared mismatch.  For parallel beams this is the registration of
-   each view with the mirrored view 180 degrees away.
+   each view with the mirrored view 180 degrees away (so a parallel scan
+   needs views on both sides: 360 degrees, or 180 with both end views).
 2. Sharpness sweep (:func:`offset_by_sharpness`): quick FBP reconstructions
    of the mid-plane for a range of offsets; a wrong centre smears every edge
    into arcs and lowers the energy of the image gradient; the offset
@@ -196,7 +197,7 @@ def offset_by_conjugate_rays(sino, angles, pitch: float, sid=None, sdd=None, *, 
     or 180 degrees (parallel)."""
     s, a = _check(sino, angles, pitch, sid, sdd)
     lo, hi = _search_range(s.shape[1], search_px)
-    x, xs, cs = _minimise(lambda o: conjugate_mismatch(s, a, o, pitch, sid, sdd), lo, hi, 0.5, 0.05)
+    x, xs, cs = _minimise(lambda o: conjugate_mismatch(s, a, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
     if not np.isfinite(cs).any():
         raise ValueError("the scan does not cover enough angles to pair each ray with its conjugate "
                          "(needs a full turn for fan/cone beams, 180 degrees for parallel beams)")

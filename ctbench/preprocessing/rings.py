@@ -2,10 +2,11 @@
 
 A pixel whose gain is wrong by a few percent adds the same offset to its
 line integral in every view: a vertical stripe in the sinogram, a ring in
-the reconstruction.  The object itself changes from view to view, so the
-mean over views of each detector row is smooth along u except for those
-offsets; the filter subtracts the difference between that mean and its
-median-filtered version (size ``size`` pixels) from every view.
+the reconstruction.  The filter takes each view's fine detail along u (the
+view minus its median filter of width ``size``), then the median of that
+detail over all views: a stripe is there in every view, an edge of the
+object moves from view to view and drops out.  That estimate of the
+stripes is subtracted from every view.
 """
 
 from __future__ import annotations
@@ -22,6 +23,6 @@ def remove_stripes(images, size: int = 9) -> np.ndarray:
     p = np.asarray(images, dtype=np.float32)
     if p.ndim != 3:
         raise ValueError(f"images must be (view, row, col), got shape {p.shape}")
-    mean = p.mean(axis=0)                                    # (rows, cols)
-    smooth = median_filter(mean, size=(1, int(size)), mode="nearest")
-    return p - (mean - smooth)[None]
+    detail = p - median_filter(p, size=(1, 1, int(size)), mode="nearest")
+    stripes = np.median(detail, axis=0)                      # (rows, cols): what every view shares
+    return p - stripes[None]
