@@ -122,3 +122,24 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
     assert cfg.geometry.detector_offset_u_mm == pytest.approx(scan.offset_u.value())
     assert cfg.geometry.volume_shape == (64, 64, 64) and cfg.algorithm.name == "fbp"
     assert Path(cfg.output.path) == tmp_path / "fdk.tif"
+
+
+def test_napari_opens_scan_files_lazily_through_the_reader(make_napari_viewer, tmp_path):
+    import tifffile
+
+    from ctbench_napari._scan_io import get_scan_reader
+
+    stack = np.arange(4 * 5 * 6, dtype=np.uint16).reshape(4, 5, 6)
+    tifffile.imwrite(tmp_path / "stack.tif", stack)
+    (tmp_path / "notes.txt").write_text("x")
+    assert get_scan_reader(str(tmp_path / "notes.txt")) is None
+    assert get_scan_reader(str(tmp_path / "nothing.tif")) is None
+    viewer = make_napari_viewer()
+    layers = viewer.open(str(tmp_path / "stack.tif"), plugin=PLUGIN)
+    assert len(layers) == 1 and isinstance(layers[0].data, da.Array)
+    np.testing.assert_array_equal(np.asarray(layers[0].data), stack)
+    meta = layers[0].metadata["ctbench"]
+    assert meta["kind"] == "projections" and meta["source"]["format"] == "tiff"
+    [folder] = viewer.open(str(sample_scan_path()), plugin=PLUGIN)
+    assert folder.metadata["ctbench"]["source"]["format"] == "scanner"
+    assert folder.data.shape == (SPEC.n_views, SPEC.detector_v, SPEC.detector_u)
