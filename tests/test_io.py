@@ -312,3 +312,17 @@ def test_reading_one_view_of_a_2gb_tiff_stays_far_below_its_size(tmp_path):
           f"(+{grew:.1f} MiB) for a {path.stat().st_size / 2**30:.2f} GiB file")
     assert grew < 300, f"reading one view of a 2 GiB stack grew resident memory by {grew:.0f} MiB"
     assert grew < 64                             # one view is 2 MiB; far below the file either way
+
+
+def test_raw_scan_with_raw_flats_and_darks(tmp_path):
+    proj = STACK[:4]
+    flats = np.full((3, 12, 16), 60000, np.uint16)
+    darks = np.full((2, 12, 16), 7, np.uint16)
+    for name, a in (("p.raw", proj), ("f.raw", flats), ("d.raw", darks)):
+        (tmp_path / name).write_bytes(b"\0" * 32 + a.astype(">u2").tobytes())
+    raw = {"shape": proj.shape, "dtype": "uint16", "byte_order": "big", "header": 32}
+    scan = read_scan(tmp_path / "p.raw", raw=raw, flats=tmp_path / "f.raw", darks=tmp_path / "d.raw",
+                     pixel_size=0.2, angles_deg=[0, 90, 180, 270])
+    np.testing.assert_array_equal(scan.flats.compute(), flats)       # frame count from the file size
+    np.testing.assert_array_equal(scan.darks.compute(), darks)
+    assert scan.pixel_size == (0.2, 0.2) and scan.angles[1] == pytest.approx(np.pi / 2)

@@ -32,6 +32,17 @@ def prepared(lab_scan):
     return scan, prepare(scan, PreprocessConfig())
 
 
+def test_bundled_sample_is_what_the_generator_writes(lab_scan):
+    import tifffile
+
+    from ctbench.io.sample_scan import sample_scan_path
+
+    shipped = sample_scan_path()
+    for rel in ("projections/proj_0000.tif", "projections/proj_0077.tif", "flats/flat_03.tif", "darks/dark_05.tif"):
+        np.testing.assert_array_equal(tifffile.imread(shipped / rel), tifffile.imread(lab_scan / rel))
+    assert json.loads((shipped / "scan.json").read_text()) == json.loads((lab_scan / "scan.json").read_text())
+
+
 def _fdk_error(prep, offset_mm, truth):
     geo = build_geometry(prep, GeometryConfig(**GRID), SPEC.sid, SPEC.sdd, SPEC.angles, offset_mm)
     sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))

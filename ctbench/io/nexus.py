@@ -62,7 +62,6 @@ def _length_mm(ds, path: Path, what: str) -> float:
 
 def read_nexus(path, entry: str | None = None) -> RawScan:
     """An NXtomo file -> :class:`RawScan` with projections, flats and darks split by ``image_key``."""
-    import dask.array as da
     import h5py
 
     path = Path(path)

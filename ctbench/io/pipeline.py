@@ -28,7 +28,6 @@ detector in mm; crops and binning are accounted for.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field

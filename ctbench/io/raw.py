@@ -32,7 +32,6 @@ def read_raw(path, shape, dtype="uint16", byte_order: str = "little", header: in
     size mismatch (truncated file, wrong shape or dtype) is an error that
     gives both sizes.
     """
-    import dask.array as da
 
     path = Path(path)
     dt = raw_dtype(dtype, byte_order)
