@@ -62,6 +62,8 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
 
     scan.projections.select(raw.name)
     scan.correct_button.click()
+    assert scan.busy                                          # in a worker thread; the GUI stays live
+    wait_for(lambda: not scan.busy, timeout=120)
     assert scan.message.level == "note", scan.message.text()
     lines = viewer.layers[scan.target.currentText()]
     expect = prepare(read_scan(sample_scan_path()), PreprocessConfig()).images
@@ -69,6 +71,7 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
     assert scan.sid.value() == SPEC.sid and scan.sdd.value() == SPEC.sdd   # from scan.json
 
     scan.centre_button.click()
+    wait_for(lambda: not scan.busy, timeout=300)
     assert scan.message.level == "note", scan.message.text()
     assert abs(scan.last_centre.offset_px - SPEC.offset_px) <= 0.25
     assert scan.offset_u.value() == pytest.approx(scan.last_centre.offset_mm, abs=1e-4)

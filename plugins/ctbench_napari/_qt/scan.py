@@ -15,9 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from qtpy.QtCore import Qt
-from qtpy.QtWidgets import (QApplication, QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                            QGroupBox, QHBoxLayout, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+                            QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from ctbench.io import FORMATS, export_volume
 from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
@@ -28,7 +27,7 @@ from ctbench.io.scan import images_to_sinogram
 
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
-from .common import LayerPicker, MessageLabel, add_or_update, report_errors
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
 
 
 def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
@@ -167,9 +166,16 @@ class ScanImportWidget(QWidget):
         form.addRow("Config", _row(self.config_path, self.config_button))
         lay.addWidget(box)
 
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.hide()
+        lay.addWidget(self.progress)
         self.message = MessageLabel()
         lay.addWidget(self.message)
         lay.addStretch(1)
+        self._worker = None
+        self._buttons = (self.open_button, self.correct_button, self.centre_button, self.attach_button,
+                         self.export_button, self.config_button)
 
     # ----------------------------------------------------------------- helpers
     def _browse(self) -> None:
@@ -202,11 +208,42 @@ class ScanImportWidget(QWidget):
                                 angle_range_deg=(self.range0.value(), self.range1.value())
                                 if self.use_range.isChecked() else None, ring_filter=self.ring.value())
 
-    def _busy(self, on: bool) -> None:
-        if on:
-            QApplication.setOverrideCursor(Qt.WaitCursor)
-        else:
-            QApplication.restoreOverrideCursor()
+    # ------------------------------------------------------- background work
+    @property
+    def busy(self) -> bool:
+        return self._worker is not None
+
+    def _start(self, fn, args: tuple, on_done, what: str):
+        """Run ``fn(*args)`` in a napari thread worker; ``on_done(result)`` on the GUI thread afterwards."""
+        from napari.qt.threading import create_worker
+
+        if self._worker is not None:
+            raise RuntimeError("the widget is still working on the previous step; wait for it to finish")
+        self.progress.setRange(0, 0)          # busy indicator
+        self.progress.setFormat(what)
+        self.progress.show()
+        for b in self._buttons:
+            b.setEnabled(False)
+        worker = create_worker(fn, *args, _start_thread=False)
+        worker.returned.connect(lambda result: self._deliver(on_done, result))
+        worker.errored.connect(lambda e: self.message.error(error_text(e)))
+        worker.finished.connect(self._finished)
+        self._worker = worker
+        worker.start()
+        return worker
+
+    def _deliver(self, on_done, result) -> None:
+        try:
+            on_done(result)
+        except Exception as e:  # noqa: BLE001 - shown in the widget, like report_errors
+            self.message.error(error_text(e))
+
+    def _finished(self) -> None:
+        self._worker = None
+        self.progress.setRange(0, 1)
+        self.progress.hide()
+        for b in self._buttons:
+            b.setEnabled(True)
 
     # ----------------------------------------------------------------- actions
     @report_errors
@@ -235,19 +272,18 @@ class ScanImportWidget(QWidget):
 
     @report_errors
     def correct(self, *_):
+        """Flat/dark-correct the chosen projections in a worker; a line-integrals layer appears when done."""
         self.message.clear()
         layer = self.projections.layer()
         if layer is None:
             raise ValueError("no projections layer: open a scan first (step 1)")
         src = self._source(layer)
-        scan = read_scan(src["path"], format=src.get("format", "auto") if src.get("format") in FORMATS else "auto",
-                         raw=src.get("raw"))
         pre = self.preprocess_config()
-        self._busy(True)
-        try:
-            prep = prepare(scan, pre, None if scan.pixel_size else (self.pitch_u.value(), self.pitch_v.value()))
-        finally:
-            self._busy(False)
+        pitch = (self.pitch_u.value(), self.pitch_v.value())
+        return self._start(_prepare, (src, pre, pitch), lambda prep: self._show_prepared(layer, src, pre, prep),
+                           "correcting…")
+
+    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, prep: Prepared):
         name = f"{layer.name.split(' (')[0]} line integrals"
         meta = {"kind": "line_integrals", "source": src, "preprocess": pre.model_dump(mode="json"),
                 "pitch": list(prep.pitch), "shift_mm": [prep.shift_u, prep.shift_v],
@@ -282,19 +318,18 @@ class ScanImportWidget(QWidget):
 
     @report_errors
     def find_centre(self, *_):
+        """Search the detector offset in a worker; fills "Detector offset u" when done."""
         self.message.clear()
         layer = self._target()
         images = np.asarray(layer.data, dtype=np.float32)
-        self._busy(True)
-        try:
-            res = find_offset(Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value())),
-                              self._angles(layer), self.sid.value(), self.sdd.value(), self.offset_v.value())
-        finally:
-            self._busy(False)
+        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
+        args = (prep, self._angles(layer), self.sid.value(), self.sdd.value(), self.offset_v.value())
+        return self._start(find_offset, args, self._show_centre, "finding the centre…")
+
+    def _show_centre(self, res) -> None:
         self.offset_u.setValue(res.offset_mm)
         self.last_centre = res
         self.message.note(res.text())
-        return res
 
     def geometry_config(self) -> GeometryConfig:
         shape = (self.vol_d.value(), self.vol_h.value(), self.vol_w.value())
@@ -377,6 +412,13 @@ class ScanImportWidget(QWidget):
         out = save_config(self.recon_config(), path)
         self.message.note(f"saved {out}; run it with: ctbench recon {out}")
         return out
+
+
+def _prepare(src: dict, pre: PreprocessConfig, pitch) -> Prepared:
+    """Reopen the scan file of a projections layer and preprocess it (runs in a worker thread)."""
+    scan = read_scan(src["path"], format=src["format"] if src.get("format") in FORMATS else "auto",
+                     raw=src.get("raw"))
+    return prepare(scan, pre, None if scan.pixel_size else pitch)
 
 
 def _jsonable(x):
