@@ -240,7 +240,7 @@ def offset_by_sharpness(sino, angles, pitch: float, sid=None, sdd=None, *, searc
     n_pix = min(U, 96)
     vox = U * pitch / mag / n_pix
     lo, hi = _search_range(U, search_px)
-    return _minimise(_sharpness_cost(s, a, pitch, sid, sdd, n_pix, vox), lo, hi, 0.5, 0.1)
+    return _minimise(_sharpness_cost(s, a, pitch, sid, sdd, n_pix, vox), lo, hi, 1.0, 0.1)
 
 
 def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | None = None,
