@@ -146,3 +146,34 @@ def test_napari_opens_scan_files_lazily_through_the_reader(make_napari_viewer, t
     [folder] = viewer.open(str(sample_scan_path()), plugin=PLUGIN)
     assert folder.metadata["ctbench"]["source"]["format"] == "scanner"
     assert folder.data.shape == (SPEC.n_views, SPEC.detector_v, SPEC.detector_u)
+
+
+@pytest.mark.slow
+def test_napari_shows_one_view_of_a_2gb_stack_without_loading_it(make_napari_viewer, tmp_path):
+    import psutil
+    import tifffile
+    from qtpy.QtWidgets import QApplication
+
+    n, rows, cols = 1024, 1024, 1024                 # uint16: 2 GiB, sparse apart from two views
+    path = tmp_path / "big.tif"
+    mm = tifffile.memmap(path, shape=(n, rows, cols), dtype=np.uint16, photometric="minisblack")
+    mm[0] = 7
+    mm[600] = 600
+    mm.flush()
+    del mm
+    viewer = make_napari_viewer(show=True)
+    proc = psutil.Process()
+    for _ in range(3):
+        QApplication.processEvents()
+    before = proc.memory_info().rss
+    [layer] = viewer.open(str(path), plugin=PLUGIN)
+    viewer.dims.set_point(0, 600)
+    for _ in range(5):
+        QApplication.processEvents()
+    after = proc.memory_info().rss
+    grew = (after - before) / 2 ** 20
+    print(f"napari: RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB (+{grew:.0f}) showing view 600 of a "
+          f"{path.stat().st_size / 2**30:.2f} GiB stack")
+    assert isinstance(layer.data, da.Array) and layer.data.shape == (n, rows, cols)
+    assert float(np.asarray(layer._slice.image.view).max()) == 600      # the view on screen was read
+    assert grew < 300
