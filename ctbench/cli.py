@@ -4,6 +4,7 @@
                    reconstruct it with FDK, write zarr + PNG, print accuracy
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
+``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/io/pipeline.py)
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def main(argv=None) -> int:
     p.set_defaults(func=_gui)
     p = sub.add_parser("info", help="backends, compiler and kernel cache")
     p.set_defaults(func=_info)
+    from .io.pipeline import register_cli as _register_recon
+    _register_recon(sub)   # ctbench recon CONFIG.json
     args = parser.parse_args(argv)
     if getattr(args, "size", 1) <= 0 or getattr(args, "views", 1) <= 0:
         parser.error("--size and --views must be positive")

@@ -93,3 +93,12 @@ def htc2022_geometry(data) -> tuple[ScanGeometry, np.ndarray]:
     geo = ScanGeometry(data.trajectory, kw["detector_shape"], kw["detector_spacing"], kw["volume_shape"],
                        kw["voxel_spacing"])
     return geo, data.sinogram.detach().cpu().numpy().astype(np.float32)
+
+
+def make_lab_scan() -> list[LayerData]:
+    """Sample: a simulated lab cone-beam scan in raw counts (TIFF files + scan.json; flats, darks, an offset)."""
+    from ctbench.io.sample_scan import sample_scan_path
+
+    from ._scan_io import scan_layer
+
+    return [scan_layer(sample_scan_path(), name="lab scan (raw counts)")]

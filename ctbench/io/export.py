@@ -1,0 +1,183 @@
+"""Volume exporters: TIFF stack (voxel size in the tags), HDF5 and the ctbench zarr dataset.
+
+Every exporter writes to a hidden sibling of the target and renames it into
+place only when the whole volume is written, so an export that fails
+halfway (a full disk, an error while computing a lazy volume) leaves no
+file behind and never damages an existing one.  Volumes are written slab by
+slab along z, so lazy (dask / zarr) volumes larger than memory export too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ScanFileError
+
+EXPORT_FORMATS = {".tif": "tiff", ".tiff": "tiff", ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5",
+                  ".zarr": "zarr"}
+
+
+def export_format(path, format: str = "auto") -> str:
+    """"tiff", "hdf5" or "zarr" from ``format`` or the suffix of ``path``; ValueError otherwise."""
+    if format != "auto":
+        if format not in ("tiff", "hdf5", "zarr"):
+            raise ValueError(f"format must be 'auto', 'tiff', 'hdf5' or 'zarr', got {format!r}")
+        return format
+    suffix = Path(path).suffix.lower()
+    if suffix not in EXPORT_FORMATS:
+        raise ValueError(f"cannot tell the export format of {path}: use a suffix in {sorted(EXPORT_FORMATS)} "
+                         "or pass format=")
+    return EXPORT_FORMATS[suffix]
+
+
+def _spacing(voxel_spacing, ndim: int) -> tuple[float, ...]:
+    sp = voxel_spacing
+    sp = (float(sp),) * ndim if isinstance(sp, (int, float)) else tuple(float(s) for s in sp)
+    if len(sp) != ndim or not all(math.isfinite(s) and s > 0 for s in sp):
+        raise ValueError(f"voxel_spacing must be {ndim} positive lengths in mm (z, y, x), got {voxel_spacing!r}")
+    return sp
+
+
+def _as_array(volume):
+    try:
+        volume = volume.detach().cpu().numpy()   # torch, without importing it
+    except AttributeError:
+        pass
+    if not hasattr(volume, "shape") or not hasattr(volume, "dtype"):
+        volume = np.asarray(volume)
+    if len(volume.shape) not in (2, 3):
+        raise ValueError(f"volume must be (D, H, W) or (H, W), got shape {tuple(volume.shape)}")
+    if np.dtype(volume.dtype).kind not in "fiub":
+        raise ValueError(f"volume must hold numbers, got dtype {volume.dtype}")
+    return volume if len(volume.shape) == 3 else volume[None]
+
+
+def _slabs(volume, step: int = 16):
+    for z0 in range(0, volume.shape[0], step):
+        slab = volume[z0:z0 + step]
+        yield z0, np.asarray(slab.compute() if hasattr(slab, "compute") else slab)
+
+
+def _tmp_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+    elif p.exists():
+        p.unlink()
+
+
+def export_volume(path, volume, voxel_spacing, *, format: str = "auto", overwrite: bool = False,
+                  meta: dict | None = None, geometry=None) -> Path:
+    """Write ``volume`` (z, y, x; numpy, torch, dask or zarr) with its voxel size (mm) and return the path.
+
+    TIFF: an ImageJ-compatible float32 stack; X/YResolution hold pixels per
+    mm, the ImageJ description holds ``spacing`` (dz) and ``unit=mm``.
+    HDF5: dataset ``/volume`` with attributes ``voxel_spacing``, ``axes``,
+    ``units`` and ``meta`` (JSON).  zarr: a ctbench dataset
+    (:func:`ctbench.workbench.dataset.save_dataset`), with ``geometry`` if given.
+    """
+    path = Path(path)
+    fmt = export_format(path, format)
+    vol = _as_array(volume)
+    sp = _spacing(voxel_spacing, 3 if len(getattr(volume, "shape", vol.shape)) == 3 else 2)
+    sp3 = sp if len(sp) == 3 else (1.0, *sp)
+    meta = dict(meta or {})
+    try:
+        meta_json = json.dumps(meta)
+    except TypeError as e:
+        raise ValueError(f"meta must be JSON-serialisable: {e}") from None
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    if not path.parent.is_dir():
+        raise ScanFileError(path, f"cannot be written: the folder {path.parent} does not exist")
+    tmp = _tmp_path(path)
+    _remove(tmp)
+    try:
+        if fmt == "tiff":
+            _write_tiff(tmp, vol, sp3, meta_json)
+        elif fmt == "hdf5":
+            _write_hdf5(tmp, vol, sp3, meta_json)
+        else:
+            from ..workbench.dataset import save_dataset
+            data = np.concatenate([s for _, s in _slabs(vol)]) if len(sp) == 3 else np.asarray(vol)[0]
+            save_dataset(tmp, volume=data, voxel_spacing=sp, geometry=geometry, meta=meta)
+        if path.exists():
+            # Replace: move the old one aside first so that a failing rename cannot lose both.
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            _remove(old)
+            path.rename(old)
+            tmp.rename(path)
+            _remove(old)
+        else:
+            tmp.rename(path)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return path
+
+
+def _write_tiff(tmp: Path, vol, sp, meta_json: str) -> None:
+    import tifffile
+
+    dz, dy, dx = sp
+    D, H, W = vol.shape
+
+    def pages():
+        for _, slab in _slabs(vol):
+            for page in slab.astype(np.float32, copy=False):
+                yield page
+
+    tifffile.imwrite(tmp, pages(), shape=(D, H, W), dtype=np.float32, imagej=True,
+                     resolution=(1.0 / dx, 1.0 / dy),
+                     metadata={"axes": "ZYX", "spacing": dz, "unit": "mm", "ctbench": meta_json})
+
+
+def _write_hdf5(tmp: Path, vol, sp, meta_json: str) -> None:
+    import h5py
+
+    with h5py.File(tmp, "w") as f:
+        ds = f.create_dataset("volume", shape=vol.shape, dtype=np.float32,
+                              chunks=(1, *vol.shape[1:]) if vol.shape[0] > 1 else None)
+        for z0, slab in _slabs(vol):
+            ds[z0:z0 + slab.shape[0]] = slab
+        ds.attrs["voxel_spacing"] = np.asarray(sp, dtype=np.float64)
+        ds.attrs["axes"] = "z,y,x"
+        ds.attrs["units"] = "mm"
+        ds.attrs["values"] = "linear attenuation per mm"
+        ds.attrs["meta"] = meta_json
+
+
+def read_volume(path) -> tuple[np.ndarray, tuple[float, float, float]]:
+    """Read back a volume written by :func:`export_volume`: (array, (dz, dy, dx) in mm)."""
+    path = Path(path)
+    fmt = export_format(path)
+    if not path.exists():
+        raise ScanFileError(path, "does not exist")
+    if fmt == "tiff":
+        import tifffile
+        with tifffile.TiffFile(path) as tif:
+            vol = tif.asarray()
+            ij = tif.imagej_metadata or {}
+            page = tif.pages[0]
+            xr, yr = page.tags["XResolution"].value, page.tags["YResolution"].value
+            dx, dy = xr[1] / xr[0], yr[1] / yr[0]
+            dz = float(ij.get("spacing", 1.0))
+        return (vol if vol.ndim == 3 else vol[None]), (dz, dy, dx)
+    if fmt == "hdf5":
+        import h5py
+        with h5py.File(path, "r") as f:
+            ds = f["volume"]
+            return ds[()], tuple(float(s) for s in ds.attrs["voxel_spacing"])
+    from ..workbench.dataset import load_dataset
+    d = load_dataset(path)
+    sp = d.voxel_spacing
+    return np.asarray(d.volume), tuple(sp) if len(sp) == 3 else (1.0, *sp)

@@ -1,0 +1,342 @@
+"""``ctbench recon CONFIG.json``: read a scan, preprocess it, attach a geometry, reconstruct, export.
+
+The same steps serve the command line, the napari "Scan import" widget
+(which saves its current settings as such a config) and scripts::
+
+    cfg = load_config("recon.json")
+    report = run_recon(cfg)
+
+A config (JSON; every section but ``input`` optional)::
+
+    {"input":      {"path": "scan/", "format": "auto", "flats": null, "darks": null,
+                    "raw": {"shape": [360, 512, 512], "dtype": "uint16", "byte_order": "little", "header": 0}},
+     "preprocess": {"rows": null, "cols": null, "bin": 1, "every": 1, "angle_range_deg": null,
+                    "ring_filter": 0, "min_transmission": 1e-4},
+     "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
+                    "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": 0,
+                    "volume_shape": null, "voxel_size_mm": null},
+     "algorithm":  {"name": "fbp", "params": {}},
+     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false}}
+
+``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
+(the volume grid covers the field of view at the detector's resolution
+scaled to the isocentre).  ``detector_offset_u_mm`` is "auto" (centre
+finder, on the preprocessed data) or the offset of the *uncropped*
+detector in mm; crops and binning are accounted for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ScanFileError
+from .readers import FORMATS, read_scan
+from .scan import RawScan, images_to_sinogram
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RawOptions(_Model):
+    shape: tuple[int, int, int]
+    dtype: str = "uint16"
+    byte_order: Literal["little", "big", "native"] = "little"
+    header: int = Field(0, ge=0)
+
+
+class InputConfig(_Model):
+    path: str
+    format: Literal[FORMATS] = "auto"   # type: ignore[valid-type]
+    flats: Optional[str] = None
+    darks: Optional[str] = None
+    raw: Optional[RawOptions] = None
+
+
+class PreprocessConfig(_Model):
+    rows: Optional[tuple[int, int]] = None
+    cols: Optional[tuple[int, int]] = None
+    bin: int = Field(1, ge=1)
+    every: int = Field(1, ge=1)
+    angle_range_deg: Optional[tuple[float, float]] = None
+    ring_filter: int = Field(0, ge=0, description="median width in pixels; 0 = off")
+    min_transmission: float = Field(1e-4, gt=0, lt=1)
+
+    @field_validator("ring_filter")
+    @classmethod
+    def _ring(cls, v):
+        if v and v < 3:
+            raise ValueError("ring_filter must be 0 (off) or a width >= 3 pixels")
+        return v
+
+
+class GeometryConfig(_Model):
+    sid_mm: Optional[float] = Field(None, gt=0)
+    sdd_mm: Optional[float] = Field(None, gt=0)
+    pixel_size_mm: Optional[tuple[float, float]] = None
+    angle_range_deg: float = Field(360.0, gt=0)
+    start_angle_deg: float = 0.0
+    detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
+    detector_offset_v_mm: float = 0.0
+    volume_shape: Optional[tuple[int, int, int]] = None
+    voxel_size_mm: Optional[float] = Field(None, gt=0)
+
+
+class AlgorithmConfig(_Model):
+    name: str = "fbp"
+    params: dict = Field(default_factory=dict)
+
+
+class OutputConfig(_Model):
+    path: str
+    format: Literal["auto", "tiff", "hdf5", "zarr"] = "auto"
+    overwrite: bool = False
+
+
+class ReconConfig(_Model):
+    """A whole reconstruction, from file to file."""
+
+    version: Literal[1] = 1
+    input: InputConfig
+    preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)
+    geometry: GeometryConfig = Field(default_factory=GeometryConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    output: Optional[OutputConfig] = None
+
+
+def _explain(e: ValidationError, where) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{loc}: {err['msg']}")
+    return f"{where}: invalid recon config: " + "; ".join(parts)
+
+
+def parse_config(doc: dict, where: str = "config") -> ReconConfig:
+    """A validated :class:`ReconConfig`; ValueError naming every bad field otherwise."""
+    try:
+        return ReconConfig.model_validate(doc)
+    except ValidationError as e:
+        raise ValueError(_explain(e, where)) from None
+
+
+def load_config(path) -> ReconConfig:
+    """Read a recon config; relative paths in it are taken relative to the config's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise ScanFileError(path, "does not exist")
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise ScanFileError(path, f"is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ScanFileError(path, "must hold a JSON object")
+    cfg = parse_config(doc, str(path))
+    base = path.resolve().parent
+
+    def rel(p):
+        return None if p is None else str(p if Path(p).is_absolute() else base / p)
+
+    cfg.input.path, cfg.input.flats, cfg.input.darks = rel(cfg.input.path), rel(cfg.input.flats), rel(cfg.input.darks)
+    if cfg.output is not None:
+        cfg.output.path = rel(cfg.output.path)
+    return cfg
+
+
+def save_config(cfg: ReconConfig, path, *, overwrite: bool = True) -> Path:
+    """Write a config as JSON (aside, then renamed into place)."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    tmp.replace(path)
+    return path
+
+
+# ------------------------------------------------------------------ the steps
+def open_scan(inp: InputConfig) -> RawScan:
+    return read_scan(inp.path, format=inp.format, flats=inp.flats, darks=inp.darks,
+                     raw=None if inp.raw is None else inp.raw.model_dump())
+
+
+@dataclass
+class Prepared:
+    """Line integrals ``(view, row, col)`` ready to reconstruct, and what preprocessing did to the geometry."""
+
+    images: np.ndarray
+    angles: np.ndarray | None          # radians, of the kept views (None when the file had none)
+    pitch: tuple[float, float]          # (du, dv) after binning, mm
+    shift_u: float = 0.0                # detector-centre shift from crops/binning, mm
+    shift_v: float = 0.0
+    views: np.ndarray | None = None
+    correction: dict = field(default_factory=dict)
+
+
+def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
+    """Subset, crop, flat/dark-correct, bin, -log and ring-filter a scan."""
+    from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
+                                 flat_dark_correct, minus_log, remove_stripes, view_subset)
+
+    pitch = tuple(pixel_size) if pixel_size is not None else scan.pixel_size
+    if pitch is None:
+        raise ValueError(f"{scan.source}: the file gives no pixel size; set geometry.pixel_size_mm")
+    idx = view_subset(scan.n_views, scan.angles, every=pre.every, angle_range_deg=pre.angle_range_deg)
+    change = DetectorChange()
+    proj = scan.projections
+    if idx.size != scan.n_views:
+        proj = proj[idx]
+    proj = crop(proj, pre.rows, pre.cols, pitch=pitch, change=change)
+    report = CorrectionReport()
+    if scan.values == "counts":
+        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats")
+        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks")
+        chunks = []
+        for i in range(0, proj.shape[0], 32):   # bounded memory: 32 raw views at a time
+            t = flat_dark_correct(proj[i:i + 32], flat, dark, min_transmission=pre.min_transmission, report=report)
+            chunks.append(bin_pixels(t, pre.bin, pitch=pitch, change=DetectorChange()) if pre.bin > 1 else t)
+        if pre.bin > 1:
+            bin_pixels(proj[:1], pre.bin, pitch=pitch, change=change)   # records the binning's geometry once
+        images = minus_log(np.concatenate(chunks))
+    else:
+        data = np.asarray(proj.compute() if hasattr(proj, "compute") else proj, dtype=np.float32)
+        data = bin_pixels(data, pre.bin, pitch=pitch, change=change)
+        if scan.values == "transmission":
+            data = minus_log(np.clip(data, pre.min_transmission, None))
+        images = np.asarray(data, dtype=np.float32)
+    if pre.ring_filter:
+        images = remove_stripes(images, pre.ring_filter)
+    du, dv = (p * f for p, f in zip(pitch, change.pitch_factor))
+    return Prepared(images, None if scan.angles is None else scan.angles[idx], (du, dv), change.shift_u,
+                    change.shift_v, idx, report.to_dict())
+
+
+def scan_angles(prep: Prepared, geo: GeometryConfig, n_views_file: int) -> np.ndarray:
+    """Angles of the kept views: from the file, else evenly over ``angle_range_deg`` from ``start_angle_deg``."""
+    if prep.angles is not None:
+        return prep.angles
+    all_angles = np.radians(geo.start_angle_deg + geo.angle_range_deg * np.arange(n_views_file) / n_views_file)
+    return all_angles if prep.views is None else all_angles[prep.views]
+
+
+def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float, float]:
+    sid = geo.sid_mm or scan.scanner.get("source_object_distance_mm") or scan.scanner.get("source_sample_distance_mm")
+    sdd = geo.sdd_mm or scan.scanner.get("source_detector_distance_mm")
+    if sdd is None and sid and scan.scanner.get("sample_detector_distance_mm"):
+        sdd = sid + scan.scanner["sample_detector_distance_mm"]
+    if not sid or not sdd:
+        raise ValueError(f"{scan.source}: the file gives no source distances; set geometry.sid_mm and sdd_mm")
+    if sdd < sid:
+        raise ValueError(f"sdd ({sdd} mm) must be at least sid ({sid} mm)")
+    return float(sid), float(sdd)
+
+
+def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, angles: np.ndarray,
+                   offset_u_mm: float):
+    """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam)."""
+    import torch
+
+    from ..geometry import circular_trajectory_3d
+    from ..workbench.design import ScanGeometry
+
+    n, rows, cols = prep.images.shape
+    du, dv = prep.pitch
+    mag = sdd / sid
+    vox = geo.voxel_size_mm or du / mag
+    shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
+    traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=torch.as_tensor(angles, dtype=torch.float32),
+                                  detector_offset=(float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v)))
+    return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
+
+
+def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: float = 0.0, *, cross_check=True):
+    from ..preprocessing import find_centre
+
+    return find_centre(prep.images, angles, prep.pitch[0], sid=sid, sdd=sdd, pitch_v=prep.pitch[1],
+                       offset_v=offset_v_mm + prep.shift_v, cross_check=cross_check)
+
+
+def run_recon(cfg: ReconConfig, *, log=None) -> dict:
+    """Run a config end to end; returns a JSON-able report (the exported path under ``"output"``)."""
+    from ..workbench.workflow import ReconRequest, run
+
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    if cfg.output is not None:
+        out = Path(cfg.output.path)
+        if out.exists() and not cfg.output.overwrite:
+            raise FileExistsError(f"{out} exists; set output.overwrite to replace it")
+    request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
+    scan = open_scan(cfg.input)
+    say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
+    prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
+    say(f"preprocessed: {prep.images.shape} line integrals; clipped {prep.correction.get('n_clipped', 0)} values")
+    sid, sdd = distances(scan, cfg.geometry)
+    angles = scan_angles(prep, cfg.geometry, scan.n_views)
+    centre = None
+    if cfg.geometry.detector_offset_u_mm == "auto":
+        centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
+        offset_u = centre.offset_mm
+        say(centre.text())
+    else:
+        offset_u = float(cfg.geometry.detector_offset_u_mm) + prep.shift_u
+    geometry = build_geometry(prep, cfg.geometry, sid, sdd, angles, offset_u)
+    sino = np.ascontiguousarray(images_to_sinogram(prep.images))
+    import torch
+    finished = run(geometry, torch.from_numpy(sino), request)
+    say(f"{request.title()} done in {finished.elapsed:.1f} s")
+    report = {"input": scan.describe() | {"angles_deg": None}, "preprocessed_shape": list(prep.images.shape),
+              "correction": prep.correction, "centre": None if centre is None else centre.to_dict(),
+              "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
+              "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
+                           "voxel_spacing": list(geometry.voxel_spacing)},
+              "algorithm": finished.metadata(), "output": None}
+    if cfg.output is not None:
+        from .export import export_volume
+        path = export_volume(cfg.output.path, finished.volume, geometry.voxel_spacing, format=cfg.output.format,
+                             overwrite=cfg.output.overwrite, geometry=geometry,
+                             meta={"config": cfg.model_dump(mode="json"), "recon": finished.metadata()})
+        report["output"] = str(path)
+        say(f"wrote {path}")
+    report["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    report["volume"] = finished.volume        # not JSON: the CLI drops it
+    report["geometry_object"] = geometry
+    return report
+
+
+# -------------------------------------------------------------------- the CLI
+def register_cli(subparsers) -> None:
+    """Add ``ctbench recon CONFIG.json`` to the ``ctbench`` command's subparsers."""
+    p = subparsers.add_parser("recon", help="reconstruct a measured scan as described by a JSON config "
+                                            "(docs/SCANS.md)")
+    p.add_argument("config", help="recon config (JSON)")
+    p.add_argument("--out", help="output path (overrides output.path; .tif, .h5 or .zarr)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    import sys
+
+    try:
+        cfg = load_config(args.config)
+        if args.out:
+            cfg.output = OutputConfig(path=args.out, overwrite=args.overwrite)
+        elif args.overwrite and cfg.output is not None:
+            cfg.output.overwrite = True
+        report = run_recon(cfg, log=lambda m: print(m, file=sys.stderr))
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
+        print(f"ctbench recon: {e}", file=sys.stderr)
+        return 2
+    for k in ("volume", "geometry_object"):
+        report.pop(k)
+    print(json.dumps(report))
+    return 0

@@ -1,0 +1,146 @@
+"""A simulated lab cone-beam scan in raw counts, stored the way lab scanners deliver one.
+
+The Shepp-Logan head (exact analytic line integrals, so no projector is
+involved in making the data) is scanned on a circular orbit whose detector
+sits :data:`SAMPLE_OFFSET_PX` pixels off centre, as real detectors do.
+Counts follow Poisson statistics around a beam of ``i0`` photons per pixel
+shaped by a smooth fall-off and a fixed per-pixel gain pattern (so a scan
+without flat-field correction shows rings), plus a dark current with its
+own fixed pattern and Gaussian read noise.  Flats and darks are taken with
+the same detector.  The files: ``projections/proj_NNNN.tif``,
+``flats/flat_NN.tif``, ``darks/dark_NN.tif`` (uint16, zlib) and ``scan.json``
+(:mod:`ctbench.io.scanner`).  The offset is *not* in ``scan.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .scan import sinogram_to_images
+from .scanner import SCANNER_JSON, scanner_json
+
+SAMPLE_OFFSET_PX = 3.3
+
+
+@dataclass(frozen=True)
+class LabScanSpec:
+    """Parameters of the simulated scan (mm, degrees, photons)."""
+
+    n_views: int = 120
+    detector_u: int = 96            # columns
+    detector_v: int = 72            # rows
+    pitch: float = 1.5
+    sid: float = 200.0
+    sdd: float = 400.0
+    offset_px: float = SAMPLE_OFFSET_PX
+    volume: int = 64                # phantom grid (voxels per axis) for the truth
+    voxel: float = 1.0
+    attenuation: float = 0.03       # per mm, of a unit value of the Shepp-Logan table
+    i0: float = 12000.0             # photons per pixel in the open beam centre
+    dark_level: float = 100.0
+    read_noise: float = 3.0
+    n_flats: int = 8
+    n_darks: int = 8
+    seed: int = 13
+
+    @property
+    def angles(self) -> np.ndarray:
+        return 2 * np.pi * np.arange(self.n_views) / self.n_views
+
+    def phantom_scale(self) -> float:
+        from ..phantoms import default_scale
+        return float(default_scale((self.volume,) * 3, self.voxel))
+
+    def trajectory(self, offset_px: float | None = None):
+        import torch
+
+        from ..geometry import circular_trajectory_3d
+        o = self.offset_px if offset_px is None else offset_px
+        return circular_trajectory_3d(sid=self.sid, sdd=self.sdd, angles=torch.from_numpy(self.angles),
+                                      detector_offset=(o * self.pitch, 0.0), dtype=torch.float64)
+
+    def phantom(self) -> np.ndarray:
+        """The true attenuation (per mm) on the ``volume``^3 grid."""
+        from ..phantoms import shepp_logan_3d
+        n = self.volume
+        return (shepp_logan_3d((n, n, n), self.voxel, modified=True, scale=self.phantom_scale())
+                * self.attenuation).numpy()
+
+
+def simulate_counts(spec: LabScanSpec = LabScanSpec()):
+    """(projections, flats, darks) as uint16 ``(n, rows, cols)`` stacks and the exact line integrals."""
+    from ..phantoms import shepp_logan_line_integrals
+
+    rng = np.random.default_rng(spec.seed)
+    U, V = spec.detector_u, spec.detector_v
+    sino = shepp_logan_line_integrals(spec.trajectory(), (U, V), spec.pitch, modified=True,
+                                      scale=spec.phantom_scale()).numpy() * spec.attenuation
+    line = sinogram_to_images(sino)                                        # (n, rows, cols)
+    r, c = np.mgrid[:V, :U]
+    rr = ((r - (V - 1) / 2) / V) ** 2 + ((c - (U - 1) / 2) / U) ** 2
+    beam = spec.i0 * (1 - 0.3 * rr) * rng.normal(1.0, 0.02, (V, U))          # fall-off x fixed gain pattern
+    dark = spec.dark_level * rng.normal(1.0, 0.05, (V, U))                   # fixed dark-current pattern
+
+    def frames(mean_photons, n=None):
+        shape = mean_photons.shape if n is None else (n, *mean_photons.shape)
+        counts = rng.poisson(np.broadcast_to(mean_photons, shape)).astype(np.float64)
+        counts += dark + rng.normal(0.0, spec.read_noise, shape)
+        return np.clip(np.rint(counts), 0, 65535).astype(np.uint16)
+
+    proj = frames(beam[None] * np.exp(-line))
+    flats = frames(beam, spec.n_flats)
+    darks = frames(np.zeros_like(beam), spec.n_darks)
+    return proj, flats, darks, sino
+
+
+def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool = False) -> Path:
+    """Simulate the scan and write it as a lab-scanner folder (written aside, then renamed into place)."""
+    import tifffile
+
+    folder = Path(folder)
+    if folder.exists() and not overwrite:
+        raise FileExistsError(f"{folder} exists; pass overwrite=True to replace it")
+    proj, flats, darks, _ = simulate_counts(spec)
+    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for sub, stack, stem, width in (("projections", proj, "proj", 4), ("flats", flats, "flat", 2),
+                                    ("darks", darks, "dark", 2)):
+        (tmp / sub).mkdir(parents=True)
+        for i, img in enumerate(stack):
+            tifffile.imwrite(tmp / sub / f"{stem}_{i:0{width}d}.tif", img, compression="zlib")
+    doc = scanner_json(sid=spec.sid, sdd=spec.sdd, pixel_size=(spec.pitch, spec.pitch), n_projections=spec.n_views,
+                       scanner="ctbench simulated lab micro-CT",
+                       acquisition={"tube_voltage_kv": 90, "exposure_ms": 500, "n_flats": spec.n_flats,
+                                    "n_darks": spec.n_darks})
+    (tmp / SCANNER_JSON).write_text(json.dumps(doc, indent=2))
+    if folder.exists():
+        shutil.rmtree(folder)
+    tmp.rename(folder)
+    return folder
+
+
+def sample_scan_path() -> Path:
+    """The bundled sample (``sample_data/lab_scan``), or a copy generated once into the user's cache."""
+    from importlib import resources
+
+    try:
+        shipped = Path(str(resources.files("ctbench.sample_data") / "lab_scan"))
+    except ModuleNotFoundError:
+        shipped = Path(__file__).resolve().parents[2] / "sample_data" / "lab_scan"
+    if (shipped / SCANNER_JSON).is_file():
+        return shipped
+    cache = Path(os.environ.get("CTBENCH_CACHE", Path.home() / ".cache" / "ctbench")) / "lab_scan"
+    if not (cache / SCANNER_JSON).is_file():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_lab_scan(cache, overwrite=True)
+    return cache
+
+
+def spec_dict(spec: LabScanSpec = LabScanSpec()) -> dict:
+    return asdict(spec)

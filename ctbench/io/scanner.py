@@ -1,0 +1,131 @@
+"""Lab-scanner folders: TIFF projections, flats and darks beside a small JSON of the scanner's parameters.
+
+This is how lab cone-beam scanners typically deliver a scan (names vary by
+vendor; ctbench reads this documented layout, docs/SCANS.md)::
+
+    scan/
+      scan.json          {"geometry": {"source_object_distance_mm": 200.0,
+                                       "source_detector_distance_mm": 400.0,
+                                       "detector_pixel_size_mm": [1.0, 1.0],
+                                       "rotation_start_deg": 0.0, "rotation_range_deg": 360.0},
+                          "acquisition": {"n_projections": 120, ...},
+                          "files": {"projections": "projections/*.tif",
+                                    "flats": "flats/*.tif", "darks": "darks/*.tif"}}
+      projections/proj_0000.tif ...
+      flats/flat_00.tif ...
+      darks/dark_00.tif ...
+
+The detector offset (centre of rotation) is not part of the file: lab
+scanners rarely know it to a fraction of a pixel; the centre finder does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ScanFileError
+from .scan import RawScan
+from .tiff import read_tiff_folder
+
+SCANNER_JSON = "scan.json"
+
+
+def find_scanner_json(folder) -> Path | None:
+    """``folder/scan.json``, or the folder's only JSON file that has a "files" section; None if none."""
+    folder = Path(folder)
+    p = folder / SCANNER_JSON
+    if p.is_file():
+        return p
+    cands = []
+    for q in folder.glob("*.json"):
+        try:
+            doc = json.loads(q.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("files"), dict):
+            cands.append(q)
+    return cands[0] if len(cands) == 1 else None
+
+
+def _number(d: dict, key: str, where: Path, *, positive=True, default=None):
+    if key not in d:
+        if default is not None:
+            return default
+        raise ScanFileError(where, f"lacks geometry.{key}")
+    try:
+        v = float(d[key])
+    except (TypeError, ValueError):
+        raise ScanFileError(where, f"geometry.{key} must be a number, got {d[key]!r}") from None
+    if not np.isfinite(v) or (positive and v <= 0):
+        raise ScanFileError(where, f"geometry.{key} must be a positive number, got {d[key]!r}")
+    return v
+
+
+def read_scanner_folder(folder) -> RawScan:
+    """Open a lab-scanner folder (see the module doc) lazily."""
+    folder = Path(folder)
+    jpath = find_scanner_json(folder)
+    if jpath is None:
+        raise ScanFileError(folder, f"has no {SCANNER_JSON} (the scanner's parameters)")
+    try:
+        doc = json.loads(jpath.read_text())
+    except ValueError as e:
+        raise ScanFileError(jpath, f"is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ScanFileError(jpath, "must hold a JSON object")
+    geo = doc.get("geometry", {})
+    files = doc.get("files", {})
+    if not isinstance(geo, dict) or not isinstance(files, dict):
+        raise ScanFileError(jpath, "'geometry' and 'files' must be JSON objects")
+    if "projections" not in files:
+        raise ScanFileError(jpath, "lacks files.projections (a glob such as 'projections/*.tif')")
+
+    def stack(key):
+        pattern = files.get(key)
+        if not pattern:
+            return None
+        sub = Path(pattern)
+        return read_tiff_folder(folder / sub.parent, sub.name)
+
+    proj = stack("projections")
+    n = int(proj.shape[0])
+    n_expected = doc.get("acquisition", {}).get("n_projections")
+    if n_expected is not None and int(n_expected) != n:
+        raise ScanFileError(jpath, f"announces {n_expected} projections but {files['projections']} matches {n} files")
+    pitch = geo.get("detector_pixel_size_mm")
+    if pitch is not None:
+        pitch = (pitch, pitch) if isinstance(pitch, (int, float)) else tuple(pitch)
+    start = _number(geo, "rotation_start_deg", jpath, positive=False, default=0.0)
+    rng = _number(geo, "rotation_range_deg", jpath, default=360.0)
+    direction = geo.get("rotation_direction", "ccw")
+    if direction not in ("ccw", "cw"):
+        raise ScanFileError(jpath, f"geometry.rotation_direction must be 'ccw' or 'cw', got {direction!r}")
+    sign = 1.0 if direction == "ccw" else -1.0
+    angles = np.radians(start + sign * rng * np.arange(n) / n)
+    scanner = {"source_object_distance_mm": _number(geo, "source_object_distance_mm", jpath),
+               "source_detector_distance_mm": _number(geo, "source_detector_distance_mm", jpath),
+               "rotation_range_deg": rng, "rotation_start_deg": start, "rotation_direction": direction,
+               "json": str(jpath), **{k: v for k, v in doc.items() if k not in ("geometry", "files")}}
+    if scanner["source_detector_distance_mm"] < scanner["source_object_distance_mm"]:
+        raise ScanFileError(jpath, "geometry.source_detector_distance_mm is smaller than "
+                                   "source_object_distance_mm")
+    try:
+        return RawScan(proj, stack("flats"), stack("darks"), angles=angles, pixel_size=pitch, scanner=scanner,
+                       source=str(folder), format="scanner")
+    except ValueError as e:
+        raise ScanFileError(jpath, str(e)) from None
+
+
+def scanner_json(*, sid: float, sdd: float, pixel_size, n_projections: int, rotation_range_deg: float = 360.0,
+                 rotation_start_deg: float = 0.0, acquisition: dict | None = None, scanner: str = "") -> dict:
+    """The JSON document of a lab-scanner folder with the standard file layout."""
+    return {"scanner": scanner,
+            "geometry": {"source_object_distance_mm": float(sid), "source_detector_distance_mm": float(sdd),
+                         "detector_pixel_size_mm": [float(p) for p in pixel_size],
+                         "rotation_start_deg": float(rotation_start_deg),
+                         "rotation_range_deg": float(rotation_range_deg), "rotation_direction": "ccw"},
+            "acquisition": {"n_projections": int(n_projections), **(acquisition or {})},
+            "files": {"projections": "projections/*.tif", "flats": "flats/*.tif", "darks": "darks/*.tif"}}

@@ -1,0 +1,142 @@
+"""TIFF readers: a folder of single-image files or one multi-page file, read lazily.
+
+Headers are parsed when the stack is opened (so a wrong shape or a
+truncated file is reported at once, naming the file); pixel data is read
+only when a view is indexed or the stack is computed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ScanFileError
+from .scan import lazy_stack
+
+TIFF_SUFFIXES = (".tif", ".tiff")
+
+
+def _natural_key(p: Path):
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", p.name)]
+
+
+def tiff_files(folder, pattern: str | None = None) -> list[Path]:
+    """The TIFF files of ``folder`` in natural order (proj_2 before proj_10); ``pattern`` is a glob."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ScanFileError(folder, "is not a folder of TIFF files")
+    files = [p for p in folder.glob(pattern or "*") if p.is_file() and p.suffix.lower() in TIFF_SUFFIXES]
+    if not files:
+        raise ScanFileError(folder, f"contains no TIFF files{f' matching {pattern!r}' if pattern else ''}")
+    return sorted(files, key=_natural_key)
+
+
+def _page_info(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Shape, dtype and page count of a TIFF file; ScanFileError if unreadable or truncated."""
+    import tifffile
+
+    try:
+        size = path.stat().st_size
+        with tifffile.TiffFile(path) as tif:
+            series = tif.series[0]
+            shape, dtype = tuple(series.shape), np.dtype(series.dtype)
+            # Truncation: the last strip or tile must end inside the file.
+            end = 0
+            if series.dataoffset is not None:       # contiguous series: pages may not all be parsed
+                end = series.dataoffset + series.nbytes
+            for page in tif.pages:
+                offs, counts = page.dataoffsets, page.databytecounts
+                if offs:
+                    end = max(end, max(o + c for o, c in zip(offs, counts)))
+    except ScanFileError:
+        raise
+    except Exception as e:  # tifffile raises several types for damaged files
+        raise ScanFileError(path, f"is not a readable TIFF file ({e})") from None
+    if end > size:
+        raise ScanFileError(path, f"is truncated: its image data needs {end} bytes but the file has {size}")
+    return shape, dtype, len(shape) == 3 and shape[0] or 1
+
+
+def _read_file(path: Path, shape: tuple[int, int], dtype) -> np.ndarray:
+    import tifffile
+
+    try:
+        img = tifffile.imread(path)
+    except Exception as e:
+        raise ScanFileError(path, f"could not be read ({e})") from None
+    if img.shape != tuple(shape):
+        raise ScanFileError(path, f"holds a {img.shape} image but the stack's images are {tuple(shape)}")
+    return img.astype(dtype, copy=False)
+
+
+def read_tiff_folder(folder, pattern: str | None = None):
+    """A folder of 2D TIFF images -> lazy ``(n, rows, cols)`` dask array, one chunk per file."""
+    import dask
+    import dask.array as da
+
+    files = tiff_files(folder, pattern)
+    shape, dtype, _ = _page_info(files[0])
+    if len(shape) != 2:
+        raise ScanFileError(files[0], f"holds a {shape} array; a folder stack needs one 2D image per file")
+    for f in files[1:]:
+        s, d, _ = _page_info(f)
+        if s != shape:
+            raise ScanFileError(f, f"holds a {s} image but {files[0].name} is {shape}; all images of a stack "
+                                   "must have the same size")
+    read = dask.delayed(_read_file, pure=True)
+    views = [da.from_delayed(read(f, shape, dtype), shape=shape, dtype=dtype) for f in files]
+    return da.stack(views)
+
+
+def read_tiff_file(path):
+    """A multi-page TIFF (or a single image) -> lazy ``(n, rows, cols)`` dask array.
+
+    Uncompressed files are memory-mapped; compressed ones are read page by
+    page through tifffile's zarr interface.
+    """
+    import dask.array as da
+    import tifffile
+
+    path = Path(path)
+    if not path.is_file():
+        raise ScanFileError(path, "does not exist")
+    shape, dtype, _ = _page_info(path)
+    if len(shape) not in (2, 3):
+        raise ScanFileError(path, f"holds a {len(shape)}-dimensional {shape} array; expected 2D images or a "
+                                  "(views, rows, cols) stack")
+    try:
+        arr = tifffile.memmap(path, mode="r")
+    except Exception:   # compressed or not contiguous: page-wise reads
+        import dask
+        n = shape[0] if len(shape) == 3 else 1
+        read = dask.delayed(_read_page, pure=True)
+        return da.stack([da.from_delayed(read(path, i, shape[-2:]), shape=shape[-2:], dtype=dtype)
+                         for i in range(n)])
+    stack = lazy_stack(arr)
+    return stack[None] if stack.ndim == 2 else stack
+
+
+def _read_page(path: Path, index: int, shape) -> np.ndarray:
+    import tifffile
+
+    try:
+        img = tifffile.imread(path, key=index)
+    except Exception as e:
+        raise ScanFileError(path, f"page {index} could not be read ({e})") from None
+    if img.shape != tuple(shape):
+        raise ScanFileError(path, f"page {index} is {img.shape}, expected {tuple(shape)}")
+    return img
+
+
+def read_tiff(path, pattern: str | None = None):
+    """A folder of TIFF files or one (multi-page) TIFF file -> lazy ``(n, rows, cols)`` stack."""
+    path = Path(path)
+    if path.is_dir():
+        return read_tiff_folder(path, pattern)
+    if not path.exists():
+        raise ScanFileError(path, "does not exist")
+    if path.suffix.lower() not in TIFF_SUFFIXES:
+        raise ScanFileError(path, "is not a TIFF file (expected .tif or .tiff)")
+    return read_tiff_file(path)

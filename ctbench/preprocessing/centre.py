@@ -1,0 +1,262 @@
+"""Centre of rotation (detector offset) of a circular scan, found from the data by two independent methods.
+
+The offset ``o`` is how far (mm, along u) the detector centre sits from the
+foot of the perpendicular from the source through the rotation axis; it is
+the ``detector_offset[0]`` of :func:`ctbench.circular_trajectory_3d`.  Both
+methods use the mid-plane (the detector rows through z = 0), where a
+circular cone-beam scan is an exact fan-beam scan.
+
+1. Conjugate rays (:func:`offset_by_conjugate_rays`): every ray of a full
+   turn is measured twice, from opposite sides.  For a candidate ``o`` each
+   measured pixel is mapped to the view and pixel of its conjugate ray
+   (computed from the geometry, so fan and parallel beams are handled alike)
+   and compared with the data interpolated there; the offset minimises the
+   mean squared mismatch.  For parallel beams this is the registration of
+   each view with the mirrored view 180 degrees away (so a parallel scan
+   needs views on both sides: 360 degrees, or 180 with both end views).
+2. Sharpness sweep (:func:`offset_by_sharpness`): quick FBP reconstructions
+   of the mid-plane for a range of offsets; a wrong centre smears every edge
+   into arcs and lowers the energy of the image gradient; the offset
+   maximises it.
+
+:func:`find_centre` runs the first and cross-checks it with the second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class CentreResult:
+    """The offset found (pixels and mm) and the cross-check by the second method."""
+
+    offset_px: float
+    pitch: float
+    method: str
+    cross_check_px: float | None = None
+    cross_check_method: str = ""
+    curve: dict = field(default_factory=dict)      # method -> (offsets_px, costs) for plots
+
+    @property
+    def offset_mm(self) -> float:
+        return self.offset_px * self.pitch
+
+    @property
+    def agreement_px(self) -> float | None:
+        return None if self.cross_check_px is None else abs(self.offset_px - self.cross_check_px)
+
+    def text(self) -> str:
+        s = f"detector offset {self.offset_px:+.2f} px = {self.offset_mm:+.3f} mm ({self.method})"
+        if self.cross_check_px is not None:
+            s += (f"; {self.cross_check_method}: {self.cross_check_px:+.2f} px "
+                  f"(differ by {self.agreement_px:.2f} px)")
+        return s
+
+    def to_dict(self) -> dict:
+        return {"offset_px": self.offset_px, "offset_mm": self.offset_mm, "pitch_mm": self.pitch,
+                "method": self.method, "cross_check_px": self.cross_check_px,
+                "cross_check_method": self.cross_check_method, "agreement_px": self.agreement_px}
+
+
+# ----------------------------------------------------------------- helpers
+def mid_plane_sinogram(images, *, pitch_v: float = 1.0, offset_v: float = 0.0, half_rows: int = 1) -> np.ndarray:
+    """``(view, col)`` sinogram of the rows through z = 0 of ``(view, row, col)`` line integrals (averaged)."""
+    p = np.asarray(images, dtype=np.float64)
+    if p.ndim == 2:
+        return p
+    if p.ndim != 3:
+        raise ValueError(f"images must be (view, row, col) or a (view, col) sinogram, got shape {p.shape}")
+    rows = p.shape[1]
+    centre = (rows - 1) / 2 + offset_v / pitch_v          # row of v = 0 (rows run along -v)
+    lo = int(math.floor(centre)) - (half_rows - 1)
+    hi = int(math.ceil(centre)) + (half_rows - 1)
+    if centre == int(centre):
+        lo, hi = int(centre) - half_rows + 1, int(centre) + half_rows - 1
+    lo, hi = max(lo, 0), min(hi, rows - 1)
+    if lo > hi:
+        raise ValueError(f"the mid-plane row {centre:.1f} is outside the detector (0..{rows - 1})")
+    return p[:, lo:hi + 1, :].mean(axis=1)
+
+
+def _check(sino, angles, pitch, sid, sdd):
+    s = np.asarray(sino, dtype=np.float64)
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    if s.ndim != 2 or s.shape[0] != a.size:
+        raise ValueError(f"sinogram must be (n_views, U) with one angle per view; got {s.shape} and {a.size} angles")
+    if not pitch > 0:
+        raise ValueError(f"pitch must be a positive length in mm, got {pitch!r}")
+    if (sid is None) != (sdd is None):
+        raise ValueError("give both sid and sdd (cone/fan beam) or neither (parallel beam)")
+    if sid is not None and not 0 < sid <= sdd:
+        raise ValueError(f"need 0 < sid <= sdd, got sid={sid!r}, sdd={sdd!r}")
+    return s, a
+
+
+class _AngleInterp:
+    """Linear interpolation of a sinogram along the (periodic) angle axis, with gaps marked invalid."""
+
+    def __init__(self, angles: np.ndarray):
+        a = np.mod(angles, 2 * np.pi)
+        order = np.argsort(a)
+        sa = a[order]
+        self.ext = np.concatenate([[sa[-1] - 2 * np.pi], sa, [sa[0] + 2 * np.pi]])
+        self.idx = np.concatenate([[order[-1]], order, [order[0]]])
+        steps = np.diff(self.ext)
+        self.max_gap = 2.5 * float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+
+    def weights(self, q: np.ndarray):
+        q = np.mod(q, 2 * np.pi)
+        k = np.clip(np.searchsorted(self.ext, q, side="right") - 1, 0, self.ext.size - 2)
+        gap = self.ext[k + 1] - self.ext[k]
+        ok = (gap > 0) & (gap <= self.max_gap)
+        frac = np.where(ok, (q - self.ext[k]) / np.where(gap > 0, gap, 1.0), 0.0)
+        return self.idx[k], self.idx[k + 1], frac, ok
+
+
+def _conjugates(angles, w, sid, sdd):
+    """Angle and lateral detector coordinate (mm, relative to the axis) of the conjugate of each ray."""
+    t = angles[:, None]
+    if sid is None:
+        return np.broadcast_to(t + np.pi, w.shape), -w
+    r = np.stack([np.sin(t), -np.cos(t)], -1)            # isocentre -> source
+    u = np.stack([np.cos(t), np.sin(t)], -1)
+    S = sid * r
+    P = -(sdd - sid) * r + w[..., None] * u
+    d = P - S
+    tau = -2 * (S * d).sum(-1) / (d * d).sum(-1)
+    S2 = S + tau[..., None] * d
+    t2 = np.arctan2(S2[..., 0], -S2[..., 1])
+    r2 = np.stack([np.sin(t2), -np.cos(t2)], -1)
+    u2 = np.stack([np.cos(t2), np.sin(t2)], -1)
+    C2 = -(sdd - sid) * r2
+    denom = ((S - S2) * r2).sum(-1)
+    lam = -((S2 - C2) * r2).sum(-1) / np.where(np.abs(denom) > 1e-12, denom, 1e-12)
+    x = S2 + lam[..., None] * (S - S2)
+    return t2, (x * u2).sum(-1)
+
+
+def conjugate_mismatch(sino, angles, offset_px: float, pitch: float, sid=None, sdd=None) -> float:
+    """Mean squared difference between each ray and its conjugate for a candidate offset (pixels)."""
+    s, a = _check(sino, angles, pitch, sid, sdd)
+    n, U = s.shape
+    o = offset_px * pitch
+    w = np.broadcast_to((np.arange(U) - (U - 1) / 2) * pitch + o, (n, U))
+    t2, w2 = _conjugates(a, w, sid, sdd)
+    col = (w2 - o) / pitch + (U - 1) / 2
+    interp = _AngleInterp(a)
+    k0, k1, frac, ok = interp.weights(t2)
+    ok = ok & (col >= 0) & (col <= U - 1)
+    c0 = np.clip(np.floor(col).astype(int), 0, U - 2)
+    fc = np.clip(col - c0, 0.0, 1.0)
+
+    def at(k):
+        return s[k, c0] * (1 - fc) + s[k, c0 + 1] * fc
+
+    conj = at(k0) * (1 - frac) + at(k1) * frac
+    if ok.sum() < 0.1 * ok.size:
+        return float("inf")
+    diff = (s - conj)[ok]
+    return float(np.mean(diff * diff))
+
+
+def _minimise(cost, lo: float, hi: float, coarse: float, fine: float) -> tuple[float, np.ndarray, np.ndarray]:
+    """Grid search on [lo, hi] with step ``coarse``, then ``fine`` steps around the best, then a parabola."""
+    xs = np.arange(lo, hi + coarse / 2, coarse)
+    cs = np.array([cost(x) for x in xs])
+    best = xs[int(np.argmin(cs))]
+    xf = np.arange(best - 1.5 * coarse, best + 1.5 * coarse + fine / 2, fine)
+    cf = np.array([cost(x) for x in xf])
+    i = int(np.argmin(cf))
+    x = xf[i]
+    if 0 < i < xf.size - 1 and np.isfinite(cf[i - 1:i + 2]).all():
+        c_, b_, a_ = cf[i - 1], cf[i], cf[i + 1]
+        den = c_ - 2 * b_ + a_
+        if den > 0:
+            x = x + 0.5 * fine * (c_ - a_) / den
+    allx = np.concatenate([xs, xf])
+    order = np.argsort(allx)
+    return float(x), allx[order], np.concatenate([cs, cf])[order]
+
+
+def _search_range(U: int, search_px) -> tuple[float, float]:
+    if search_px is None:
+        half = max(2.0, U / 6)
+        return -half, half
+    lo, hi = (float(v) for v in search_px)
+    if not lo < hi:
+        raise ValueError(f"search_px must be (low, high) with low < high, got {search_px!r}")
+    return lo, hi
+
+
+def offset_by_conjugate_rays(sino, angles, pitch: float, sid=None, sdd=None, *, search_px=None):
+    """Offset (pixels) minimising the conjugate-ray mismatch, and the cost curve; needs ~a full turn (fan)
+    or 180 degrees (parallel)."""
+    s, a = _check(sino, angles, pitch, sid, sdd)
+    lo, hi = _search_range(s.shape[1], search_px)
+    x, xs, cs = _minimise(lambda o: conjugate_mismatch(s, a, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
+    if not np.isfinite(cs).any():
+        raise ValueError("the scan does not cover enough angles to pair each ray with its conjugate "
+                         "(needs a full turn for fan/cone beams, 180 degrees for parallel beams)")
+    return x, xs, cs
+
+
+def _sharpness_cost(sino, angles, pitch, sid, sdd, n_pix, vox):
+    import torch
+
+    from ..geometry import circular_trajectory_2d_fan, circular_trajectory_2d_parallel
+    from ..projector import Projector
+    from ..solvers import fbp
+
+    s = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
+    ang = torch.from_numpy(np.asarray(angles, dtype=np.float32))
+    U = s.shape[1]
+
+    def cost(offset_px: float) -> float:
+        o = float(offset_px) * pitch
+        if sid is None:
+            traj = circular_trajectory_2d_parallel(angles=ang, detector_offset=o)
+        else:
+            traj = circular_trajectory_2d_fan(angles=ang, sid=sid, sdd=sdd, detector_offset=o)
+        op = Projector(traj, (n_pix, n_pix), (U, 1), detector_spacing=(pitch, pitch), voxel_spacing=vox)
+        img = fbp(op, s, filter="shepp-logan").double().numpy()
+        yy, xx = np.mgrid[:n_pix, :n_pix] - (n_pix - 1) / 2
+        disc = (xx * xx + yy * yy) <= (0.45 * n_pix) ** 2     # inside the field of view
+        gx, gy = np.diff(img, axis=1)[:-1, :], np.diff(img, axis=0)[:, :-1]
+        # Sharp edges concentrate the gradient: its energy peaks at the right centre (negated: minimised).
+        return -float((gx * gx + gy * gy)[disc[:-1, :-1]].sum())
+
+    return cost
+
+
+def offset_by_sharpness(sino, angles, pitch: float, sid=None, sdd=None, *, search_px=None):
+    """Offset (pixels) whose quick FBP of the mid-plane is sharpest (largest gradient energy), and the curve."""
+    s, a = _check(sino, angles, pitch, sid, sdd)
+    U = s.shape[1]
+    mag = 1.0 if sid is None else sdd / sid
+    n_pix = min(U, 96)
+    vox = U * pitch / mag / n_pix
+    lo, hi = _search_range(U, search_px)
+    return _minimise(_sharpness_cost(s, a, pitch, sid, sdd, n_pix, vox), lo, hi, 1.0, 0.1)
+
+
+def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | None = None,
+                offset_v: float = 0.0, half_rows: int = 2, search_px=None, cross_check: bool = True) -> CentreResult:
+    """Detector offset of a circular scan from ``(view, row, col)`` line integrals (or a ``(view, col)`` sinogram).
+
+    ``angles`` in radians, ``pitch`` the column pitch (mm), ``sid``/``sdd``
+    for cone/fan beams (omit both for parallel beams).  The mid-plane rows
+    are averaged (``half_rows`` on each side of z = 0).  ``search_px``
+    bounds the search (default: a sixth of the detector width each way).
+    """
+    sino = mid_plane_sinogram(images, pitch_v=pitch_v or pitch, offset_v=offset_v, half_rows=half_rows)
+    x, xs, cs = offset_by_conjugate_rays(sino, angles, pitch, sid, sdd, search_px=search_px)
+    res = CentreResult(x, float(pitch), "conjugate-ray registration", curve={"conjugate": (xs, cs)})
+    if cross_check:
+        y, ys, ds = offset_by_sharpness(sino, angles, pitch, sid, sdd, search_px=search_px)
+        res.cross_check_px, res.cross_check_method = y, "sharpness sweep of FBP slices"
+        res.curve["sharpness"] = (ys, ds)
+    return res

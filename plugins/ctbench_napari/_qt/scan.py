@@ -1,0 +1,430 @@
+"""The "Scan import" widget: a measured scan from file to a sinogram layer with geometry, and volumes to files.
+
+Steps, top to bottom: open a file (TIFF, NeXus, raw, lab-scanner folder) as
+a lazy projections layer; flat/dark-correct it with crop, binning, view
+subset and ring filter into a layer of line integrals; find the centre of
+rotation; attach a circular cone-beam geometry to any image layer, which
+gives the sinogram layer the Reconstruction widget takes; export volume
+layers as TIFF/HDF5/zarr; save the whole pipeline as a ``ctbench recon``
+config.  All work is done by :mod:`ctbench.io` and
+:mod:`ctbench.preprocessing`; this module only collects parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
+                            QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from ctbench.io import FORMATS, export_volume
+from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
+                                 PreprocessConfig, RawOptions, ReconConfig, build_geometry, find_offset, prepare,
+                                 save_config)
+from ctbench.io.readers import read_scan
+from ctbench.io.scan import images_to_sinogram
+
+from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
+from .._scan_io import scan_layer
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+
+
+def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
+    s = QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(decimals)
+    s.setSingleStep(step)
+    s.setValue(value)
+    if suffix:
+        s.setSuffix(f" {suffix}")
+    return s
+
+
+def _ispin(lo, hi, value, special=""):
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    if special:
+        s.setSpecialValueText(special)
+    return s
+
+
+def _row(*widgets) -> QWidget:
+    w = QWidget()
+    lay = QHBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for x in widgets:
+        lay.addWidget(x)
+    return w
+
+
+def _is_stack(layer) -> bool:
+    return (layer.__class__.__name__ == "Image" and not getattr(layer, "rgb", False)
+            and layer.data.ndim == 3 and kind_of(layer) not in ("sinogram", "volume", "completeness"))
+
+
+class ScanImportWidget(QWidget):
+    def __init__(self, napari_viewer, parent=None):
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.prepared: dict[str, Prepared] = {}
+        self.last_centre = None
+        self.last_sinogram = None
+        lay = QVBoxLayout(self)
+
+        # ------------------------------------------------------------ open
+        box = QGroupBox("1. Open a scan")
+        form = QFormLayout(box)
+        self.path = QLineEdit()
+        self.path.setPlaceholderText("folder or file: TIFF, NeXus (.nxs/.h5), raw, lab-scanner folder")
+        browse = QPushButton("…")
+        browse.setMaximumWidth(30)
+        browse.clicked.connect(self._browse)
+        form.addRow("Path", _row(self.path, browse))
+        self.format = QComboBox()
+        self.format.addItems(FORMATS)
+        form.addRow("Format", self.format)
+        self.raw_shape = QLineEdit()
+        self.raw_shape.setPlaceholderText("views, rows, cols (raw only)")
+        self.raw_dtype = QComboBox()
+        self.raw_dtype.addItems(["uint16", "uint8", "int16", "uint32", "float32", "float64"])
+        self.raw_order = QComboBox()
+        self.raw_order.addItems(["little", "big"])
+        self.raw_header = _ispin(0, 2 ** 30, 0)
+        form.addRow("Raw shape", self.raw_shape)
+        form.addRow("Raw type", _row(self.raw_dtype, self.raw_order, self.raw_header))
+        self.open_button = QPushButton("Open")
+        self.open_button.clicked.connect(self.open_scan)
+        form.addRow(self.open_button)
+        lay.addWidget(box)
+
+        # ------------------------------------------------------ preprocess
+        box = QGroupBox("2. Correct (flat/dark, -log)")
+        form = QFormLayout(box)
+        self.projections = LayerPicker(napari_viewer, lambda x: kind_of(x) == "projections")
+        form.addRow("Projections", self.projections)
+        self.row0, self.row1 = _ispin(0, 100000, 0), _ispin(0, 100000, 0, "end")
+        self.col0, self.col1 = _ispin(0, 100000, 0), _ispin(0, 100000, 0, "end")
+        form.addRow("Rows", _row(self.row0, self.row1))
+        form.addRow("Columns", _row(self.col0, self.col1))
+        self.bin = _ispin(1, 16, 1)
+        self.every = _ispin(1, 1000, 1)
+        form.addRow("Bin / every k-th view", _row(self.bin, self.every))
+        self.use_range = QCheckBox("only")
+        self.range0, self.range1 = _spin(-3600, 3600, 0, 10, 1, "°"), _spin(-3600, 3600, 360, 10, 1, "°")
+        form.addRow("Angles", _row(self.use_range, self.range0, self.range1))
+        self.ring = _ispin(0, 101, 0, "off")
+        form.addRow("Ring filter width", self.ring)
+        self.correct_button = QPushButton("Correct")
+        self.correct_button.clicked.connect(self.correct)
+        form.addRow(self.correct_button)
+        lay.addWidget(box)
+
+        # -------------------------------------------------------- geometry
+        box = QGroupBox("3. Geometry (circular cone beam)")
+        form = QFormLayout(box)
+        self.target = LayerPicker(napari_viewer, _is_stack, prefer=lambda x: kind_of(x) == "line_integrals")
+        form.addRow("Line integrals", self.target)
+        self.sid, self.sdd = _spin(0.001, 1e5, 500, 10, 3, "mm"), _spin(0.001, 1e5, 1000, 10, 3, "mm")
+        form.addRow("SID / SDD", _row(self.sid, self.sdd))
+        self.pitch_u, self.pitch_v = _spin(1e-4, 1e3, 1.0, 0.1, 4, "mm"), _spin(1e-4, 1e3, 1.0, 0.1, 4, "mm")
+        form.addRow("Pixel pitch u / v", _row(self.pitch_u, self.pitch_v))
+        self.offset_u, self.offset_v = _spin(-1e4, 1e4, 0, 0.1, 4, "mm"), _spin(-1e4, 1e4, 0, 0.1, 4, "mm")
+        form.addRow("Detector offset u / v", _row(self.offset_u, self.offset_v))
+        self.angle_range, self.start_angle = _spin(1, 3600, 360, 10, 2, "°"), _spin(-3600, 3600, 0, 10, 2, "°")
+        form.addRow("Range / start (no angles in file)", _row(self.angle_range, self.start_angle))
+        self.vol_d, self.vol_h, self.vol_w = (_ispin(0, 100000, 0, "auto") for _ in range(3))
+        form.addRow("Volume D, H, W", _row(self.vol_d, self.vol_h, self.vol_w))
+        self.voxel = _spin(0.0, 1e3, 0.0, 0.1, 4, "mm")
+        self.voxel.setSpecialValueText("auto")
+        form.addRow("Voxel pitch", self.voxel)
+        self.centre_button = QPushButton("Find centre")
+        self.centre_button.clicked.connect(self.find_centre)
+        self.attach_button = QPushButton("Attach geometry")
+        self.attach_button.clicked.connect(self.attach_geometry)
+        form.addRow(_row(self.centre_button, self.attach_button))
+        lay.addWidget(box)
+
+        # ---------------------------------------------------------- export
+        box = QGroupBox("4. Export")
+        form = QFormLayout(box)
+        self.volume = LayerPicker(napari_viewer, lambda x: is_volume_candidate(x) and kind_of(x) not in
+                                  ("projections", "line_integrals"), prefer=lambda x: kind_of(x) == "volume")
+        form.addRow("Volume", self.volume)
+        self.export_path = QLineEdit()
+        self.export_path.setPlaceholderText("recon.tif, recon.h5 or recon.zarr")
+        self.overwrite = QCheckBox("overwrite")
+        form.addRow("File", _row(self.export_path, self.overwrite))
+        self.export_button = QPushButton("Export volume")
+        self.export_button.clicked.connect(self.export)
+        self.config_path = QLineEdit()
+        self.config_path.setPlaceholderText("recon.json")
+        self.config_button = QPushButton("Save recon config")
+        self.config_button.clicked.connect(self.save_config)
+        form.addRow(self.export_button)
+        form.addRow("Config", _row(self.config_path, self.config_button))
+        lay.addWidget(box)
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1)
+        self.progress.hide()
+        lay.addWidget(self.progress)
+        self.message = MessageLabel()
+        lay.addWidget(self.message)
+        lay.addStretch(1)
+        self._worker = None
+        self._buttons = (self.open_button, self.correct_button, self.centre_button, self.attach_button,
+                         self.export_button, self.config_button)
+
+    # ----------------------------------------------------------------- helpers
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a scan", "", "Scans (*.tif *.tiff *.nxs *.h5 *.hdf5 "
+                                                                       "*.raw *.bin *.json);;All files (*)")
+        if path:
+            self.path.setText(str(Path(path).parent) if path.endswith(".json") else path)
+
+    def _raw_options(self) -> dict | None:
+        if self.format.currentText() != "raw":
+            return None
+        try:
+            shape = tuple(int(x) for x in self.raw_shape.text().replace("x", ",").split(","))
+        except ValueError:
+            raise ValueError(f"raw shape must be 'views, rows, cols', got {self.raw_shape.text()!r}") from None
+        return RawOptions(shape=shape, dtype=self.raw_dtype.currentText(), byte_order=self.raw_order.currentText(),
+                          header=self.raw_header.value()).model_dump()
+
+    def _source(self, layer) -> dict:
+        src = info(layer).get("source")
+        if not isinstance(src, dict) or "path" not in src:
+            raise ValueError(f"layer '{layer.name}' does not come from a scan file; open it with step 1")
+        return src
+
+    def preprocess_config(self) -> PreprocessConfig:
+        def rng(a, b):
+            return None if a.value() == 0 and b.value() == 0 else (a.value(), b.value() or 10 ** 9)
+        return PreprocessConfig(rows=rng(self.row0, self.row1), cols=rng(self.col0, self.col1), bin=self.bin.value(),
+                                every=self.every.value(),
+                                angle_range_deg=(self.range0.value(), self.range1.value())
+                                if self.use_range.isChecked() else None, ring_filter=self.ring.value())
+
+    # ------------------------------------------------------- background work
+    @property
+    def busy(self) -> bool:
+        return self._worker is not None
+
+    def _start(self, fn, args: tuple, on_done, what: str):
+        """Run ``fn(*args)`` in a napari thread worker; ``on_done(result)`` on the GUI thread afterwards."""
+        from napari.qt.threading import create_worker
+
+        if self._worker is not None:
+            raise RuntimeError("the widget is still working on the previous step; wait for it to finish")
+        self.progress.setRange(0, 0)          # busy indicator
+        self.progress.setFormat(what)
+        self.progress.show()
+        for b in self._buttons:
+            b.setEnabled(False)
+        worker = create_worker(fn, *args, _start_thread=False)
+        worker.returned.connect(lambda result: self._deliver(on_done, result))
+        worker.errored.connect(lambda e: self.message.error(error_text(e)))
+        worker.finished.connect(self._finished)
+        self._worker = worker
+        worker.start()
+        return worker
+
+    def _deliver(self, on_done, result) -> None:
+        try:
+            on_done(result)
+        except Exception as e:  # noqa: BLE001 - shown in the widget, like report_errors
+            self.message.error(error_text(e))
+
+    def _finished(self) -> None:
+        self._worker = None
+        self.progress.setRange(0, 1)
+        self.progress.hide()
+        for b in self._buttons:
+            b.setEnabled(True)
+
+    # ----------------------------------------------------------------- actions
+    @report_errors
+    def open_scan(self, *_):
+        self.message.clear()
+        path = self.path.text().strip()
+        if not path:
+            raise ValueError("enter the path of a scan file or folder")
+        layer = add_or_update(self.viewer, scan_layer(path, format=self.format.currentText(),
+                                                      raw=self._raw_options()))
+        self.projections.select(layer.name)
+        self._fill_from_scan(info(layer).get("scan", {}))
+        self.message.note(f"opened {layer.data.shape[0]} projections of {layer.data.shape[2]} x "
+                          f"{layer.data.shape[1]} pixels ({info(layer)['source']['format']})")
+        return layer
+
+    def _fill_from_scan(self, d: dict) -> None:
+        sc = d.get("scanner", {})
+        if sc.get("source_object_distance_mm"):
+            self.sid.setValue(sc["source_object_distance_mm"])
+        if sc.get("source_detector_distance_mm"):
+            self.sdd.setValue(sc["source_detector_distance_mm"])
+        if d.get("pixel_size"):
+            self.pitch_u.setValue(d["pixel_size"][0])
+            self.pitch_v.setValue(d["pixel_size"][1])
+
+    @report_errors
+    def correct(self, *_):
+        """Flat/dark-correct the chosen projections in a worker; a line-integrals layer appears when done."""
+        self.message.clear()
+        layer = self.projections.layer()
+        if layer is None:
+            raise ValueError("no projections layer: open a scan first (step 1)")
+        src = self._source(layer)
+        pre = self.preprocess_config()
+        pitch = (self.pitch_u.value(), self.pitch_v.value())
+        return self._start(_prepare, (src, pre, pitch), lambda prep: self._show_prepared(layer, src, pre, prep),
+                           "correcting…")
+
+    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, prep: Prepared):
+        name = f"{layer.name.split(' (')[0]} line integrals"
+        meta = {"kind": "line_integrals", "source": src, "preprocess": pre.model_dump(mode="json"),
+                "pitch": list(prep.pitch), "shift_mm": [prep.shift_u, prep.shift_v],
+                "angles_deg": None if prep.angles is None else np.degrees(prep.angles).tolist(),
+                "correction": prep.correction, "scan": info(layer).get("scan", {})}
+        lo, hi = np.percentile(prep.images, [0.5, 99.8])
+        out = add_or_update(self.viewer, (prep.images, {"name": name, "metadata": {KEY: meta}, "colormap": "gray",
+                                                        "contrast_limits": (float(lo), float(hi))}, "image"))
+        self.prepared[name] = prep
+        self.target.select(name)
+        self._fill_from_scan(info(layer).get("scan", {}))
+        self.pitch_u.setValue(prep.pitch[0])
+        self.pitch_v.setValue(prep.pitch[1])
+        c = prep.correction
+        self.message.note(f"{prep.images.shape[0]} views of {prep.images.shape[2]} x {prep.images.shape[1]} "
+                          f"pixels; clipped {c.get('n_clipped', 0)} of {c.get('n_values', 0)} values, "
+                          f"{c.get('n_dead_pixels', 0)} dead pixels")
+        return out
+
+    def _angles(self, layer) -> np.ndarray:
+        deg = info(layer).get("angles_deg")
+        n = layer.data.shape[0]
+        if deg is not None and len(deg) == n:
+            return np.radians(np.asarray(deg, dtype=np.float64))
+        return np.radians(self.start_angle.value() + self.angle_range.value() * np.arange(n) / n)
+
+    def _target(self):
+        layer = self.target.layer()
+        if layer is None:
+            raise ValueError("no image stack to attach a geometry to: correct a scan (step 2) or open one")
+        return layer
+
+    @report_errors
+    def find_centre(self, *_):
+        """Search the detector offset in a worker; fills "Detector offset u" when done."""
+        self.message.clear()
+        layer = self._target()
+        images = np.asarray(layer.data, dtype=np.float32)
+        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
+        args = (prep, self._angles(layer), self.sid.value(), self.sdd.value(), self.offset_v.value())
+        return self._start(find_offset, args, self._show_centre, "finding the centre…")
+
+    def _show_centre(self, res) -> None:
+        self.offset_u.setValue(res.offset_mm)
+        self.last_centre = res
+        self.message.note(res.text())
+
+    def geometry_config(self) -> GeometryConfig:
+        shape = (self.vol_d.value(), self.vol_h.value(), self.vol_w.value())
+        return GeometryConfig(sid_mm=self.sid.value(), sdd_mm=self.sdd.value(),
+                              angle_range_deg=self.angle_range.value(), start_angle_deg=self.start_angle.value(),
+                              detector_offset_u_mm=self.offset_u.value(), detector_offset_v_mm=self.offset_v.value(),
+                              volume_shape=shape if all(shape) else None, voxel_size_mm=self.voxel.value() or None)
+
+    @report_errors
+    def attach_geometry(self, *_):
+        self.message.clear()
+        layer = self._target()
+        images = np.asarray(layer.data, dtype=np.float32)
+        if self.sdd.value() < self.sid.value():
+            raise ValueError(f"SDD ({self.sdd.value()} mm) must be at least SID ({self.sid.value()} mm)")
+        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
+        geo = build_geometry(prep, self.geometry_config(), self.sid.value(), self.sdd.value(), self._angles(layer),
+                             self.offset_u.value())
+        sino = np.ascontiguousarray(images_to_sinogram(images))
+        data, kw, ltype = sinogram_layer(sino, geo, f"{layer.name} sinogram",
+                                         extra={"source": info(layer).get("source"), "units": "line integral",
+                                                "from_layer": layer.name})
+        kw["contrast_limits"] = tuple(float(x) for x in np.percentile(images, [0.5, 99.8]))
+        out = add_or_update(self.viewer, (data, kw, ltype))
+        self.last_sinogram = out
+        self.message.note(f"{geo.describe()}: detector {geo.detector_shape} x {geo.detector_spacing} mm, offset "
+                          f"{self.offset_u.value():+.3f} mm; volume {geo.volume_shape} of {geo.voxel_spacing[0]:.3g} mm "
+                          "(pick it in the Reconstruction widget)")
+        return out
+
+    @report_errors
+    def export(self, *_):
+        self.message.clear()
+        layer = self.volume.layer()
+        if layer is None:
+            raise ValueError("no volume layer to export")
+        path = self.export_path.text().strip()
+        if not path:
+            raise ValueError("enter a file name ending in .tif, .h5 or .zarr")
+        spacing = tuple(float(s) for s in layer.scale[-layer.data.ndim:])
+        geo = info(layer).get("geometry")
+        from ctbench.workbench.design import ScanGeometry
+        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(),
+                            geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
+                            meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
+        self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")
+        return out
+
+    def recon_config(self) -> ReconConfig:
+        """The current pipeline: the corrected layer's file and preprocessing, the form's geometry, the
+        algorithm of the chosen volume layer (FDK if it has none) and the export file."""
+        layer = self._target()
+        meta = info(layer)
+        src = meta.get("source")
+        if not isinstance(src, dict) or "pitch" not in meta:
+            raise ValueError(f"layer '{layer.name}' was not made by step 2 from a scan file; a config needs both")
+        pre = PreprocessConfig(**meta["preprocess"])
+        geo = self.geometry_config()
+        # The form's offset is for the corrected detector; a config names the offset of the whole detector.
+        geo.detector_offset_u_mm = self.offset_u.value() - meta["shift_mm"][0]
+        geo.detector_offset_v_mm = self.offset_v.value() - meta["shift_mm"][1]
+        geo.pixel_size_mm = tuple(p / pre.bin for p in meta["pitch"])
+        vol = self.volume.layer()
+        rec = info(vol).get("recon", {}) if vol is not None else {}
+        algo = AlgorithmConfig(name=rec.get("algorithm", "fbp"), params=rec.get("params", {}))
+        fmt = src.get("format") if src.get("format") in FORMATS else "auto"
+        raw = src.get("raw")
+        out = self.export_path.text().strip()
+        return ReconConfig(input=InputConfig(path=src["path"], format="auto" if fmt == "scanner" else fmt,
+                                             raw=RawOptions(**raw) if raw else None),
+                           preprocess=pre, geometry=geo, algorithm=algo,
+                           output=OutputConfig(path=out, overwrite=self.overwrite.isChecked()) if out else None)
+
+    @report_errors
+    def save_config(self, *_):
+        self.message.clear()
+        path = self.config_path.text().strip()
+        if not path:
+            raise ValueError("enter a file name for the config, e.g. recon.json")
+        out = save_config(self.recon_config(), path)
+        self.message.note(f"saved {out}; run it with: ctbench recon {out}")
+        return out
+
+
+def _prepare(src: dict, pre: PreprocessConfig, pitch) -> Prepared:
+    """Reopen the scan file of a projections layer and preprocess it (runs in a worker thread)."""
+    scan = read_scan(src["path"], format=src["format"] if src.get("format") in FORMATS else "auto",
+                     raw=src.get("raw"))
+    return prepare(scan, pre, None if scan.pixel_size else pitch)
+
+
+def _jsonable(x):
+    import json
+    try:
+        json.dumps(x)
+        return x
+    except TypeError:
+        return None
