@@ -97,7 +97,7 @@ def mismatch_message(gathered: torch.Tensor) -> str | None:
         return None
     return ("the ranks of this distributed Projector were built with different configurations: "
             + "; ".join(parts) + ". Every rank must pass the same trajectory, volume_shape, detector_shape, "
-            "spacings, partition and dtype (check per-rank arguments, files and random seeds)")
+            "spacings, partition and dtype; check per-rank arguments, files and random seeds")
 
 
 def check_same_configuration(projector, group) -> None:
