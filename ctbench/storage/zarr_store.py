@@ -374,7 +374,16 @@ class ZarrStore:
         for c in self.chunks:
             chunk_bytes *= int(c)
         merge = write and not covers_whole_chunks(window_shape, self.chunks, self.shape)
-        return in_flight * chunk_bytes * (2 if merge else 1)
+        # A crc32c checksum holds one more chunk-sized copy per chunk in flight (encoded with its
+        # checksum on writes; the verified bytes on reads).
+        copies = (2 if merge else 1) + (1 if self.checksummed else 0)
+        return in_flight * chunk_bytes * copies
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the chunks carry a crc32c checksum (verified on every read)."""
+        codecs = getattr(self.array.metadata, "codecs", None) or ()
+        return bool(codecs) and type(codecs[-1]).__name__ == "Crc32cCodec"
 
     def read(self, window=None) -> torch.Tensor:
         w = normalize_window(window, self.shape)
