@@ -176,25 +176,36 @@ def test_fdk_into_killed_leaves_scratch_next_to_the_output_and_the_rerun_cleans_
     torch.testing.assert_close(ZarrStore.open(out, "r").read(), fdk(P, sino), rtol=1e-10, atol=1e-12)
 
 
-def test_tensor_store_outputs_carry_the_record_too():
+@pytest.mark.parametrize("kind", ["project", "backproject"])
+def test_tensor_store_outputs_carry_the_record_too(kind):
+    from ctbench.storage import backproject_into
+
     P = projector()
     vol = torch.rand(VOLUME_SHAPE, dtype=torch.float64)
-    out = TensorStore.empty((N_VIEWS, *P.detector_shape), torch.float64)
+    sino = P.project(vol)
+    if kind == "project":
+        source, out, call, truth = TensorStore(vol), TensorStore.empty(tuple(sino.shape), torch.float64), \
+            project_into, sino
+    else:
+        source, out, call, truth = TensorStore(sino), TensorStore.empty(VOLUME_SHAPE, torch.float64), \
+            backproject_into, P.backproject(sino)
     calls = [0]
     real = TensorStore.write
 
     def failing(self, w, v):
         calls[0] += 1
-        if calls[0] == 3:
+        if calls[0] == 2:
             raise OSError("disk full")
         real(self, w, v)
     TensorStore.write = failing
     try:
         with pytest.raises(OSError, match="disk full"):
-            project_into(P, TensorStore(vol), out)
+            call(P, source, out)
     finally:
         TensorStore.write = real
+    assert out.completion_record().done == [list(out.completion_record().windows[0])]
     with pytest.raises(IncompleteStoreError):
         out.read()
-    project_into(P, TensorStore(vol), out, resume=True)
-    torch.testing.assert_close(out.read(), P.project(vol), rtol=1e-12, atol=1e-12)
+    call(P, source, out, resume=True)
+    assert out.completion_record().complete
+    torch.testing.assert_close(out.read(), truth, rtol=1e-12, atol=1e-12)

@@ -319,8 +319,6 @@ def verify_dataset(path: str | Path, *, chunks: bool = False) -> dict:
     reads every chunk (each present, each passing its crc32c checksum).
     Raises :class:`DatasetError` naming the damaged array, chunk or attribute.
     """
-    import zarr
-
     path = Path(path)
     attrs = _group_attrs(path)
     version = attrs.get("version", 0)
