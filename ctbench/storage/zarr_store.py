@@ -149,6 +149,7 @@ class AtomicLocalStore(LocalStore):
         # Array paths ("" for a store that is one array) whose every chunk must exist.
         self.require_chunks = frozenset(require_chunks)
         self._checksummed: dict[str, bool] = {}
+        self._root_real: str | None = None
 
     def with_read_only(self, read_only: bool = False) -> "AtomicLocalStore":
         return type(self)(self.root, read_only=read_only, fsync=self.fsync, require_chunks=self.require_chunks)
@@ -189,7 +190,9 @@ class AtomicLocalStore(LocalStore):
         chunk = split_chunk_key(key)
         what = (f"chunk {chunk[1]} of {describe_array(chunk[0])}" if chunk else f"'{key}'") + \
             f" in the store {self.root}"
-        size = safe_file_size(path, os.path.realpath(self.root), what)
+        if self._root_real is None:
+            self._root_real = os.path.realpath(self.root)
+        size = safe_file_size(path, self._root_real, what)
         if size is None:
             if chunk is not None and chunk[0] in self.require_chunks:
                 raise StoreIntegrityError(f"{what} is missing (every chunk of this array was written; "
