@@ -236,7 +236,10 @@ def _swap_into_place(new: Path, path: Path) -> None:
 
 
 def _remove_tree(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    if os.path.islink(folder):  # a dataset path that was a symlink: drop the link, never its target
+        os.unlink(folder)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _siblings(path: Path, tag: str) -> list[Path]:
