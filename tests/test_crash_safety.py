@@ -115,10 +115,10 @@ def test_project_into_killed_is_reported_resumed_and_mixed_runs_are_caught(tmp_p
     torch.testing.assert_close(store.read((slice(0, 4),)), truth_a[:4], rtol=0, atol=0)
     with pytest.raises(IncompleteStoreError, match=r"stopped after 2 of 6 windows.*resume=True"):
         store.read()
+    from ctbench.storage import backproject_into
+    back = ZarrStore.create(tmp_path / "back.zarr", VOLUME_SHAPE, torch.float64)
     with pytest.raises(IncompleteStoreError):  # an incomplete store is refused as an input too
-        ZarrStore.create(tmp_path / "back.zarr", VOLUME_SHAPE, torch.float64)
-        from ctbench.storage import backproject_into
-        backproject_into(P, store, ZarrStore.open(tmp_path / "back.zarr"))
+        backproject_into(P, store, back)
 
     # Resume: only the missing windows are computed; the result is the in-memory projection.
     written = []
