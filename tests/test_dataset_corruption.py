@@ -187,3 +187,22 @@ def test_aliased_stores_are_refused_before_anything_is_written(tmp_path):
     sino = TensorStore(torch.rand(6, 6, 6, dtype=torch.float64))
     with pytest.raises(ValueError, match="scratch must be a store of its own"):
         fdk_into(Pb, sino, TensorStore.empty((6, 6, 6), torch.float64), scratch=TensorStore(sino.tensor))
+
+
+def test_version_1_datasets_still_load_and_a_named_missing_array_is_caught(tmp_path):
+    import shutil
+
+    import zarr
+
+    # The layout save_dataset wrote before manifests and checksums (format version 1).
+    p = tmp_path / "v1.zarr"
+    group = zarr.open_group(str(p), mode="w", zarr_format=3)
+    group.create_array("volume", shape=VOLUME.shape, dtype=VOLUME.dtype, chunks=(4, 4, 4))[...] = VOLUME
+    group.attrs.update({"format": "ctbench.dataset", "version": 1, "units": {"length": "mm"}, "geometry": None,
+                        "meta": {"old": True}, "volume": {"axes": ["z", "y", "x"], "voxel_spacing": [1, 1, 1]}})
+    ds = load_dataset(p)
+    np.testing.assert_array_equal(ds.volume, VOLUME)
+    assert ds.meta == {"old": True}
+    shutil.rmtree(p / "volume")
+    with pytest.raises(DatasetError, match="array 'volume' listed in the dataset is missing"):
+        load_dataset(p)
