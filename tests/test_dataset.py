@@ -40,7 +40,7 @@ def test_round_trip_keeps_arrays_geometry_and_meta(tmp_path, geometry):
 def test_attrs_are_plain_json_with_units_and_axes(tmp_path, geometry):
     save_dataset(tmp_path / "d.zarr", sinogram=np.zeros(geometry.sinogram_shape, np.float32), geometry=geometry)
     attrs = dict(zarr.open_group(str(tmp_path / "d.zarr"), mode="r").attrs)
-    assert attrs["format"] == FORMAT and attrs["version"] == 1
+    assert attrs["format"] == FORMAT and attrs["version"] == 2
     assert attrs["units"]["length"] == "mm"
     assert attrs["sinogram"]["axes"] == ["view", "u", "v"]
     assert attrs["geometry"]["trajectory"]["format"] == "ctbench.trajectory"

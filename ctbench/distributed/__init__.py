@@ -18,11 +18,12 @@ from .collectives import (
     global_sum,
     scale_grad,
 )
+from .fingerprint import ConfigurationMismatchError, check_same_configuration, config_digest
 from .halo import divergence_distributed, gradient_distributed, neighbour_planes, total_variation_distributed
 from .partition import PARTITIONS, balanced_split
 
 __all__ = [
-    "COMM_STATS", "DistributedError", "PARTITIONS", "all_gather", "all_reduce_sum", "balanced_split",
+    "COMM_STATS", "ConfigurationMismatchError", "DistributedError", "check_same_configuration", "config_digest", "PARTITIONS", "all_gather", "all_reduce_sum", "balanced_split",
     "copy_to_ranks", "count_communication", "divergence_distributed", "global_sum", "gradient_distributed",
     "neighbour_planes", "scale_grad",
     "total_variation_distributed",

@@ -22,6 +22,7 @@ import torch
 from ..engine.base import Rays
 from ..engine.ops import backproject_op, project_op
 from .collectives import all_reduce_sum, copy_to_ranks, global_sum
+from .fingerprint import check_same_configuration
 from .partition import PARTITIONS, balanced_split, make_layout
 
 
@@ -119,4 +120,7 @@ def make_distributed_strategy(projector, options: dict) -> DistributedStrategy:
     if partition not in PARTITIONS:
         raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r}")
     layout = make_layout(partition, options.get("partition_grid"), options.get("process_group"))
-    return DistributedStrategy(projector, layout)
+    strategy = DistributedStrategy(projector, layout)
+    # Every rank must build the same operator: compare, fail together (one small all_gather).
+    check_same_configuration(projector, layout.group)
+    return strategy

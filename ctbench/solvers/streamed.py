@@ -8,15 +8,18 @@ memory stays within the plan whatever the store size (docs/LARGE_VOLUMES.md).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import torch
 
 from ..engine.fdk_kernels import weighted_backproject
 from ..engine.plan import Plan
 from ..storage import ZarrStore, check_store
-from ..storage.streaming import StoreWindows, plan_into
+from ..storage.completion import pid_alive, same_location
+from ..storage.streaming import StoreWindows, axis0, plan_into, run_inputs, start_output
 from . import analytic
 from .filtering import check_filter, check_oversample
 from .weights import orbit_of, redundancy_weights
@@ -24,7 +27,7 @@ from .weights import orbit_of, redundancy_weights
 
 def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak", cutoff: float = 1.0,
              padding: float = 2.0, oversample: int = 1, short_scan="auto", backend: str = "auto",
-             scratch=None) -> Plan:
+             scratch=None, resume: bool = False) -> Plan:
     """FDK (circular cone beam, fan 2D) or FBP (parallel beams) from a sinogram store into a volume store.
 
     The same reconstruction as :func:`ctbench.solvers.fdk` / :func:`~ctbench.solvers.fbp` (same
@@ -33,7 +36,10 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
     time, and each slab is written once.  When the filtered projections do not fit the budget in one
     batch they go to ``scratch`` (a block store of shape (n_views, (U-1)*oversample+1, V), or
     (n_views, (U-1)*oversample+1) for 2D scans, in the sinogram's dtype; default a temporary zarr
-    store, removed at the end).  Runs on the CPU.  Returns the plan.
+    store next to a zarr output (``.<name>.fdk-scratch-<pid>-*``; in the system temp folder for
+    other outputs), removed at the end, and by the next call if this process was killed).  The
+    output carries a completion record; ``resume=True`` continues an interrupted call with the
+    same inputs, writing only the missing slabs.  Runs on the CPU.  Returns the plan.
     """
     m = check_oversample(oversample)
     plan = plan_into(projector, "fdk", volume_store, sinogram_store, fdk_padding=padding, fdk_oversample=m)
@@ -50,6 +56,13 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
     scratch_shape = (n_views, um) if projector.is_2d else (n_views, um, win.V)
     if scratch is not None and len(batches) > 1:
         check_store(scratch, "scratch", scratch_shape, (plan.dtype,))
+        for other, name in ((volume_store, "volume_store"), (sinogram_store, "sinogram_store")):
+            if scratch is other or same_location(scratch, other):
+                raise ValueError(f"scratch must be a store of its own; it is the same store as {name}")
+    out = start_output(volume_store, "fdk",
+                       run_inputs(projector, sinogram_store, plan.dtype, filter=filter, cutoff=cutoff,
+                                  padding=padding, oversample=m, short_scan=short_scan),
+                       [win.volume(s0, s1) for s0, s1 in plan.slabs()], resume)
 
     def filtered(a: int, b: int) -> torch.Tensor:
         """Pre-weighted, ramp-filtered views [a, b) as (b-a, (U-1)*m+1, V)."""
@@ -61,6 +74,9 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
 
     def backproject_slabs(blocks):
         for s0, s1 in plan.slabs():
+            target = axis0(win.volume(s0, s1), volume_store)
+            if out.is_done(*target):
+                continue
             acc = torch.zeros((s1 - s0, win.H, win.W), dtype=plan.dtype)
             for (a, b), block in blocks():
                 rays = analytic.fdk_rays(projector, plan.dtype, torch.device("cpu"), a, b, m)
@@ -68,6 +84,7 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
                 del block
             volume_store.write(win.volume(s0, s1), win.slab_value(acc[None]))
             del acc
+            out.mark_done(*target)
 
     def as_scratch(block: torch.Tensor) -> torch.Tensor:
         return block.reshape(block.shape[0], um) if projector.is_2d else block
@@ -81,7 +98,7 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
                 backproject_slabs(lambda: [((a, b), resident)])
             else:
                 if scratch is None:
-                    tmp = tempfile.mkdtemp(prefix="ctbench-fdk-")
+                    tmp = make_scratch_folder(volume_store)
                     scratch = ZarrStore.create(f"{tmp}/filtered.zarr", scratch_shape, plan.dtype,
                                                chunks=(plan.view_batch, *scratch_shape[1:]))
                 for a, b in batches:
@@ -95,4 +112,25 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+    out.finish()
     return plan
+
+
+SCRATCH_TAG = ".fdk-scratch-"
+
+
+def make_scratch_folder(volume_store) -> str:
+    """A fresh scratch folder next to a zarr output (same disk, found again after a kill), else in temp.
+
+    Scratch folders of this output whose process is gone (killed runs) are removed first.
+    """
+    loc = volume_store.location() if callable(getattr(volume_store, "location", None)) else None
+    if not isinstance(loc, str):
+        return tempfile.mkdtemp(prefix="ctbench-fdk-")
+    out = Path(loc.rstrip("/"))
+    prefix = f".{out.name}{SCRATCH_TAG}"
+    for old in out.parent.glob(prefix + "*"):
+        pid = old.name[len(prefix):].split("-")[0]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=out.parent)

@@ -7,11 +7,12 @@ the store size (docs/LARGE_VOLUMES.md).  Solvers that stream through stores
 (``fdk_into``, the disk-backed CGLS) live in :mod:`ctbench.solvers`.
 """
 
-from .base import BlockStore, check_store, is_chunk_aligned, normalize_window
+from .base import (BlockStore, IncompleteStoreError, StoreIntegrityError, check_store, is_chunk_aligned,
+                   normalize_window)
 from .memory import TensorStore
 from .zarr_store import ZarrStore
 
-__all__ = ["BlockStore", "TensorStore", "ZarrStore", "check_store", "is_chunk_aligned", "normalize_window",
+__all__ = ["BlockStore", "IncompleteStoreError", "StoreIntegrityError", "TensorStore", "ZarrStore", "check_store", "is_chunk_aligned", "normalize_window",
            "project_into", "backproject_into", "plan_into"]
 
 

@@ -21,6 +21,14 @@ import torch
 Window = tuple[slice, ...]
 
 
+class StoreIntegrityError(ValueError):
+    """Stored data is damaged, missing, unsafe to read or incomplete; the message names what and where."""
+
+
+class IncompleteStoreError(StoreIntegrityError):
+    """A store written by a streaming call holds windows that were never written (an interrupted run)."""
+
+
 @runtime_checkable
 class BlockStore(Protocol):
     """An array stored in chunks, read and written in windows."""

@@ -24,6 +24,8 @@ class TensorStore:
         if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
             raise ValueError(f"chunks must be {len(shape)} positive integers, got {chunks!r}")
         self._chunks = tuple(min(c, max(n, 1)) for c, n in zip(chunks, shape))
+        self._record = None
+        self.allow_incomplete = False
 
     @classmethod
     def empty(cls, shape, dtype=torch.float32, chunks=None, device="cpu") -> "TensorStore":
@@ -46,8 +48,23 @@ class TensorStore:
         """Reads and writes copy straight between the tensor and the caller's: no staging."""
         return 0
 
+    # ---------------------------------------------------- completion records
+    def location(self):
+        """The tensor's storage (two stores over the same memory share it)."""
+        st = self.tensor.untyped_storage()
+        return ("memory", self.tensor.device.type, st.data_ptr())
+
+    def completion_record(self):
+        return self._record
+
+    def set_completion_record(self, record) -> None:
+        self._record = record
+
     def read(self, window=None) -> torch.Tensor:
         w = normalize_window(window, self.shape)
+        if not self.allow_incomplete and self._record is not None:
+            from .completion import check_window_complete
+            check_window_complete(self, self._record, w[0].start, w[0].stop, "the tensor store")
         return self.tensor[w].clone()
 
     def write(self, window, value: torch.Tensor) -> None:

@@ -14,6 +14,12 @@ store of the wrong shape or dtype, or a budget too small for one window,
 raises before any output is touched.  Windows are aligned to the stores'
 chunks where the budget allows, so each write replaces whole chunks (and
 every chunk write is atomic in :class:`~ctbench.storage.zarr_store.ZarrStore`).
+
+The output store carries a completion record (:mod:`ctbench.storage.completion`):
+the windows planned, those written (each marked after its data), the inputs
+(projector configuration, input store) and, last, "complete".  A killed run
+leaves a store whose unwritten windows raise on read; ``resume=True`` writes
+only those, ``resume=False`` (the default) redoes every window.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import torch
 from ..engine import get_backend
 from ..engine.executor import make_executor
 from ..engine.plan import Plan, make_plan
-from .base import check_store, staging_bytes
+from .base import check_store, normalize_window, staging_bytes
+from .completion import OutputRun, same_location, store_identity, store_location
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -42,8 +49,9 @@ def _check_stores(projector, volume_store, sinogram_store) -> torch.dtype:
     if volume_store.dtype != sinogram_store.dtype:
         raise TypeError(f"volume_store is {volume_store.dtype} but sinogram_store is {sinogram_store.dtype}; "
                         "both stores must have the same dtype")
-    if volume_store is sinogram_store:
-        raise ValueError("volume_store and sinogram_store must be different stores")
+    if volume_store is sinogram_store or same_location(volume_store, sinogram_store):
+        raise ValueError(f"volume_store and sinogram_store must be different stores; both are "
+                         f"{store_location(volume_store) or volume_store!r} (the output would overwrite the input)")
     return volume_store.dtype
 
 
@@ -130,15 +138,43 @@ class StoreWindows:
         return t.reshape(b - a, self.U) if self.p.is_2d else t[0]
 
 
+# --------------------------------------------------------- completion records
+def run_inputs(projector, source_store, dtype: torch.dtype, **options) -> dict:
+    """What an output depends on: the projector's configuration, the input store and the options."""
+    from ..distributed.fingerprint import config_digest
+    return {"projector": config_digest(projector, dtype), "source": store_identity(source_store),
+            "options": {k: (v if isinstance(v, (int, float, str, bool, type(None))) else repr(v))
+                        for k, v in sorted(options.items())}}
+
+
+def axis0(window, store) -> tuple[int, int]:
+    w = normalize_window(window, store.shape)[0]
+    return w.start, w.stop
+
+
+def start_output(store, operation: str, inputs: dict, windows, resume: bool) -> OutputRun:
+    """The completion record of a call writing ``windows`` (store windows) into ``store``."""
+    return OutputRun(store, operation, inputs, [axis0(w, store) for w in windows], resume=resume)
+
+
 # ------------------------------------------------------------------- loops
-def project_into(projector, volume_store, sinogram_store, *, device=None) -> Plan:
-    """Project ``volume_store`` into ``sinogram_store``, one view batch at a time; returns the plan."""
+def project_into(projector, volume_store, sinogram_store, *, device=None, resume: bool = False) -> Plan:
+    """Project ``volume_store`` into ``sinogram_store``, one view batch at a time; returns the plan.
+
+    ``resume=True`` continues an interrupted call with the same inputs, writing only
+    the view batches its completion record does not mark done.
+    """
     plan = plan_into(projector, "project", volume_store, sinogram_store)
     ex = _executor(projector, compute_device(projector, device))
     rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
     win = StoreWindows(projector)
+    out = start_output(sinogram_store, "project", run_inputs(projector, volume_store, plan.dtype),
+                       [win.sinogram(a, b) for a, b in plan.view_batches()], resume)
     with torch.no_grad():
         for a, b in plan.view_batches():
+            target = axis0(win.sinogram(a, b), sinogram_store)
+            if out.is_done(*target):
+                continue
             acc = torch.zeros((1, b - a, win.U, win.V), dtype=plan.dtype)
             r = rays.views(a, b)
             for s0, s1 in plan.slabs():
@@ -147,17 +183,27 @@ def project_into(projector, volume_store, sinogram_store, *, device=None) -> Pla
                 del slab  # before the next read: one slab resident at a time
             sinogram_store.write(win.sinogram(a, b), win.block_value(acc, a, b))
             del acc
+            out.mark_done(*target)
+    out.finish()
     return plan
 
 
-def backproject_into(projector, sinogram_store, volume_store, *, device=None) -> Plan:
-    """Backproject ``sinogram_store`` into ``volume_store``, one z-slab at a time; returns the plan."""
+def backproject_into(projector, sinogram_store, volume_store, *, device=None, resume: bool = False) -> Plan:
+    """Backproject ``sinogram_store`` into ``volume_store``, one z-slab at a time; returns the plan.
+
+    ``resume=True`` continues an interrupted call with the same inputs (see :func:`project_into`).
+    """
     plan = plan_into(projector, "backproject", volume_store, sinogram_store)
     ex = _executor(projector, compute_device(projector, device))
     rays = projector._rays(None, plan.dtype, torch.device("cpu")).detach()
     win = StoreWindows(projector)
+    out = start_output(volume_store, "backproject", run_inputs(projector, sinogram_store, plan.dtype),
+                       [win.volume(s0, s1) for s0, s1 in plan.slabs()], resume)
     with torch.no_grad():
         for s0, s1 in plan.slabs():
+            target = axis0(win.volume(s0, s1), volume_store)
+            if out.is_done(*target):
+                continue
             acc = torch.zeros((1, s1 - s0, win.H, win.W), dtype=plan.dtype)
             for a, b in plan.view_batches():
                 block = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
@@ -165,4 +211,6 @@ def backproject_into(projector, sinogram_store, volume_store, *, device=None) ->
                 del block
             volume_store.write(win.volume(s0, s1), win.slab_value(acc))
             del acc
+            out.mark_done(*target)
+    out.finish()
     return plan

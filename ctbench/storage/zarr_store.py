@@ -11,13 +11,24 @@ chunk is written as above); the streaming loops of
 budget allows, so that they replace whole chunks without reading them.
 ``fsync=True`` also flushes each chunk to the disk before the rename
 (survives power loss, at a cost per chunk).
+
+Reads are checked (docs/RELIABILITY.md): a key that is a symlink out of the
+store's folder, or anything but a regular file (a FIFO, a device), is refused;
+metadata files are bounded in size; chunks of arrays with zarr's ``crc32c``
+codec (every array :meth:`ZarrStore.create` makes) are verified, and a
+damaged one raises :class:`~ctbench.storage.base.StoreIntegrityError` naming
+the array and the chunk.  Arrays whose every chunk must exist (``require_chunks``)
+raise the same error for a missing chunk instead of reading zeros.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +37,10 @@ import torch
 import zarr
 from zarr.storage import LocalStore
 
-from .base import check_value, chunks_touched, covers_whole_chunks, normalize_window
+from .base import StoreIntegrityError, check_value, chunks_touched, covers_whole_chunks, normalize_window
+
+#: Largest metadata file (zarr.json) a store reads: metadata is small, a huge one is damage or an attack.
+MAX_METADATA_BYTES = 16 << 20
 
 _TORCH_DTYPES = (torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64,
                  torch.uint8, torch.bool)
@@ -68,30 +82,164 @@ def _buffer_bytes(value):
     return fn() if fn is not None else value.to_bytes()
 
 
-class AtomicLocalStore(LocalStore):
-    """zarr's LocalStore whose ``set`` writes each key atomically (temporary file + rename)."""
+def split_chunk_key(key: str) -> tuple[str, str] | None:
+    """``"volume/c/0/1/2"`` -> ``("volume", "c/0/1/2")``; None for a key that is not a chunk (v3 default keys)."""
+    parts = key.split("/")
+    for i, p in enumerate(parts):
+        if p == "c" and i + 1 < len(parts) and all(q.isdigit() for q in parts[i + 1:]):
+            return "/".join(parts[:i]), "/".join(parts[i:])
+    return None
 
-    def __init__(self, root, *, read_only: bool = False, fsync: bool = False) -> None:
+
+def describe_array(array_path: str) -> str:
+    return f"array '{array_path}'" if array_path else "the array"
+
+
+def safe_file_size(path: Path, root_real: str, what: str) -> int | None:
+    """Size of the regular file at ``path`` (None if absent or a folder); refuses unsafe entries.
+
+    A symlink must resolve to a regular file inside ``root_real``; FIFOs,
+    devices and sockets are refused, so that a planted entry can neither
+    block a read (FIFO) nor feed it endless data (``/dev/zero``).
+    """
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        real = os.path.realpath(path)
+        if os.path.commonpath([real, root_real]) != root_real:
+            raise StoreIntegrityError(f"{what} ({path}) is a symlink out of the store folder {root_real} "
+                                      f"(to {real}); refusing to read it")
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreIntegrityError(f"{what} ({path}) is not a regular file (a FIFO, device or socket); "
+                                  "refusing to read it")
+    return st.st_size
+
+
+# CRC-32C of any message followed by its own little-endian CRC: checking the whole chunk
+# against this constant verifies it without copying the payload.
+_CRC32C_RESIDUE = 0x48674BC7
+
+
+def crc32c_ok(data: bytes) -> bool:
+    """Whether the last 4 bytes of ``data`` are the crc32c of the rest (zarr's crc32c codec layout)."""
+    import google_crc32c
+
+    if len(data) < 4:
+        return False
+    if sys.byteorder == "little":
+        return google_crc32c.value(data) == _CRC32C_RESIDUE
+    return google_crc32c.value(data[:-4]) == int.from_bytes(data[-4:], sys.byteorder)
+
+
+class AtomicLocalStore(LocalStore):
+    """zarr's LocalStore whose ``set`` writes each key atomically (temporary file + rename) and whose
+    reads are checked (safe files only, bounded metadata, crc32c-verified chunks, required chunks)."""
+
+    def __init__(self, root, *, read_only: bool = False, fsync: bool = False, require_chunks=()) -> None:
         super().__init__(root, read_only=read_only)
         self.fsync = fsync
+        # Array paths ("" for a store that is one array) whose every chunk must exist.
+        self.require_chunks = frozenset(require_chunks)
+        self._checksummed: dict[str, bool] = {}
+        self._root_real: str | None = None
 
     def with_read_only(self, read_only: bool = False) -> "AtomicLocalStore":
-        return type(self)(self.root, read_only=read_only, fsync=self.fsync)
+        return type(self)(self.root, read_only=read_only, fsync=self.fsync, require_chunks=self.require_chunks)
 
+    # ----------------------------------------------------------------- writes
     async def set(self, key: str, value) -> None:
         if not self._is_open:
             await self._open()
         self._check_writable()
+        self._forget(key)
         await asyncio.to_thread(atomic_write_bytes, self.root / key, _buffer_bytes(value), self.fsync)
 
     def set_sync(self, key: str, value) -> None:
         self._check_writable()
+        self._forget(key)
         atomic_write_bytes(self.root / key, _buffer_bytes(value), self.fsync)
 
+    def _forget(self, key: str) -> None:
+        if key.endswith("zarr.json"):
+            self._checksummed.clear()
 
-def atomic_local_store(path, *, read_only: bool = False, fsync: bool = False) -> AtomicLocalStore:
-    """A zarr filesystem store rooted at ``path`` whose chunk writes are atomic."""
-    return AtomicLocalStore(Path(path), read_only=read_only, fsync=fsync)
+    # ------------------------------------------------------------------ reads
+    def _is_checksummed(self, array_path: str) -> bool:
+        """Whether the array's codecs end with crc32c (read from its zarr.json once)."""
+        if array_path not in self._checksummed:
+            meta = self._read_checked(f"{array_path}/zarr.json" if array_path else "zarr.json", None)
+            codecs = []
+            if meta is not None:
+                with contextlib.suppress(ValueError, AttributeError):
+                    codecs = json.loads(bytes(meta)).get("codecs") or []
+            self._checksummed[array_path] = bool(codecs) and isinstance(codecs[-1], dict) and \
+                codecs[-1].get("name") == "crc32c"
+        return self._checksummed[array_path]
+
+    def _read_checked(self, key: str, byte_range):
+        """The bytes of ``key`` (None when absent), after the safety and integrity checks."""
+        path = self.root / key
+        chunk = split_chunk_key(key)
+        what = (f"chunk {chunk[1]} of {describe_array(chunk[0])}" if chunk else f"'{key}'") + \
+            f" in the store {self.root}"
+        if self._root_real is None:
+            self._root_real = os.path.realpath(self.root)
+        size = safe_file_size(path, self._root_real, what)
+        if size is None:
+            if chunk is not None and chunk[0] in self.require_chunks:
+                raise StoreIntegrityError(f"{what} is missing (every chunk of this array was written; "
+                                          "the data is damaged)")
+            return None
+        if chunk is None and size > MAX_METADATA_BYTES:
+            raise StoreIntegrityError(f"{what} is {size} bytes; metadata is at most {MAX_METADATA_BYTES} "
+                                      "(damaged or not a ctbench store)")
+        if byte_range is not None:
+            return ("range", path, byte_range)
+        with open(path, "rb") as f:
+            data = f.read(size + 1)
+        if len(data) != size:
+            raise StoreIntegrityError(f"{what} changed size while being read")
+        if chunk is not None and self._is_checksummed(chunk[0]) and not crc32c_ok(data):
+            raise StoreIntegrityError(f"{what} fails its crc32c checksum (bit rot, truncation or an "
+                                      "overwrite from outside ctbench)")
+        return data
+
+    def _buffer(self, key: str, prototype, byte_range):
+        from zarr.core.buffer import default_buffer_prototype
+        from zarr.storage._local import _get
+
+        prototype = prototype or default_buffer_prototype()
+        data = self._read_checked(key, byte_range)
+        if data is None:
+            return None
+        if isinstance(data, tuple):  # a byte range (sharded arrays): zarr reads it
+            return _get(data[1], prototype, data[2])
+        return prototype.buffer.from_bytes(data)
+
+    def get_sync(self, key: str, *, prototype=None, byte_range=None):
+        self._ensure_open_sync()
+        return self._buffer(key, prototype, byte_range)
+
+    async def get(self, key: str, prototype=None, byte_range=None):
+        if not self._is_open:
+            await self._open()
+        return await asyncio.to_thread(self._buffer, key, prototype, byte_range)
+
+    async def get_partial_values(self, prototype, key_ranges):
+        return [await self.get(key, prototype, byte_range) for key, byte_range in key_ranges]
+
+
+def atomic_local_store(path, *, read_only: bool = False, fsync: bool = False, require_chunks=()) -> AtomicLocalStore:
+    """A zarr filesystem store rooted at ``path`` whose chunk writes are atomic and whose reads are checked."""
+    return AtomicLocalStore(Path(path), read_only=read_only, fsync=fsync, require_chunks=require_chunks)
 
 
 def default_chunks(shape) -> tuple[int, ...]:
@@ -109,16 +257,20 @@ class ZarrStore:
     def __init__(self, array):
         if not isinstance(array, zarr.Array):
             raise TypeError(f"array must be a zarr.Array, got {type(array).__name__}")
-        self.array = array
+        # Every chunk written lands on disk, even an all-zero one, so that a missing chunk is damage.
+        self.array = array.with_config({"write_empty_chunks": True})
         self._dtype = numpy_to_torch_dtype(array.dtype)
+        self.allow_incomplete = False
+        self._required_when_complete(self.completion_record())
 
     @classmethod
     def create(cls, path, shape, dtype: torch.dtype = torch.float32, chunks=None, attrs: dict | None = None, *,
-               overwrite: bool = False, compressors=None, fsync: bool = False) -> "ZarrStore":
+               overwrite: bool = False, compressors=None, fsync: bool = False, checksum: bool = True) -> "ZarrStore":
         """A new zero-filled zarr v3 array at ``path`` (a folder).
 
         ``chunks`` defaults to 64 per axis; ``attrs`` is stored as JSON attributes;
         ``compressors`` (zarr codecs) default to none: fastest for float CT data.
+        ``checksum=True`` appends zarr's crc32c codec, so every chunk read is verified.
         ``overwrite=False`` refuses an existing path.
         """
         path = Path(path)
@@ -134,21 +286,73 @@ class ZarrStore:
             if not overwrite:
                 raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
         store = atomic_local_store(path, fsync=fsync)
+        codecs = list(compressors or ())
+        if checksum:
+            from zarr.codecs import Crc32cCodec
+            codecs.append(Crc32cCodec())
         array = zarr.create_array(store=store, shape=shape, chunks=chunks, dtype=np_dtype, fill_value=0,
-                                  compressors=compressors, attributes=dict(attrs or {}), zarr_format=3,
+                                  compressors=codecs or None, attributes=dict(attrs or {}), zarr_format=3,
                                   overwrite=overwrite)
         return cls(array)
 
     @classmethod
-    def open(cls, path, mode: str = "r+", *, fsync: bool = False) -> "ZarrStore":
-        """Open the zarr array at ``path``; ``mode`` "r" (read only) or "r+" (read and write)."""
+    def open(cls, path, mode: str = "r+", *, fsync: bool = False, allow_incomplete: bool = False) -> "ZarrStore":
+        """Open the zarr array at ``path``; ``mode`` "r" (read only) or "r+" (read and write).
+
+        A store left incomplete by an interrupted streaming call raises
+        :class:`~ctbench.storage.base.IncompleteStoreError` on reads of the unwritten
+        windows, unless ``allow_incomplete=True``.
+        """
         if mode not in ("r", "r+"):
             raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}")
         path = Path(path)
-        if not (path / "zarr.json").is_file() and not (path / ".zarray").is_file():
+        root_real = os.path.realpath(path)
+        if safe_file_size(path / "zarr.json", root_real, f"{path}/zarr.json") is None and \
+                safe_file_size(path / ".zarray", root_real, f"{path}/.zarray") is None:
             raise FileNotFoundError(f"no zarr array at {path}")
         store = atomic_local_store(path, read_only=(mode == "r"), fsync=fsync)
-        return cls(zarr.open_array(store=store, mode=mode))
+        out = cls(zarr.open_array(store=store, mode=mode))
+        out.allow_incomplete = allow_incomplete
+        return out
+
+    # ---------------------------------------------------- completion records
+    def location(self):
+        """The resolved folder of the array (equal for two objects over the same data), or None."""
+        root = getattr(self.array.store, "root", None)
+        if root is None:
+            return None
+        return os.path.join(os.path.realpath(root), self.array.path or "")
+
+    def completion_record(self):
+        """The completion record of the last streaming call into this store, or None."""
+        from .completion import RECORD_KEY, CompletionRecord
+        return CompletionRecord.from_json(self.array.attrs.get(RECORD_KEY))
+
+    def set_completion_record(self, record) -> None:
+        """Store the record in the array's attributes (zarr.json, rewritten atomically)."""
+        from .completion import RECORD_KEY
+        self.array.update_attributes({RECORD_KEY: record.to_json()})
+        self._required_when_complete(record)
+
+    def _required_when_complete(self, record) -> None:
+        # A complete record promises every chunk was written: a missing one is damage, not zeros.
+        store = self.array.store
+        if isinstance(store, AtomicLocalStore) and record is not None and record.complete:
+            store.require_chunks = store.require_chunks | {self.array.path or ""}
+
+    def remove_partial_files(self) -> int:
+        """Delete temporary ``*.partial`` files that killed writers left in the store's folder."""
+        loc = self.location()
+        n = 0
+        if loc is None or self.array.store.read_only:
+            return n
+        for dirpath, _, files in os.walk(loc):
+            for f in files:
+                if f.endswith(".partial"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(dirpath, f))
+                        n += 1
+        return n
 
     # ------------------------------------------------------------- protocol
     @property
@@ -181,8 +385,17 @@ class ZarrStore:
         merge = write and not covers_whole_chunks(window_shape, self.chunks, self.shape)
         return in_flight * chunk_bytes * (2 if merge else 1)
 
+    @property
+    def checksummed(self) -> bool:
+        """Whether the chunks carry a crc32c checksum (verified on every read)."""
+        codecs = getattr(self.array.metadata, "codecs", None) or ()
+        return bool(codecs) and type(codecs[-1]).__name__ == "Crc32cCodec"
+
     def read(self, window=None) -> torch.Tensor:
         w = normalize_window(window, self.shape)
+        if not self.allow_incomplete:
+            from .completion import check_window_complete
+            check_window_complete(self, self.completion_record(), w[0].start, w[0].stop, f"the store {self.location()}")
         data = self.array[w]
         data = np.asarray(data)
         if not data.flags.writeable or not data.flags.c_contiguous:

@@ -13,25 +13,46 @@ Layout of ``name.zarr/``::
 
 Arrays keep ctbench's tensor axis order (never a display order), so a
 dataset opens identically in scripts, in the napari plugin and in jobs.
-Writes go to a temporary sibling folder that is renamed into place, so a
-crash never leaves a half-written dataset under the final name.
+
+Reliability (docs/RELIABILITY.md):
+
+- Writes go to a fresh hidden sibling folder; when it is complete it is
+  swapped with the old dataset by rename (one atomic ``renameat2`` exchange on
+  Linux, two renames elsewhere, finished by the next save or load if killed
+  between them) and only then is the old one deleted.  Killed at any point, the
+  path holds the old dataset or the new one, complete.
+- Version 2 datasets hold a ``manifest`` (the arrays with shape, dtype,
+  chunks) and crc32c-checksummed chunks, every chunk written; a missing array
+  or attribute, a missing chunk or a damaged chunk raises
+  :class:`DatasetError` naming the array and the chunk.
+- Reads refuse symlinks out of the dataset and non-regular files (FIFOs,
+  devices), and an eager load refuses to allocate more than ``max_bytes``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import json
 import math
+import os
 import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..storage.base import StoreIntegrityError
+from ..storage.completion import pid_alive
+from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size
 from .design import ScanGeometry
 
 FORMAT = "ctbench.dataset"
-VERSION = 1
+VERSION = 2  # 2: manifest + crc32c chunks; version 1 datasets still load (without those checks)
 UNITS = {
     "length": "mm",
     "volume": "linear attenuation per mm",
@@ -101,14 +122,25 @@ def _as_numpy(a) -> np.ndarray:
     return a
 
 
+#: Largest array an eager :func:`load_dataset` allocates unless told otherwise (``max_bytes=``).
+DEFAULT_MAX_BYTES = 8 << 30
+_NEW, _OLD = ".new-", ".old-"
+
+
+class DatasetError(StoreIntegrityError):
+    """A dataset on disk is damaged or incomplete; the message names the array, chunk or attribute."""
+
+
 def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=None, sinogram=None,
                  geometry: ScanGeometry | None = None, voxel_spacing=None, meta: dict | None = None,
                  overwrite: bool = False, chunks: int = 64) -> Path:
     """Write a dataset to ``path`` (a ``.zarr`` folder) and return the path.
 
     Pass a :class:`Dataset` or its fields as keywords.  ``overwrite=False``
-    refuses to replace an existing path.  Arrays are chunked in blocks of at
-    most ``chunks`` along every axis.
+    refuses to replace an existing path; ``overwrite=True`` replaces a dataset
+    (never another kind of folder) crash-safely: the old one stays complete
+    until the new one is.  Arrays are chunked in blocks of at most ``chunks``
+    along every axis.
     """
     if dataset is None:
         dataset = Dataset(volume=None if volume is None else _as_numpy(volume),
@@ -120,76 +152,279 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
         json.dumps(dataset.meta)
     except TypeError as e:
         raise ValueError(f"dataset meta must be JSON-serialisable: {e}") from None
-    import zarr
+    if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks <= 0:
+        raise ValueError(f"chunks must be a positive integer (voxels per chunk axis), got {chunks!r}")
 
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    tmp = path.with_name(path.name + ".tmp-write")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    recover_interrupted_save(path)
+    if os.path.lexists(path):
+        if not overwrite:
+            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+        if not is_dataset(path) and not (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
+            raise FileExistsError(f"{path} exists and is not a ctbench dataset; refusing to replace it "
+                                  "(remove it yourself or choose another path)")
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_NEW}{os.getpid()}-"))
+    try:
+        _write_group(tmp, dataset, chunks)
+        _swap_into_place(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
+    """The whole dataset in ``folder``: arrays (every chunk, crc32c) first, the group's attributes last."""
+    import zarr
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    store = atomic_local_store(folder)
+    group = zarr.open_group(store=store, mode="w", zarr_format=3)
     attrs: dict[str, Any] = {"format": FORMAT, "version": VERSION, "units": UNITS,
                              "geometry": None if dataset.geometry is None else dataset.geometry.to_dict(),
-                             "meta": dataset.meta}
-    group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+                             "meta": dataset.meta, "manifest": {}}
     for name in ("volume", "sinogram"):
         data = getattr(dataset, name)
         if data is None:
             continue
         data = _as_numpy(data)
-        arr = group.create_array(name, shape=data.shape, dtype=data.dtype,
-                                 chunks=tuple(min(chunks, max(s, 1)) for s in data.shape))
+        chunk_shape = tuple(min(chunks, max(s, 1)) for s in data.shape)
+        arr = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=chunk_shape,
+                                 compressors=(ZstdCodec(), Crc32cCodec()), config={"write_empty_chunks": True})
         arr[...] = data
         attrs[name] = {"axes": _axes(name, data.ndim)}
+        attrs["manifest"][name] = {"shape": list(data.shape), "dtype": data.dtype.str, "chunks": list(chunk_shape),
+                                   "checksum": "crc32c"}
     if dataset.volume is not None:
         attrs["volume"]["voxel_spacing"] = list(dataset.voxel_spacing)
     group.attrs.update(attrs)
-    if path.exists():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
-    tmp.rename(path)
-    return path
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
+        return False
+    raise OSError(err, f"could not swap {a} and {b}: {os.strerror(err)}")
+
+
+def _swap_into_place(new: Path, path: Path) -> None:
+    """Put the complete dataset ``new`` at ``path``; the old dataset is deleted only after."""
+    if not os.path.lexists(path):
+        os.rename(new, path)
+        return
+    if _exchange(new, path):
+        old = new                 # the exchange left the old dataset under the temporary name
+    else:
+        old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_OLD}{os.getpid()}-"))
+        os.rmdir(old)
+        os.rename(path, old)      # killed after this: recover_interrupted_save() puts `new` in place
+        os.rename(new, path)
+    _remove_tree(old)
+
+
+def _remove_tree(folder: Path) -> None:
+    if os.path.islink(folder):  # a dataset path that was a symlink: drop the link, never its target
+        os.unlink(folder)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _siblings(path: Path, tag: str) -> list[Path]:
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}{tag}*"))
+
+
+def _writer_alive(folder: Path, path: Path, tag: str) -> bool:
+    pid = folder.name[len(f".{path.name}{tag}"):].split("-")[0]
+    return pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid))
+
+
+def recover_interrupted_save(path: str | Path) -> None:
+    """Finish or undo a save that was killed, and remove what dead writers left next to ``path``.
+
+    Only a save killed between the two renames of the fallback swap leaves
+    ``path`` missing: the complete new dataset is then moved into place (or,
+    failing that, the complete old one).  Temporary folders of writers that
+    are still running are left alone.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        for tag in (_NEW, _OLD):
+            for cand in _siblings(path, tag):
+                if not _writer_alive(cand, path, tag) and _is_complete(cand):
+                    os.rename(cand, path)
+                    break
+            if os.path.lexists(path):
+                break
+    for tag in (_NEW, _OLD):
+        for cand in _siblings(path, tag):
+            if not _writer_alive(cand, path, tag):
+                _remove_tree(cand)
+
+
+def _is_complete(folder: Path) -> bool:
+    try:
+        verify_dataset(folder)
+        return True
+    except (DatasetError, OSError, ValueError):
+        return False
+
+
+def _read_small_json(path: Path, root: Path, what: str, limit: int = MAX_METADATA_BYTES) -> dict | None:
+    """A JSON document from a regular file inside ``root`` of at most ``limit`` bytes (None if absent)."""
+    size = safe_file_size(path, os.path.realpath(root), what)
+    if size is None:
+        return None
+    if size > limit:
+        raise DatasetError(f"{what} is {size} bytes; at most {limit} expected")
+    with open(path, "rb") as f:
+        return json.loads(f.read(limit + 1))
 
 
 def is_dataset(path: str | Path) -> bool:
-    """Whether ``path`` is a ctbench dataset (cheap: reads only the group's attributes)."""
+    """Whether ``path`` is a ctbench dataset (cheap: reads only the group's attributes; never blocks)."""
     path = Path(path)
-    meta = path / "zarr.json"
-    if not meta.is_file():
-        return False
     try:
-        doc = json.loads(meta.read_text())
-    except (OSError, json.JSONDecodeError):
+        if not path.is_dir():
+            return False
+        doc = _read_small_json(path / "zarr.json", path, f"{path}/zarr.json")
+    except (OSError, ValueError):
         return False
-    return doc.get("node_type") == "group" and doc.get("attributes", {}).get("format") == FORMAT
+    return isinstance(doc, dict) and doc.get("node_type") == "group" and \
+        isinstance(doc.get("attributes"), dict) and doc["attributes"].get("format") == FORMAT
 
 
-def load_dataset(path: str | Path, *, lazy: bool = False) -> Dataset:
-    """Open a dataset written by :func:`save_dataset`.
+def _group_attrs(path: Path) -> dict:
+    doc = _read_small_json(path / "zarr.json", path, f"{path}/zarr.json")
+    if not isinstance(doc, dict) or doc.get("node_type") != "group" or \
+            not isinstance(doc.get("attributes"), dict) or doc["attributes"].get("format") != FORMAT:
+        raise ValueError(f"{path} is not a ctbench dataset (a zarr v3 group with attrs format={FORMAT!r})")
+    return doc["attributes"]
 
-    ``lazy=True`` returns zarr arrays that read on indexing (for volumes
-    larger than memory); otherwise numpy arrays.
+
+def verify_dataset(path: str | Path, *, chunks: bool = False) -> dict:
+    """Check a dataset against its manifest; returns the group attributes.
+
+    Every array of the manifest must exist with its shape, dtype and chunks,
+    and the attributes that describe it must be there; ``chunks=True`` also
+    reads every chunk (each present, each passing its crc32c checksum).
+    Raises :class:`DatasetError` naming the damaged array, chunk or attribute.
     """
+    path = Path(path)
+    attrs = _group_attrs(path)
+    version = attrs.get("version", 0)
+    if not isinstance(version, int) or version > VERSION:
+        raise ValueError(f"{path} is a version {version!r} dataset; this ctbench reads up to {VERSION}")
+    manifest = attrs.get("manifest")
+    if version >= 2:
+        if not isinstance(manifest, dict) or not manifest or set(manifest) - {"volume", "sinogram"}:
+            raise DatasetError(f"{path}: the dataset's manifest (attrs 'manifest': the arrays it holds) is "
+                               "missing or damaged")
+    else:  # version 1: no manifest; the attributes name the arrays
+        manifest = {name: None for name in ("volume", "sinogram") if name in attrs}
+        if not manifest:
+            raise DatasetError(f"{path}: the dataset names neither a volume nor a sinogram")
+    for name, want in manifest.items():
+        section = attrs.get(name)
+        if not isinstance(section, dict) or "axes" not in section:
+            raise DatasetError(f"{path}: the attribute '{name}' (its axes) is missing for the stored {name}")
+        if name == "volume" and "voxel_spacing" not in section:
+            raise DatasetError(f"{path}: the attribute 'volume.voxel_spacing' is missing")
+        meta = _read_small_json(path / name / "zarr.json", path, f"{path}/{name}/zarr.json")
+        if not isinstance(meta, dict) or meta.get("node_type") != "array":
+            raise DatasetError(f"{path}: the array '{name}' listed in the dataset is missing")
+        if want is not None:
+            got = {"shape": meta.get("shape"), "chunks": (meta.get("chunk_grid") or {}).get("configuration",
+                                                                                             {}).get("chunk_shape")}
+            for key in ("shape", "chunks"):
+                if list(got[key] or []) != list(want[key]):
+                    raise DatasetError(f"{path}: the array '{name}' has {key} {got[key]}; the manifest says "
+                                       f"{want[key]}")
+            codecs = meta.get("codecs") or []
+            if not codecs or not isinstance(codecs[-1], dict) or codecs[-1].get("name") != "crc32c":
+                raise DatasetError(f"{path}: the array '{name}' lost its crc32c checksum codec")
+    if chunks:
+        group = _open_group(path, manifest)
+        for name in manifest:
+            arr = group[name]
+            step = arr.chunks[0]
+            for z in range(0, arr.shape[0], step):
+                arr[z:z + step]
+    return attrs
+
+
+def _open_group(path: Path, manifest: dict):
     import zarr
 
+    required = [name for name, want in manifest.items() if want is not None]
+    store = atomic_local_store(path, read_only=True, require_chunks=required)
+    return zarr.open_group(store=store, mode="r")
+
+
+def _wrap(fn, *args):
+    """Integrity errors of the store layer as DatasetError (same message)."""
+    try:
+        return fn(*args)
+    except DatasetError:
+        raise
+    except StoreIntegrityError as e:
+        raise DatasetError(str(e)) from None
+
+
+def load_dataset(path: str | Path, *, lazy: bool = False, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Dataset:
+    """Open a dataset written by :func:`save_dataset`, checked against its manifest.
+
+    ``lazy=True`` returns zarr arrays that read (and verify) chunks on
+    indexing, for volumes larger than memory; otherwise numpy arrays, each
+    chunk verified.  An eager load refuses an array larger than ``max_bytes``
+    (default 8 GiB; ``None`` for no bound) before allocating it, so that the
+    metadata of a damaged or planted file cannot exhaust memory.  Damage
+    raises :class:`DatasetError` naming the array and chunk.
+    """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no dataset at {path}")
+    if not os.path.lexists(path):
+        recover_interrupted_save(path)
+        if not os.path.lexists(path):
+            raise FileNotFoundError(f"no dataset at {path}")
     if not is_dataset(path):
         raise ValueError(f"{path} is not a ctbench dataset (a zarr v3 group with attrs format={FORMAT!r})")
-    group = zarr.open_group(str(path), mode="r")
-    attrs = dict(group.attrs)
-    if int(attrs.get("version", 0)) > VERSION:
-        raise ValueError(f"{path} is a version {attrs.get('version')} dataset; this ctbench reads up to {VERSION}")
-    units = attrs.get("units", {}).get("length", "mm")
+    if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes <= 0):
+        raise ValueError(f"max_bytes must be a positive number of bytes or None, got {max_bytes!r}")
+    attrs = _wrap(verify_dataset, path)
+    units = (attrs.get("units") or {}).get("length", "mm")
     if units != "mm":
         raise ValueError(f"{path}: length unit {units!r} is not supported (expected 'mm')")
+    manifest = attrs.get("manifest") if attrs.get("version", 1) >= 2 else \
+        {name: None for name in ("volume", "sinogram") if name in attrs}
+    group = _wrap(_open_group, path, manifest)
     arrays = {}
-    for name in ("volume", "sinogram"):
-        if name in attrs and name in group:
-            arr = group[name]
-            arrays[name] = arr if lazy else np.asarray(arr[...])
+    for name in manifest:
+        arr = group[name]
+        if lazy:
+            arrays[name] = arr
+            continue
+        nbytes = int(np.prod(arr.shape, dtype=np.float64) * arr.dtype.itemsize)
+        if max_bytes is not None and nbytes > max_bytes:
+            raise ValueError(f"{path}: the {name} is {arr.shape} {arr.dtype} ({nbytes / 2**30:.2f} GiB), more "
+                             f"than max_bytes={max_bytes}; pass lazy=True to read it window by window, or a "
+                             "larger max_bytes (None: no bound) if it fits in memory")
+        arrays[name] = _wrap(lambda a: np.asarray(a[...]), arr)
     geo = attrs.get("geometry")
     geometry = ScanGeometry.from_dict(geo) if geo else None
-    spacing = attrs.get("volume", {}).get("voxel_spacing") if "volume" in arrays else None
+    spacing = attrs["volume"].get("voxel_spacing") if "volume" in arrays else None
+    meta = attrs.get("meta", {})
     return Dataset(volume=arrays.get("volume"), sinogram=arrays.get("sinogram"), geometry=geometry,
-                   voxel_spacing=None if spacing is None else tuple(spacing), meta=dict(attrs.get("meta", {})))
+                   voxel_spacing=None if spacing is None else tuple(spacing),
+                   meta=dict(meta) if isinstance(meta, dict) else {})

@@ -2,17 +2,27 @@
 
 napari calls ``get_reader(path)``; it returns a reader function for paths
 this plugin understands and None otherwise, so other readers get their turn.
+
+Reading is bounded (docs/RELIABILITY.md): only regular files are opened (a
+FIFO or device never blocks napari), JSON files are at most
+``CTBENCH_READER_MAX_BYTES`` (default 64 MiB), a dataset's volume stays a lazy
+zarr array (chunks read and verified as napari displays them), a sinogram is
+read only up to ``CTBENCH_READER_MAX_BYTES`` (default 2 GiB) and a trajectory
+preview builds at most ``CTBENCH_READER_MAX_VIEWS`` views (default 100000).
+The environment variables are the explicit override.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, scan_from_trajectory
+from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, design_of, scan_from_trajectory
 from ctbench.geometry import Trajectory
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
@@ -38,10 +48,40 @@ def get_reader(path) -> Callable | None:
     return None
 
 
+def _limit(name: str, default: int) -> int:
+    """A reader bound from the environment (the explicit override), else ``default``."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ValueError(f"{name} must be a positive number, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _max_bytes() -> int:
+    return _limit("CTBENCH_READER_MAX_BYTES", 2 << 30)
+
+
+def _load_json(path: str):
+    """A JSON file that is a regular file of bounded size (never a FIFO, device or huge file)."""
+    st = os.stat(path)  # follows a link: what is read is the target
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path} is not a regular file (a FIFO, device or folder); not reading it")
+    limit = _limit("CTBENCH_READER_MAX_BYTES", 64 << 20)
+    if st.st_size > limit:
+        raise ValueError(f"{path} is {st.st_size} bytes, more than {limit} for a JSON file; raise "
+                         "CTBENCH_READER_MAX_BYTES to read it")
+    with open(path, "rb") as f:
+        return json.loads(f.read(limit + 1))
+
+
 def _json_format(path: str) -> str | None:
     try:
-        with open(path) as f:
-            d = json.load(f)
+        d = _load_json(path)
     except (OSError, ValueError):
         return None
     return d.get("format") if isinstance(d, dict) else None
@@ -51,8 +91,13 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
     """Layers of a dataset: the volume (placed in mm) and the sinogram (with its geometry)."""
     layers = []
     if ds.volume is not None:
-        layers.append(volume_layer(np.asarray(ds.volume), ds.voxel_spacing, f"{name} volume", geometry=ds.geometry,
-                                   extra={"dataset_meta": ds.meta}))
+        vol = ds.volume
+        lazy = not isinstance(vol, np.ndarray)
+        # A zero-byte stand-in of the right shape gives the placement; the layer keeps the lazy array.
+        shape_only = np.broadcast_to(np.zeros((), dtype=vol.dtype), vol.shape) if lazy else vol
+        data, kw, kind = volume_layer(shape_only, ds.voxel_spacing, f"{name} volume", geometry=ds.geometry,
+                                      extra={"dataset_meta": ds.meta})
+        layers.append((vol if lazy else data, kw, kind))
     if ds.sinogram is not None:
         if ds.geometry is None:
             # Without geometry the sinogram is only an image: say so in the metadata.
@@ -65,9 +110,25 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
 
 
 def read_dataset(path) -> list[LayerData]:
+    """Layers of a dataset: the volume stays lazy; the sinogram is read within the reader's bound."""
     p = _single(path)
-    ds = load_dataset(p)
+    ds = load_dataset(p, lazy=True)
+    if ds.sinogram is not None:
+        s = ds.sinogram
+        nbytes = int(np.prod(s.shape, dtype=np.float64)) * s.dtype.itemsize
+        if nbytes > _max_bytes():
+            raise ValueError(f"{p}: the sinogram is {tuple(s.shape)} {s.dtype} ({nbytes / 2**30:.2f} GiB), more "
+                             f"than the reader's bound of {_max_bytes()} bytes; raise CTBENCH_READER_MAX_BYTES "
+                             "to read it")
+        ds.sinogram = np.asarray(s[...])
     return dataset_layers(ds, Path(p.rstrip("/")).stem)
+
+
+def _check_views(n_views, where: str) -> None:
+    limit = _limit("CTBENCH_READER_MAX_VIEWS", 100_000)
+    if not isinstance(n_views, int) or n_views > limit:
+        raise ValueError(f"{where} asks for {n_views!r} views, more than the reader's bound of {limit}; raise "
+                         "CTBENCH_READER_MAX_VIEWS to preview it")
 
 
 def read_trajectory(path) -> list[LayerData]:
@@ -77,12 +138,15 @@ def read_trajectory(path) -> list[LayerData]:
     in its meta, or defaults (64-pixel detector, 64^3 grid of 1 mm voxels).
     """
     p = _single(path)
-    text = Path(p).read_text()
-    d = json.loads(text)
+    d = _load_json(p)
     if d.get("format") == SCAN_FORMAT:
         geo = ScanGeometry.from_dict(d)
     else:
-        geo = scan_from_trajectory(Trajectory.from_dict(d))
+        tr = Trajectory.from_dict(d)
+        design = design_of(tr)
+        if design is not None:  # its build() would generate design.n_views views
+            _check_views(design.n_views, f"{p}: the saved trajectory design")
+        geo = scan_from_trajectory(tr)
     return trajectory_layers(geo, Path(p).stem)
 
 
