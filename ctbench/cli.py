@@ -4,6 +4,7 @@
                    reconstruct it with FDK, write zarr + PNG, print accuracy
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
+``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 """
 
 from __future__ import annotations
@@ -118,11 +119,15 @@ def main(argv=None) -> int:
     p.set_defaults(func=_gui)
     p = sub.add_parser("info", help="backends, compiler and kernel cache")
     p.set_defaults(func=_info)
+    from .jobs.cli import add_commands as add_job_commands, run as run_job_command
+    add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)
     if getattr(args, "size", 1) <= 0 or getattr(args, "views", 1) <= 0:
         parser.error("--size and --views must be positive")
     if args.command == "gui" and args.sample == "none":
         args.sample = None
+    if args.command in ("bridge", "jobs"):
+        return run_job_command(args)
     return args.func(args)
 
 
