@@ -198,7 +198,7 @@ class Bridge:
         """One scheduler pass: finish ended jobs, signal cancelled ones, start queued ones."""
         running = self.store.list("running")
         for rec in running:
-            if rec.cancel_requested and rec.id not in self._killing and rec.pgid:
+            if rec.cancel_requested and rec.id not in self._killing:
                 self._killing.add(rec.id)
                 threading.Thread(target=self._kill, args=(rec,), daemon=True).start()
             if not self._alive(rec):
@@ -216,14 +216,13 @@ class Bridge:
         if p is not None:
             if p.poll() is None:
                 return True
-            # The shell ended; wait for stragglers of the group (ranks exiting).
-            return launcher.group_alive(rec.pgid)
-        return launcher.group_alive(rec.pgid)
+            # The shell ended; wait for stragglers (ranks exiting).
+        return launcher.job_alive(rec.id)
 
     def _launch(self, rec: JobRecord) -> None:
         spec = JobSpec.model_validate(rec.spec)
         try:
-            p = launcher.launch(Path(rec.job_dir), spec.nproc, spec.threads_per_rank)
+            p = launcher.launch(rec.id, Path(rec.job_dir), spec.nproc, spec.threads_per_rank)
         except Exception as e:  # noqa: BLE001
             self.store.finish(rec.id, "failed", reason=f"could not start torchrun: {type(e).__name__}: {e}")
             return
@@ -232,7 +231,7 @@ class Bridge:
 
     def _kill(self, rec: JobRecord) -> None:
         try:
-            launcher.terminate_group(rec.pgid, self.grace)
+            launcher.terminate_job(rec.id, self.grace)
             p = self._procs.get(rec.id)
             if p is not None:
                 p.wait(timeout=5)
@@ -264,7 +263,7 @@ class Bridge:
             if rec.pgid is None:
                 self.store.requeue(rec.id, "requeued: the bridge stopped before the job was started")
                 self.recovered.append((rec.id, "requeued"))
-            elif launcher.group_alive(rec.pgid):
+            elif launcher.job_alive(rec.id):
                 self.recovered.append((rec.id, "re-attached"))
             else:
                 state, rc, reason = self.outcome(rec)

@@ -1,7 +1,7 @@
 """Start a job as a ``torchrun`` process tree in its own process group, and end it.
 
 The group leader is a small ``sh`` that runs ``python -m torch.distributed.run``
-and then writes torchrun's exit status to ``exit_code`` in the job directory
+(in a process group of its own) and then writes torchrun's exit status to ``exit_code`` in the job directory
 (write aside, then rename).  The status therefore survives the bridge: a
 bridge restarted after a crash reads it, or sees the group still alive and
 re-attaches.  Cancelling signals the whole group (the shell, torchrun and
@@ -43,66 +43,102 @@ def job_environment(threads: int | None) -> dict:
     return env
 
 
-def launch(job_dir: Path, nproc: int, threads: int | None = None) -> subprocess.Popen:
+def single_rank_command(job_dir: Path) -> list[str]:
+    """One rank needs no torchrun agent: the worker runs directly (one interpreter start instead of two)."""
+    return [sys.executable, "-m", "ctbench.jobs.worker", str(job_dir)]
+
+
+def launch(job_id: str, job_dir: Path, nproc: int, threads: int | None = None) -> subprocess.Popen:
     """Start the job's process group; its output goes to ``job_dir/log``. Returns the leader (pgid = pid)."""
     job_dir = Path(job_dir)
     for name in ("exit_code", "exit_code.tmp"):
         (job_dir / name).unlink(missing_ok=True)
-    cmd = shlex.join(torchrun_command(job_dir, nproc))
+    env = job_environment(threads)
+    env[TAG] = job_id
+    if nproc == 1:
+        cmd = shlex.join(single_rank_command(job_dir))
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(free_port()))
+    else:
+        cmd = shlex.join(torchrun_command(job_dir, nproc))
     d = shlex.quote(str(job_dir))
     script = f'{cmd}\nrc=$?\necho $rc > {d}/exit_code.tmp && mv {d}/exit_code.tmp {d}/exit_code\nexit $rc\n'
     log = open(job_dir / "log", "ab")
     try:
-        return subprocess.Popen(["/bin/sh", "-c", script], cwd=job_dir, env=job_environment(threads),
+        return subprocess.Popen(["/bin/sh", "-c", script], cwd=job_dir, env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     finally:
         log.close()
 
 
-def group_members(pgid: int) -> list[int]:
-    """Pids of the live (non-zombie) processes of process group ``pgid`` (read from /proc)."""
-    pids = []
+TAG = "CTBENCH_JOB"
+
+
+def _proc_state(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def job_processes(job_id: str | None = None) -> dict[str, list[int]] | list[int]:
+    """Live (non-zombie) processes of a job, found by the ``CTBENCH_JOB`` variable every one of them inherits.
+
+    torchrun starts each rank in a session of its own, so the launcher's
+    process group does not hold the ranks; the environment marker does, and
+    it survives a bridge restart.  Without ``job_id``: ``{job_id: [pids]}``
+    of every job on this machine.
+    """
+    found: dict[str, list[int]] = {}
+    needle = None if job_id is None else f"{TAG}={job_id}".encode()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read()
         except OSError:
             continue
-        # Fields after the parenthesised command: state ppid pgrp ...
-        rest = stat[stat.rfind(")") + 2:].split()
-        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] not in ("Z", "X"):
-            pids.append(int(entry.name))
-    return pids
+        for var in env.split(b"\0"):
+            if var.startswith(TAG.encode() + b"="):
+                if needle is not None and var != needle:
+                    break
+                if _proc_state(entry.name) not in (None, "Z", "X"):
+                    found.setdefault(var.split(b"=", 1)[1].decode(), []).append(int(entry.name))
+                break
+    return found if job_id is None else found.get(job_id, [])
 
 
-def group_alive(pgid: int | None) -> bool:
-    if not pgid:
-        return False
-    if not Path("/proc/self/stat").exists():   # no /proc: ask the kernel (counts zombies as alive)
+def job_alive(job_id: str) -> bool:
+    return bool(job_processes(job_id))
+
+
+def _signal_all(pids, sig) -> None:
+    for pid in pids:
         try:
-            os.killpg(pgid, 0)
-            return True
+            os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
-            return False
-    return bool(group_members(pgid))
+            pass
 
 
-def terminate_group(pgid: int, grace: float = 5.0, poll: float = 0.05) -> bool:
-    """SIGTERM every process of the group, SIGKILL what is left after ``grace`` s; True if it all ended."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
+def terminate_job(job_id: str, grace: float = 5.0, poll: float = 0.05) -> bool:
+    """SIGTERM every process of the job, SIGKILL what is left after ``grace`` s; True if none is left."""
+    _signal_all(job_processes(job_id), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not job_processes(job_id):
             return True
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not group_alive(pgid):
-                return True
-            time.sleep(poll)
-    return not group_alive(pgid)
+        time.sleep(poll)
+    for _ in range(50):   # also catches a rank started between two scans
+        pids = job_processes(job_id)
+        if not pids:
+            return True
+        _signal_all(pids, signal.SIGKILL)
+        time.sleep(poll)
+    return not job_processes(job_id)
 
 
 def read_exit_code(job_dir: Path) -> int | None:

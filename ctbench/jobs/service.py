@@ -269,6 +269,7 @@ def serve(state_dir=None, host: str = "127.0.0.1", port: int = 0, max_jobs: int 
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(2048)   # before the URL is printed: early clients wait in the backlog instead of being refused
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}"
