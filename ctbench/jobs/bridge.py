@@ -129,8 +129,13 @@ class Bridge:
         """``rel`` under the data directory; PathError if it is absolute or escapes it (also via links)."""
         if not rel or rel.startswith("/") or "\x00" in rel:
             raise PathError(f"path must be relative to the bridge's data directory, got {rel!r}")
+        if len(rel) > 1024 or any(len(part) > 200 for part in rel.split("/")):
+            raise PathError("path too long: at most 1024 characters, 200 per folder or file name")
         root = self.data_dir.resolve()
-        p = (root / rel).resolve()
+        try:
+            p = (root / rel).resolve()
+        except (OSError, RuntimeError) as e:   # symlink loops and the like
+            raise PathError(f"path {rel!r} cannot be resolved: {e}") from None
         if p != root and root not in p.parents:
             raise PathError(f"path {rel!r} escapes the bridge's data directory")
         return p

@@ -92,7 +92,7 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
                   limit: int | None = Query(None, ge=1, le=100000)) -> list[dict]:
         if state is not None and state not in STATES:
             raise HTTPException(422, f"state must be one of {list(STATES)}, got {state!r}")
-        return [public(r) for r in bridge.store.list(state, limit)]
+        return [public(r, progress=not r.terminal) for r in bridge.store.list(state, limit)]
 
     @app.get("/jobs/{job_id}", dependencies=[Depends(auth)])
     def status(job_id: str) -> dict:
@@ -191,10 +191,14 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         target = data_path(path)
         if target.is_dir():
             raise HTTPException(409, f"{path} is a directory")
+        if target == bridge.data_dir.resolve():
+            raise HTTPException(409, "give a file path under the data directory")
         part = target.with_name(target.name + ".part")
         declared = request.headers.get("content-length")
         limit = bridge.max_upload_bytes
         if declared is not None and offset + int(declared) > limit:
+            if offset:   # the upload as a whole is refused: drop what its earlier chunks left
+                part.unlink(missing_ok=True)
             raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
         if offset and (not part.exists() or part.stat().st_size != offset):
             raise HTTPException(409, f"offset {offset} does not continue {path} "
@@ -207,13 +211,16 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
                 if offset:
                     part.unlink(missing_ok=True)
                 raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(part, "r+b" if offset else "wb") as f:
-            f.seek(offset)
-            f.write(body)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(part, "r+b" if offset else "wb") as f:
+                f.seek(offset)
+                f.write(body)
+            if final:
+                os.replace(part, target)
+        except OSError as e:   # a file where a folder is needed, a full disk, ...
+            raise HTTPException(409, f"cannot write {path}: {e.strerror or e}") from None
         size = offset + len(body)
-        if final:
-            os.replace(part, target)
         return {"path": path, "size": size, "final": final}
 
     @app.get("/data/{path:path}", dependencies=[Depends(auth)])
@@ -280,7 +287,7 @@ def serve(state_dir=None, host: str = "127.0.0.1", port: int = 0, max_jobs: int 
           f"ctbench bridge at {url}\ntoken file: {info['token_file']}\nstate: {info['state_dir']}  "
           f"max jobs: {bridge.max_jobs}", flush=True)
     app = create_app(bridge)
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on")
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
