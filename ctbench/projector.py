@@ -109,6 +109,9 @@ class Projector:
         self.partition = None
         self.partition_grid, self.view_world_size, self.space_world_size = (1, 1), 1, 1
         self.process_group = None
+        # One process is grid position (0, 0) of a (1, 1) grid; groups of one are None (docs/DISTRIBUTED.md).
+        self.view_rank, self.space_rank = 0, 0
+        self.view_group, self.space_group = None, None
         self._strategy = make_strategy(self, options)
 
     # ------------------------------------------------------------ attributes

@@ -182,3 +182,152 @@ def test_capacity_model_counts_x_s_p_rays_and_disk():
     assert plan.peak_bytes <= 2 * (1 << 20) and len(plan.slabs()) > 1
     assert plan.slab_depth % plan.volume_chunks[0] == 0  # windows replace whole chunks
     assert "peak" in plan.summary() and "in memory would hold" in plan.summary()
+
+
+# ------------------------------------------------------------ under torchrun
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+EXAMPLE = ROOT / "examples" / "disk_reconstruction.py"
+
+
+def _torchrun(*args, **kw):
+    from test_distributed import torchrun
+    return torchrun(*args, **kw)
+
+
+def _disk_case(**opts):
+    import sys
+    sys.path.insert(0, str(HERE / "distributed_scripts"))
+    from disk_cgls_ranks import disk_case
+    return disk_case(**opts)
+
+
+def _launch(tmp_path, name, steps):
+    import json
+    out = tmp_path / name
+    out.mkdir()
+    (out / "steps.json").write_text(json.dumps(steps))
+    b_path = tmp_path / "b.zarr"
+    (out / "b.zarr").symlink_to(b_path)
+    proc = _torchrun(2, HERE / "distributed_scripts" / "disk_cgls_ranks.py", out, out / "steps.json")
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.distributed
+def test_two_ranks_in_views_and_space_equal_in_memory_cgls_and_refuse_foreign_checkpoints(tmp_path):
+    P, truth = _disk_case()
+    b = P.project(truth)
+    ZarrStore.create(tmp_path / "b.zarr", b.shape, f64, chunks=(4, 18, 13)).write(None, b)
+    ref = cgls(P, b, 10)
+    # A single-process checkpoint, to be refused by two ranks (world size, partition).
+    disk_cgls(P, ZarrStore.open(tmp_path / "b.zarr"), tmp_path / "single", 2, checkpoint_every=2)
+    single_before = snapshot(tmp_path / "single")
+    views = _launch(tmp_path, "views", [
+        {"name": "hybrid", "partition": "hybrid", "partition_grid": [2, 1], "work": str(tmp_path / "wh"),
+         "n_iter": 2},
+        {"name": "world size", "partition": "views", "work": str(tmp_path / "single"), "n_iter": 4,
+         "resume": True},
+        {"name": "run", "partition": "views", "work": str(tmp_path / "wv"), "n_iter": 10, "checkpoint_every": 5,
+         "volume": str(tmp_path / "views.zarr"), "memory_budget": 60_000},
+    ])
+    space = _launch(tmp_path, "space", [
+        {"name": "partition", "partition": "space", "work": str(tmp_path / "wv"), "n_iter": 12, "resume": True},
+        {"name": "run", "partition": "space", "work": str(tmp_path / "ws"), "n_iter": 10,
+         "volume": str(tmp_path / "space.zarr"), "memory_budget": 60_000},
+    ])
+    for ranks in (views, space):
+        for r in ranks:
+            assert "error" not in r["run"], r["run"]
+            assert r["run"]["residuals"] == pytest.approx(ref.residuals, rel=1e-10)
+    for name in ("views", "space"):
+        got = ZarrStore.open(tmp_path / f"{name}.zarr").read()
+        assert rel_err(got, ref.volume) <= 1e-11, name
+    hybrid = views[0]["hybrid"]
+    assert hybrid["type"] == "ValueError" and "only partition='views' or partition='space'" in hybrid["error"]
+    assert not (tmp_path / "wh").exists()
+    # Rank 0 names the mismatch; rank 1 (no checkpoint of its own) says another rank refused.
+    msg = views[0]["world size"]["error"]
+    assert views[0]["world size"]["type"] == "CheckpointError"
+    assert "world size: checkpoint has 1, this run has 2" in msg and "partition" in msg
+    assert "another rank" in views[1]["world size"]["error"]
+    assert snapshot(tmp_path / "single") == single_before
+    for r in range(2):
+        err = space[r]["partition"]
+        assert err["type"] == "CheckpointError" and "partition: checkpoint has 'views [2, 1]'" in err["error"]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        for c in map(int, text):
+            out += [c, *_children(c)]
+    return out
+
+
+def _kill_after_checkpoint(cmd, work: Path, env, pick, ranks: int):
+    """Start ``cmd``, SIGKILL the process ``pick(pid)`` once checkpoint 2 is complete; returns the Popen."""
+    import signal
+    import subprocess
+    import time
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    manifests = [work / f"rank-{r:05d}" / "checkpoints" / "iter-000002" / "manifest.json" for r in range(ranks)]
+    deadline = time.monotonic() + 120
+    while not all(m.exists() for m in manifests):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.005)
+    victim = pick(proc.pid)
+    os.kill(victim, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    return proc, victim
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("launch", ["one process", "torchrun"])
+def test_kill_9_after_a_checkpoint_then_resume_is_bit_identical(tmp_path, launch):
+    import subprocess
+    import sys
+    args = ["--size", "16", "--views", "12", "--iterations", "14", "--checkpoint-every", "2", "--dtype", "float64",
+            "--memory-budget", "200000"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+
+    def run(out, *extra):
+        if launch == "one process":
+            p = subprocess.run([sys.executable, str(EXAMPLE), "--output", str(out), *args, *extra], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=180)
+        else:
+            p = _torchrun(2, EXAMPLE, "--output", out, *args, *extra, "--partition", "space")
+        assert p.returncode == 0, p.stderr[-4000:]
+        return p
+
+    full = run(tmp_path / "full")
+    assert "capacity estimate" in full.stdout and "wrote" in full.stdout
+    out = tmp_path / "killed"
+    if launch == "one process":
+        cmd = [sys.executable, str(EXAMPLE), "--output", str(out), *args]
+        pick = lambda pid: pid  # noqa: E731
+    else:
+        from test_distributed import _free_port
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=2",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--max-restarts=0",
+               "--monitor-interval=0.2", str(EXAMPLE), "--output", str(out), *args, "--partition", "space"]
+
+        def pick(pid):  # one rank: a child running the example
+            ranks = [c for c in _children(pid) if "disk_reconstruction" in Path(f"/proc/{c}/cmdline").read_text()]
+            assert ranks, "no rank process found"
+            return ranks[-1]
+    proc, victim = _kill_after_checkpoint(cmd, out / "work", env, pick, 1 if launch == "one process" else 2)
+    assert proc.returncode != 0 and not (out / "volume.zarr").exists()  # killed before the end
+    resumed = run(out, "--resume")
+    assert "wrote" in resumed.stdout
+    got = ZarrStore.open(out / "volume.zarr").read()
+    want = ZarrStore.open(tmp_path / "full" / "volume.zarr").read()
+    assert got.dtype == f64 and want.abs().max() > 0
+    assert torch.equal(got, want)

@@ -405,13 +405,12 @@ def _restore(P, st: _State, ck: Checkpoints, expected: dict):
         except CheckpointError as e:
             error = str(e)
     agree_on_error(error, group, "checking the checkpoint")
-    any_rank_has = all_min([0 if mine else 1], group)[0] == 0
     it = ck.newest_common()
     if it is None:
-        if any_rank_has:
-            agree_on_error(f"rank {P.rank} has no checkpoint that every rank has (here: {mine or 'none'}); the "
-                           "checkpoints were written by another world size or partly lost; nothing was changed",
-                           group, "finding a common checkpoint")
+        if mine:  # a crash between the ranks' manifests: no checkpoint is complete on every rank
+            import warnings
+            warnings.warn(f"rank {P.rank}: checkpoints {mine} are not complete on every rank; starting afresh",
+                          stacklevel=3)
         return 0, None
     error, doc = None, None
     try:
