@@ -182,3 +182,43 @@ def test_fifty_concurrent_submissions_with_two_job_slots(tmp_path):
     with sqlite3.connect(tmp_path / "state" / "jobs.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall() == [("succeeded", 50)]
+
+
+def test_checkpointed_job_resumes_after_bridge_and_ranks_are_killed(tmp_path, data):
+    """kill -9 of the bridge and of every rank (a host crash): the restarted bridge resumes the job from
+    its last checkpoint (disk-backed CGLS) and the result equals an uninterrupted in-process cgls."""
+    from ctbench.jobs.launcher import job_processes
+    from ctbench.solvers import cgls
+    from ctbench.workbench.dataset import load_dataset
+
+    path, geo, sino = data
+    n_iter = 40
+    state = tmp_path / "state"
+    b = BridgeProcess(state, "--grace", "2")
+    try:
+        with b.client() as c:
+            job = c.submit({"request": {"algorithm": "cgls", "params": {"n_iter": n_iter}}, "dataset": str(path),
+                            "nproc": 2, "partition": "space", "checkpoint_every": 2, "preview_interval": 60})["id"]
+            _wait_iteration(c, job, 5)
+        b.kill()
+        for pid in job_processes(job):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not job_processes(job), 10, "the job's processes to die")
+        b = BridgeProcess(state, "--grace", "2")
+        with b.client() as c:
+            st = c.wait(job, timeout=240)
+            assert st["state"] == "succeeded", st
+            assert st["attempts"] == 2
+            evs = list(c.follow(job))
+            dest = c.fetch(job, tmp_path / "resumed.zarr")
+    finally:
+        b.stop()
+    types = [e["type"] for e in evs]
+    assert "resuming" in types
+    after = [e for e in evs[types.index("resuming"):] if e["type"] == "progress"]
+    assert after[0]["iteration"] > 1 and after[-1]["iteration"] == n_iter      # resumed, not restarted
+    assert [e["seq"] for e in evs] == list(range(len(evs)))
+    ref = cgls(geo.projector("cpu"), sino, n_iter)
+    got = load_dataset(dest).volume
+    np.testing.assert_allclose(got, ref.volume.numpy(), rtol=1e-3, atol=1e-3 * float(ref.volume.abs().max()))
+    assert not (Path(st["job_dir"]) / "work").exists()

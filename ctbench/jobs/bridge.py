@@ -263,7 +263,11 @@ class Bridge:
         return "failed", rc, f"torchrun exited with status {rc}: {why}"
 
     def recover(self) -> None:
-        """After a restart: re-attach live jobs, settle the ones that ended meanwhile, requeue unstarted ones."""
+        """After a restart: re-attach live jobs, settle the ones that ended meanwhile, requeue unstarted ones.
+
+        A job whose processes are gone without an exit status fails, unless it
+        was started with checkpoints: then it is queued again and resumes.
+        """
         for rec in self.store.list("running"):
             if rec.pgid is None:
                 self.store.requeue(rec.id, "requeued: the bridge stopped before the job was started")
@@ -272,6 +276,12 @@ class Bridge:
                 self.recovered.append((rec.id, "re-attached"))
             else:
                 state, rc, reason = self.outcome(rec)
+                if state == "failed" and rc is None and rec.spec.get("checkpoint_every") and not rec.cancel_requested:
+                    # Started with checkpoints: run it again; the worker resumes from the newest one.
+                    self.store.requeue(rec.id, "requeued after a bridge restart: its processes were gone; "
+                                               "it resumes from its last checkpoint")
+                    self.recovered.append((rec.id, "resumed"))
+                    continue
                 if state == "failed" and rc is None:
                     reason = ("the bridge restarted and the job's processes were gone, with no exit status "
                               "(killed with the bridge?)")

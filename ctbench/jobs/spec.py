@@ -100,5 +100,7 @@ class JobSpec(BaseModel):
         if self.devices is not None and len(self.devices) != self.nproc:
             raise ValueError(f"devices must list one device per rank: {self.nproc} entries, got {len(self.devices)}")
         if self.checkpoint_every and self.request.algorithm != "cgls":
-            raise ValueError("checkpoint_every is supported for algorithm 'cgls' only")
+            raise ValueError("checkpoint_every is supported for algorithm 'cgls' only (disk-backed CGLS)")
+        if self.checkpoint_every and self.partition == "hybrid":
+            raise ValueError("checkpoint_every needs partition 'views' or 'space' (disk-backed CGLS)")
         return self

@@ -133,7 +133,7 @@ class Job:
             self._progress(1, 1, None, t0, volume, last=True)
         else:
             last_preview = -math.inf
-            gen = _iterations(prob, request, None, None)
+            gen = self._disk_cgls(n_iter) if spec.checkpoint_every else _iterations(prob, request, None, None)
             try:
                 for state in gen:
                     volume, it = state.volume, int(state.iteration)
@@ -142,13 +142,17 @@ class Job:
                         residuals.append(res)
                     last = it >= n_iter
                     due = self._preview_due(last or time.monotonic() - last_preview >= spec.preview_interval)
+                    if due or last:
+                        # Disk CGLS yields its x store (valid until the next iteration): read it now.
+                        volume = _tensor(volume)
                     if due:
                         last_preview = time.monotonic()
                     self._progress(it, n_iter, res, t0, volume if due else None, last)
                     if last:
                         break
                 else:
-                    stopped = "tol" if len(residuals) < n_iter else "completed"
+                    stopped = "tol" if (volume is not None and it < n_iter) else "completed"
+                    volume = _tensor(volume)
             finally:
                 gen.close()
         if volume is None:
@@ -160,8 +164,24 @@ class Job:
         out = self.write_result(volume, meta)
         if self.rank == 0:
             write_json_atomic(self.dir / "result.json", {"output": str(out), "metadata": meta})
+            shutil.rmtree(self.dir / "work", ignore_errors=True)   # disk CGLS work stores: done with them
         self.emit("finished", stopped=stopped, n_iter=fin.n_iter, residuals=residuals, elapsed=elapsed,
                   request=request.to_dict(), output=str(out), metadata=meta)
+
+    def _disk_cgls(self, n_iter: int):
+        """Disk-backed CGLS with checkpoints in ``JOB_DIR/work``: a relaunched job resumes from the newest one."""
+        from ..solvers.disk_cgls import disk_cgls_iterations
+        from ..storage import ZarrStore
+        from ..workbench.dataset import load_dataset
+
+        sino = ZarrStore(load_dataset(self.spec.dataset, lazy=True).sinogram)
+        work = self.dir / "work"
+        resumed = work.exists()
+        if resumed:
+            self.emit("resuming", message="resuming from the newest checkpoint complete on every rank "
+                                          "(or from the start if there is none)")
+        return disk_cgls_iterations(self.projector, sino, work, n_iter, checkpoint_every=self.spec.checkpoint_every,
+                                    resume=True, memory_budget=self.spec.memory_budget)
 
     def _progress(self, it, n_iter, res, t0, volume, last) -> None:
         preview = None
@@ -219,6 +239,11 @@ class Job:
             os.replace(tmp, out)
         dist.barrier()
         return out
+
+
+def _tensor(v):
+    """A solver's estimate as a tensor (disk CGLS yields a block store)."""
+    return v.read() if v is not None and hasattr(v, "read") else v
 
 
 def main(argv=None) -> int:
