@@ -35,22 +35,22 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     jsub = p.add_subparsers(dest="jobs_command", required=True)
     s = jsub.add_parser("submit", help="queue a reconstruction; prints the job id")
-    s.add_argument("--dataset", required=True, help="ctbench dataset on the bridge host (relative: its data dir)")
+    _spec_args(s)
     s.add_argument("--upload", action="store_true", help="upload the local --dataset to the bridge first")
-    s.add_argument("--algorithm", required=True, help="fbp, sirt, cgls or tv")
-    s.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="algorithm parameter")
-    s.add_argument("--nproc", type=int, default=1)
-    s.add_argument("--partition", default="views", help="views, space or hybrid")
-    s.add_argument("--partition-grid", default=None, metavar="VxS", help="hybrid grid, e.g. 2x2")
-    s.add_argument("--devices", default=None, help="comma-separated, one per rank: cuda:0,cuda:1")
-    s.add_argument("--backend", default="auto", help="auto, gloo or nccl")
-    s.add_argument("--memory-budget", default=None, help="bytes per projector window, e.g. '2 GiB'")
-    s.add_argument("--threads", type=int, default=None, help="OMP threads per rank")
-    s.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (cgls)")
-    s.add_argument("--output", default=None, help="result dataset path on the bridge host")
-    s.add_argument("--name", default=None)
     s.add_argument("--wait", action="store_true", help="wait for the job to end")
     s.set_defaults(func=_submit)
+    s = jsub.add_parser("slurm", help="run a job on a Slurm allocation: render examples/slurm/multi_node.sbatch "
+                                      "into a job directory and submit it with sbatch (where sbatch exists)")
+    _spec_args(s)
+    s.add_argument("--job-dir", required=True, help="new job directory on a file system all nodes see")
+    s.add_argument("--nodes", type=int, default=1)
+    s.add_argument("--gpus-per-node", type=int, default=1, help="ranks (GPUs) per node")
+    s.add_argument("--account", default=None)
+    s.add_argument("--slurm-partition", default=None)
+    s.add_argument("--time", default="01:00:00")
+    s.add_argument("--cpus-per-node", type=int, default=None)
+    s.add_argument("--dry-run", action="store_true", help="render only; do not call sbatch")
+    s.set_defaults(func=_slurm)
     s = jsub.add_parser("list", help="jobs and their states")
     s.add_argument("--state", default=None)
     s.set_defaults(func=_list)
@@ -110,7 +110,23 @@ def _value(v: str):
         return v
 
 
-def _submit(args) -> int:
+def _spec_args(s) -> None:
+    s.add_argument("--dataset", required=True, help="ctbench dataset on the bridge host (relative: its data dir)")
+    s.add_argument("--algorithm", required=True, help="fbp, sirt, cgls or tv")
+    s.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="algorithm parameter")
+    s.add_argument("--nproc", type=int, default=1)
+    s.add_argument("--partition", default="views", help="views, space or hybrid")
+    s.add_argument("--partition-grid", default=None, metavar="VxS", help="hybrid grid, e.g. 2x2")
+    s.add_argument("--devices", default=None, help="comma-separated, one per rank: cuda:0,cuda:1")
+    s.add_argument("--backend", default="auto", help="auto, gloo or nccl")
+    s.add_argument("--memory-budget", default=None, help="bytes per projector window, e.g. '2 GiB'")
+    s.add_argument("--threads", type=int, default=None, help="OMP threads per rank")
+    s.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (cgls)")
+    s.add_argument("--output", default=None, help="result dataset path on the bridge host")
+    s.add_argument("--name", default=None)
+
+
+def _spec(args, dataset: str):
     from pydantic import ValidationError
 
     from .spec import JobSpec
@@ -128,26 +144,47 @@ def _submit(args) -> int:
             grid = (int(a), int(b))
         except ValueError:
             raise ValueError(f"--partition-grid expects VxS (e.g. 2x2), got {args.partition_grid!r}") from None
+    try:
+        return JobSpec(request={"algorithm": args.algorithm, "params": params}, dataset=dataset,
+                       output=args.output, name=args.name, nproc=args.nproc, partition=args.partition,
+                       partition_grid=grid, backend=args.backend, memory_budget=args.memory_budget,
+                       devices=args.devices.split(",") if args.devices else None,
+                       threads_per_rank=args.threads, checkpoint_every=args.checkpoint_every)
+    except ValidationError as e:
+        raise ValueError("; ".join(f"{'.'.join(map(str, x['loc'])) or 'spec'}: {x['msg']}"
+                                   for x in e.errors())) from None
+
+
+def _submit(args) -> int:
     with _client(args) as c:
         dataset = args.dataset
         if args.upload:
             from pathlib import Path
-            name = Path(dataset).name
-            dataset = c.upload_dataset(dataset, f"uploads/{name}")
-        try:
-            spec = JobSpec(request={"algorithm": args.algorithm, "params": params}, dataset=dataset,
-                           output=args.output, name=args.name, nproc=args.nproc, partition=args.partition,
-                           partition_grid=grid, backend=args.backend, memory_budget=args.memory_budget,
-                           devices=args.devices.split(",") if args.devices else None,
-                           threads_per_rank=args.threads, checkpoint_every=args.checkpoint_every)
-        except ValidationError as e:
-            raise ValueError("; ".join(f"{'.'.join(map(str, x['loc'])) or 'spec'}: {x['msg']}"
-                                       for x in e.errors())) from None
-        job = c.submit(spec)
+            dataset = c.upload_dataset(dataset, f"uploads/{Path(dataset).name}")
+        job = c.submit(_spec(args, dataset))
         if args.wait:
             job = c.wait(job["id"])
     _print(args, job, job["id"] if not args.wait else f"{job['id']} {job['state']}")
     return 0 if not args.wait or job["state"] == "succeeded" else 1
+
+
+def _slurm(args) -> int:
+    from pathlib import Path
+
+    from . import slurm
+
+    spec = _spec(args, args.dataset).model_copy(update={"nproc": args.gpus_per_node})
+    script = slurm.prepare_job(spec, Path(args.job_dir), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                               account=args.account, slurm_partition=args.slurm_partition, time_limit=args.time,
+                               cpus_per_node=args.cpus_per_node)
+    out = {"job_dir": str(Path(args.job_dir).resolve()), "script": str(script), "slurm_job_id": None}
+    if not args.dry_run:
+        if slurm.sbatch_available():
+            out["slurm_job_id"] = slurm.submit(script)
+        else:
+            out["note"] = "sbatch not found: rendered only; submit the script on the cluster"
+    _print(args, out, "\n".join(f"{k}: {v}" for k, v in out.items() if v is not None))
+    return 0
 
 
 def _list(args) -> int:
