@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from . import launcher
-from .events import EVENTS_FILE, read_events
+from .events import EVENTS_FILE, EventIndex, read_events
 from .spec import JobSpec
 from .store import JobRecord, JobStore
 from ._files import write_json_atomic
@@ -90,6 +90,7 @@ class Bridge:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.recovered: list[tuple[str, str]] = []
+        self._indexes: dict[str, EventIndex] = {}
 
     # ----------------------------------------------------------- lifecycle
     def acquire(self) -> None:
@@ -176,15 +177,20 @@ class Bridge:
         rec = self.store.find(job_id)
         if rec is None or not self.store.delete(job_id):
             return False
+        self._indexes.pop(job_id, None)
         shutil.rmtree(rec.job_dir, ignore_errors=True)
         return True
 
+    def events(self, rec: JobRecord) -> EventIndex:
+        """The (cached) index of a job's events file."""
+        idx = self._indexes.get(rec.id)
+        if idx is None:
+            idx = self._indexes[rec.id] = EventIndex(Path(rec.job_dir) / EVENTS_FILE)
+        return idx
+
     def progress(self, rec: JobRecord) -> dict | None:
         """The latest progress event of a job, without its preview."""
-        last = None
-        for ev in read_events(Path(rec.job_dir) / EVENTS_FILE):
-            if ev["type"] == "progress":
-                last = ev
+        last = self.events(rec).last_of("progress")
         if last is None:
             return None
         return {k: last.get(k) for k in ("seq", "iteration", "n_iter", "residual", "elapsed", "eta")}

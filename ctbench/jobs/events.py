@@ -64,6 +64,57 @@ def read_events(path: str | Path, after: int = -1, limit: int | None = None) -> 
     return out
 
 
+class EventIndex:
+    """Byte offsets of the complete lines of one events file, extended as it grows.
+
+    A long-poll asks for events after ``seq`` many times a second; the index
+    reads only the bytes appended since its last look and seeks straight to
+    the first wanted line, so a long job's large file is never parsed again.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.offsets: list[int] = []     # start of line seq
+        self.end = 0                     # end of the last complete line
+
+    def refresh(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.end)
+                data = f.read()
+        except FileNotFoundError:
+            return len(self.offsets)
+        pos = 0
+        while True:
+            nl = data.find(b"\n", pos)
+            if nl < 0:
+                break
+            if nl > pos:
+                self.offsets.append(self.end + pos)
+            pos = nl + 1
+        self.end += pos
+        return len(self.offsets)
+
+    def read(self, after: int = -1, limit: int | None = None) -> list[dict]:
+        n = self.refresh()
+        first = max(after + 1, 0)
+        if first >= n:
+            return []
+        last = n if not limit else min(n, first + limit)
+        with open(self.path, "rb") as f:
+            f.seek(self.offsets[first])
+            data = f.read((self.offsets[last] if last < n else self.end) - self.offsets[first])
+        return [json.loads(line) for line in data.split(b"\n") if line]
+
+    def last_of(self, type_: str, lookback: int = 64) -> dict | None:
+        """The newest event of ``type_`` among the last ``lookback`` events (cheap: reads only those)."""
+        n = self.refresh()
+        for ev in reversed(self.read(n - 1 - lookback) if n else []):
+            if ev.get("type") == type_:
+                return ev
+        return None
+
+
 def encode_preview(plane: np.ndarray, index: int, factor: int, volume_shape) -> dict:
     a = np.ascontiguousarray(plane, dtype=np.float32)
     return {"index": int(index), "factor": int(factor), "shape": list(a.shape), "volume_shape": list(volume_shape),

@@ -25,7 +25,6 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .bridge import Bridge, PathError
-from .events import EVENTS_FILE, read_events
 from .spec import STATES, JobSpec
 
 API_VERSION = "1"
@@ -103,15 +102,15 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
                      timeout: float = Query(0.0, ge=0.0, le=60.0, description="long-poll: wait up to this many s"),
                      limit: int | None = Query(None, ge=1, le=100000)) -> dict:
         rec = job_or_404(job_id)
-        path = Path(rec.job_dir) / EVENTS_FILE
+        index = bridge.events(rec)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            evs = read_events(path, after, limit)
+            evs = index.read(after, limit)
             rec = bridge.store.find(job_id) or rec
             if evs or rec.terminal or loop.time() >= deadline:
                 if rec.terminal and not evs:   # the job may have written its last events just before ending
-                    evs = read_events(path, after, limit)
+                    evs = index.read(after, limit)
                 nxt = evs[-1]["seq"] if evs else after
                 return {"events": evs, "next": nxt, "state": rec.state, "terminal": rec.terminal}
             await asyncio.sleep(0.05)
@@ -120,17 +119,17 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
     async def event_stream(job_id: str, after: int = Query(-1, ge=-1)):
         """Server-sent events: every job event with seq > after, then an ``end`` event with the final state."""
         rec = job_or_404(job_id)
-        path = Path(rec.job_dir) / EVENTS_FILE
+        index = bridge.events(rec)
 
         async def gen():
             last = after
             while True:
                 r = bridge.store.find(job_id)
-                for ev in read_events(path, last):
+                for ev in index.read(last):
                     last = ev["seq"]
                     yield f"id: {ev['seq']}\nevent: {ev['type']}\ndata: {json.dumps(ev)}\n\n"
                 if r is None or r.terminal:
-                    for ev in read_events(path, last):
+                    for ev in index.read(last):
                         last = ev["seq"]
                         yield f"id: {ev['seq']}\nevent: {ev['type']}\ndata: {json.dumps(ev)}\n\n"
                     yield f"event: end\ndata: {json.dumps({'state': r.state if r else 'deleted'})}\n\n"
