@@ -55,6 +55,9 @@ def test_paths_that_escape_the_data_directory_are_refused(bridge, http, tmp_path
     (bridge.state_dir / "data" / "link").symlink_to(outside)
     for path in ("/data/%2e%2e/escape.txt", "/data/..%2Fescape.txt", "/data/link/x.txt", "/data/%2Fetc%2Fx"):
         assert http.put(path, content=b"x").status_code == 403, path
+    assert http.delete("/data/%2e%2e/token").status_code == 403
+    assert http.delete("/data/link/..%2F..%2Ftoken").status_code == 403
+    assert (bridge.state_dir / "token").exists()
     assert http.get("/data/%2e%2e/token").status_code == 403          # the token is not served
     assert not (bridge.state_dir / "escape.txt").exists()
     assert list(outside.iterdir()) == []
@@ -84,6 +87,9 @@ def test_chunked_upload_and_download_round_trip_a_dataset(bridge, tmp_path):
     a, b = load_dataset(tmp_path / "small.zarr"), load_dataset(tmp_path / "back.zarr")
     np.testing.assert_array_equal(a.sinogram, b.sinogram)
     assert a.geometry.to_dict() == b.geometry.to_dict()
+    with bridge.client() as c:
+        c.delete_data("up/small.zarr")
+    assert not (bridge.state_dir / "data" / "up" / "small.zarr").exists()
 
 
 @pytest.mark.parametrize("spec, field", [
@@ -108,7 +114,7 @@ def test_openapi_schema_is_served_with_every_endpoint(bridge):
     assert {("POST", "/jobs"), ("GET", "/jobs"), ("GET", "/jobs/{job_id}"), ("GET", "/jobs/{job_id}/events"),
             ("GET", "/jobs/{job_id}/events/stream"), ("GET", "/jobs/{job_id}/logs"),
             ("POST", "/jobs/{job_id}/cancel"), ("GET", "/jobs/{job_id}/result"), ("DELETE", "/jobs/{job_id}"),
-            ("PUT", "/data/{path}"), ("GET", "/data/{path}")} <= ops
+            ("PUT", "/data/{path}"), ("GET", "/data/{path}"), ("DELETE", "/data/{path}")} <= ops
     assert "JobSpec" in doc["components"]["schemas"]
 
 

@@ -59,6 +59,7 @@ def test_reconstruction_as_a_background_job_updates_the_layer_and_the_jobs_panel
     assert recon.n_live_updates >= 1                    # the live preview reached the layer
     assert len(recon.last_run["progress"]) == 4
     job_id = recon.background.runner.info["job_id"]
+    assert not any((local_bridge_dir / "data" / "uploads").iterdir())   # the uploaded scan is cleaned up
 
     # The same request run in this process: the job's result equals it up to float32 round-off.
     _, geo, sino = recon.problem_inputs()

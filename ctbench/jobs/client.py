@@ -194,6 +194,10 @@ class BridgeClient:
                 self.upload_file(f, f"{remote}/{f.relative_to(local).as_posix()}", chunk)
         return remote
 
+    def delete_data(self, remote: str) -> None:
+        """Remove a file or folder of the bridge's data directory."""
+        self._call("DELETE", f"/data/{remote}")
+
     def download(self, remote: str, dest: str | Path) -> Path:
         """Copy a file or folder of the bridge's data directory to ``dest``."""
         dest = Path(dest)

@@ -36,14 +36,15 @@ def job_events(client: BridgeClient, geometry, sinogram, request: ReconRequest, 
     request = request.validated()
     sinogram = check_inputs(geometry, sinogram)
     work = Path(tempfile.mkdtemp(prefix="ctbench-job-"))
+    remote = None
     try:
         local = save_dataset(work / "scan.zarr", sinogram=sinogram.detach().cpu().numpy(), geometry=geometry,
                              meta={"source": "napari"})
         remote = client.upload_dataset(local, f"uploads/{uuid.uuid4().hex[:12]}.zarr")
         spec = {"request": request.to_dict(), "dataset": remote, **(options or {})}
         job = client.submit(spec)
-        if info is not None:
-            info["job_id"] = job["id"]
+        info = info if info is not None else {}
+        info["job_id"] = job["id"]
         after, cancelled, started, last_preview, last_it = -1, False, None, None, 0
         finished_ev = None
         while True:
@@ -88,6 +89,12 @@ def job_events(client: BridgeClient, geometry, sinogram, request: ReconRequest, 
             raise RuntimeError(f"job {job['id']} {status['state']}: {status.get('reason') or 'see its log'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if remote is not None and (job_id := (info or {}).get("job_id")) is not None:
+            try:   # the uploaded scan served this job only; keep it if the job may still read it
+                if client.status(job_id)["state"] in ("succeeded", "failed", "cancelled"):
+                    client.delete_data(remote)
+            except Exception:  # noqa: BLE001 - cleanup is best effort
+                pass
 
 
 __all__ = ["job_events", "preview_volume"]

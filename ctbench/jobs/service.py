@@ -234,6 +234,22 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(404, f"no file {path!r} in the data directory")
         return FileResponse(p)
 
+    @app.delete("/data/{path:path}", status_code=204, dependencies=[Depends(auth)])
+    def delete_data(path: str):
+        """Remove a file or folder of the data directory (not the directory itself)."""
+        import shutil
+
+        p = data_path(path)
+        if p == bridge.data_dir.resolve():
+            raise HTTPException(409, "the data directory itself cannot be deleted")
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            shutil.rmtree(p)
+        else:
+            raise HTTPException(404, f"no file or folder {path!r} in the data directory")
+        return Response(status_code=204)
+
     return app
 
 
