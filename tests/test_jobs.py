@@ -101,20 +101,28 @@ def test_cancel_mid_run_ends_every_rank_within_the_grace_period_and_keeps_the_lo
 
 
 def test_kill_9_bridge_while_jobs_run_then_restart(tmp_path, data):
-    """A live job is re-attached (and can still be cancelled); one whose ranks died meanwhile fails with a reason."""
+    """A live job is re-attached (and can still be cancelled), one whose ranks died meanwhile fails with a
+    reason, one that finished meanwhile succeeds, and a queued one still runs."""
     from ctbench.jobs.launcher import job_processes
 
     path, _, _ = data
     state = tmp_path / "state"
-    b = BridgeProcess(state, "--max-jobs", "2", "--grace", "2")
+    b = BridgeProcess(state, "--max-jobs", "3", "--grace", "2")
     try:
         spec = {"request": {"algorithm": "cgls", "params": {"n_iter": 100000}}, "dataset": str(path), "nproc": 2}
+        short = {"request": {"algorithm": "cgls", "params": {"n_iter": 300}}, "dataset": str(path),
+                 "preview_interval": 60}
         with b.client() as c:
             a = c.submit(spec)["id"]
             z = c.submit(spec)["id"]
             sa, sz = _wait_iteration(c, a, 1), _wait_iteration(c, z, 1)
+            f = c.submit(short)["id"]
+            _wait_iteration(c, f, 1)
+            q = c.submit(short)["id"]                    # queued: all three slots are busy
             before = c.list()
         b.kill()
+        sf = next(j for j in before if j["id"] == f)
+        wait_for(lambda: (Path(sf["job_dir"]) / "exit_code").exists(), 120, "job f to finish without a bridge")
         # While no bridge runs, job z's process group is killed outright.
         zpids = job_processes(z)
         for pid in zpids:
@@ -122,12 +130,14 @@ def test_kill_9_bridge_while_jobs_run_then_restart(tmp_path, data):
         wait_for(lambda: all(pid_gone(p) for p in zpids), 10, "job z's ranks to die")
         assert job_processes(a), "job a must still run while the bridge is down"
 
-        b = BridgeProcess(state, "--max-jobs", "2", "--grace", "2")
+        b = BridgeProcess(state, "--max-jobs", "3", "--grace", "2")
         with b.client() as c:
             after = {j["id"]: j for j in c.list()}
             assert set(after) == {j["id"] for j in before}          # nothing lost
             assert after[a]["state"] == "running"                    # re-attached
             assert after[z]["state"] == "failed" and "no exit status" in after[z]["reason"], after[z]
+            assert after[f]["state"] == "succeeded", after[f]       # settled from what it left on disk
+            assert c.wait(q, timeout=120)["state"] == "succeeded"   # the queued job still ran
             seq = c.status(a)["progress"]["seq"]
             wait_for(lambda: c.status(a)["progress"]["seq"] > seq, 60, "job a to keep reporting")
             apids = job_processes(a)
@@ -136,7 +146,7 @@ def test_kill_9_bridge_while_jobs_run_then_restart(tmp_path, data):
             assert all(pid_gone(p) for p in apids)
         with sqlite3.connect(state / "jobs.db") as db:
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-            assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 2
+            assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 4
     finally:
         b.stop()
 
