@@ -258,10 +258,10 @@ class Bridge:
         """Final state of a job whose processes are gone, from what they left in the job directory."""
         d = Path(rec.job_dir)
         rc = launcher.read_exit_code(d)
-        if rec.cancel_requested:
-            return "cancelled", rc, "cancelled by request (process group terminated)"
         if rc == 0 and (d / "result.json").exists():
-            return "succeeded", 0, None
+            return "succeeded", 0, None      # it finished before a cancel could stop it (as Slurm would say)
+        if rec.cancel_requested:
+            return "cancelled", rc, "cancelled by request (every process of the job terminated)"
         errors = [e["message"] for e in read_events(d / EVENTS_FILE) if e["type"] == "error"]
         if rc is None:
             return "failed", None, "the job's processes ended without an exit status (killed?)"
