@@ -127,6 +127,7 @@ class Job:
                   voxel_spacing=list(prob.voxel_spacing), origin=list(prob.origin), note=prob.note,
                   nproc=self.world, partition=spec.partition, setup_s=time.perf_counter() - t0)
         residuals: list[float] = []
+        it = 0   # the last iteration (a resumed disk CGLS starts after its checkpoint, not at 1)
         stopped, volume = "completed", None
         if not request.spec.iterative:
             volume = _direct(prob, request.params)
@@ -158,7 +159,7 @@ class Job:
         if volume is None:
             volume = torch.zeros(self.projector.volume_shape, dtype=prob.sinogram.dtype)
         elapsed = time.perf_counter() - t0
-        fin = Finished(volume, residuals, len(residuals) if request.spec.iterative else 1, stopped, elapsed,
+        fin = Finished(volume, residuals, it if request.spec.iterative else 1, stopped, elapsed,
                        request, prob.voxel_spacing, prob.origin, prob.note)
         meta = {**fin.metadata(), "nproc": self.world, "partition": spec.partition, "job_dir": str(self.dir)}
         out = self.write_result(volume, meta)
