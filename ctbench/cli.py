@@ -5,6 +5,7 @@
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
 ``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/io/pipeline.py)
+``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 """
 
 from __future__ import annotations
@@ -121,11 +122,15 @@ def main(argv=None) -> int:
     p.set_defaults(func=_info)
     from .io.pipeline import register_cli as _register_recon
     _register_recon(sub)   # ctbench recon CONFIG.json
+    from .jobs.cli import add_commands as add_job_commands, run as run_job_command
+    add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)
     if getattr(args, "size", 1) <= 0 or getattr(args, "views", 1) <= 0:
         parser.error("--size and --views must be positive")
     if args.command == "gui" and args.sample == "none":
         args.sample = None
+    if args.command in ("bridge", "jobs"):
+        return run_job_command(args)
     return args.func(args)
 
 

@@ -109,6 +109,9 @@ class Projector:
         self.partition = None
         self.partition_grid, self.view_world_size, self.space_world_size = (1, 1), 1, 1
         self.process_group = None
+        # One process is grid position (0, 0) of a (1, 1) grid; groups of one are None (docs/DISTRIBUTED.md).
+        self.view_rank, self.space_rank = 0, 0
+        self.view_group, self.space_group = None, None
         self._strategy = make_strategy(self, options)
 
     # ------------------------------------------------------------ attributes
@@ -236,13 +239,20 @@ class Projector:
     # ---------------------------------------------- planning and block stores
     # (issue 6: ctbench/engine/plan.py and ctbench/storage/streaming.py)
     def plan(self, kind: str = "project", dtype: torch.dtype = torch.float32, device="cpu", *, batch: int = 1,
-             volume_store=None, sinogram_store=None):
+             volume_store=None, sinogram_store=None, memory_budget=None):
         """The windows and estimated peak bytes of a call (see docs/LARGE_VOLUMES.md).
 
         ``kind`` is "project" or "backproject" ("fdk" for the FDK backprojection); ``dtype`` and
         ``device`` describe the input tensors.  With ``volume_store`` and ``sinogram_store`` it is
         the plan of :meth:`project_into` / :meth:`backproject_into` / ``fdk_into`` on those stores.
+        ``kind="cgls"`` is the capacity of disk-backed CGLS on this process (x, s, p, the rays,
+        geometry and pipeline, in memory and on disk; ``memory_budget`` overrides the option).
         """
+        if kind == "cgls":
+            from .engine.plan import plan_cgls_for
+            return plan_cgls_for(self, dtype, memory_budget=memory_budget,
+                                 data_chunks=None if sinogram_store is None else sinogram_store.chunks,
+                                 data_dtype=None if sinogram_store is None else sinogram_store.dtype)
         if volume_store is not None or sinogram_store is not None:
             from .storage.streaming import plan_into
             return plan_into(self, kind, volume_store, sinogram_store)

@@ -474,3 +474,195 @@ def plan_for(projector, kind: str = "project", dtype: torch.dtype = torch.float3
     ex = projector._executor(device)
     return ex.plan(kind, batch, projector.volume_slice.start, projector.volume_slice.stop,
                    projector.projection_shape[0], dtype, device)
+
+
+# ------------------------------------------------------- solver capacity model
+# The disk-backed CGLS of ctbench.solvers.disk_cgls keeps x, s, p (volume
+# sized) and r, q (ray sized) in chunked block stores and runs five kinds of
+# window passes.  This model is the bytes each pass holds at once; the solver
+# runs exactly these windows.
+WORK_CHUNK_BYTES = 1 << 20  # target size of a work-store chunk (zarr stages a few of them per window)
+
+
+def store_concurrency() -> int:
+    """Chunks a zarr store decodes or encodes at once (its ``async.concurrency``; 10 without zarr)."""
+    try:
+        import zarr
+        return max(1, int(zarr.config.get("async.concurrency") or 10))
+    except ImportError:  # pragma: no cover - zarr is a runtime dependency
+        return 10
+
+
+@dataclass(frozen=True)
+class SolverPlan:
+    """Capacity and windows of a disk-backed solver on one rank (``kind`` "cgls").
+
+    ``slab_depth``/``view_batch`` are the window sizes (planes of this rank's slab, views of this rank's
+    shard); ``volume_chunks``/``ray_chunks`` are the chunk shapes of the work stores; ``memory`` names
+    the bytes each pass holds at once (plus geometry and pipeline state) and ``peak_bytes`` is their
+    maximum plus geometry and pipeline; ``disk`` names the bytes of the work stores and checkpoints on
+    this rank; ``state_bytes`` is what the same solve would hold in memory (x, s, p, the data b and
+    r, q, the geometry): the figure the disk solver is an alternative to.
+    """
+
+    kind: str
+    dtype: torch.dtype
+    rank: int
+    world_size: int
+    partition: str | None
+    z_range: tuple[int, int]
+    view_range: tuple[int, int]
+    grid_shape: tuple[int, int, int]
+    detector_shape: tuple[int, int]
+    slab_depth: int
+    view_batch: int
+    volume_chunks: tuple[int, ...]
+    ray_chunks: tuple[int, ...]
+    budget: int
+    memory: dict
+    peak_bytes: int
+    disk: dict
+    disk_bytes: int
+    in_memory: dict
+    state_bytes: int
+
+    def slabs(self) -> list[tuple[int, int]]:
+        """Global planes [s0, s1) of this rank's slab windows."""
+        z0, z1 = self.z_range
+        return [(a, min(a + self.slab_depth, z1)) for a in range(z0, z1, self.slab_depth)]
+
+    def view_batches(self) -> list[tuple[int, int]]:
+        """Local views [a, b) of this rank's shard (add ``view_range[0]`` for global views)."""
+        n = self.view_range[1] - self.view_range[0]
+        return [(a, min(a + self.view_batch, n)) for a in range(0, n, self.view_batch)]
+
+    def summary(self) -> str:
+        m = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.memory.items())
+        d = ", ".join(f"{k} {format_bytes(v)}" for k, v in self.disk.items())
+        return (f"disk {self.kind.upper()} on rank {self.rank} of {self.world_size}: planes {self.z_range}, views "
+                f"{self.view_range}, {self.dtype}; windows of {self.slab_depth} planes x {self.view_batch} views\n"
+                f"  memory: peak {format_bytes(self.peak_bytes)} of budget {format_bytes(self.budget)} ({m})\n"
+                f"  disk:   {format_bytes(self.disk_bytes)} ({d})\n"
+                f"  the same solve in memory would hold {format_bytes(self.state_bytes)}")
+
+    __repr__ = summary
+
+
+def _chunk_planes(plane_bytes: int, limit: int) -> int:
+    return max(1, min(limit, WORK_CHUNK_BYTES // max(1, plane_bytes)))
+
+
+def make_cgls_plan(grid_shape, detector_shape, *, z_range, view_range, dtype=torch.float32, memory_budget=None,
+                   data_chunks=None, data_itemsize=None, rank: int = 0, world_size: int = 1,
+                   partition: str | None = None, view_world_size: int = 1, space_world_size: int = 1,
+                   cpu_kernel: bool = True, concurrency: int | None = None, keep_checkpoints: int = 2,
+                   with_x0: bool = True) -> SolverPlan:
+    """The windows and capacity of disk CGLS on one rank.
+
+    ``z_range`` (global planes) and ``view_range`` (global views) are what this rank owns;
+    ``data_chunks`` is the chunk shape of the sinogram store (default: the work stores' ray chunks);
+    ``concurrency`` the chunks a store stages at once.  The passes and what each holds at once:
+
+    - data: one block of b (norm and fingerprint) and its read staging;
+    - project (q = A p, and r = b - A x0): a block accumulator, one slab, the slab's read staging or
+      the CPU kernel's slab copy, then the block's write staging (plus b's block for r0, and a copy
+      of the block for the all-reduce over the space group);
+    - residual (r -= alpha q): two blocks and their staging;
+    - backproject (s = A^T r): a slab accumulator, one block and its staging, then the slab's write
+      staging (plus a copy of the slab for the all-reduce over the view group);
+    - update (x += alpha p; p = s + beta p) and checkpoints: two slabs and their staging.
+
+    Volume windows get half the budget and ray windows the other half (a projection holds one of
+    each; the update holds two slabs, the residual update two blocks), then both shrink until every
+    pass fits.  Raises :class:`PlanError` when one plane and one view do not fit.
+    """
+    D, H, W = (int(v) for v in grid_shape)
+    U, V = (int(v) for v in detector_shape)
+    z0, z1 = (int(v) for v in z_range)
+    v0, v1 = (int(v) for v in view_range)
+    Nz, n = z1 - z0, v1 - v0
+    if Nz <= 0 or n <= 0:
+        raise PlanError(f"disk CGLS needs at least one plane and one view on every rank; rank {rank} has "
+                        f"{Nz} planes and {n} views (use fewer ranks)")
+    isz = itemsize(dtype)
+    dsz = int(data_itemsize or isz)
+    conc = int(concurrency or store_concurrency())
+    budget = parse_bytes(memory_budget)
+    if budget is None:
+        budget = int(available_host_memory() * HOST_MEMORY_FRACTION)
+    plane, view = H * W * isz, U * V * isz
+    cz, cv = _chunk_planes(plane, Nz), _chunk_planes(view, n)
+    dch = tuple(int(c) for c in (data_chunks or (cv, U, V)))
+    data_chunk_bytes = dsz * math.prod(dch)
+
+    def vol_stage(nz):  # work volume stores: whole chunks, up to `conc` in flight
+        return min(conc, -(-nz // cz)) * cz * plane
+
+    def ray_stage(nb):
+        return min(conc, -(-nb // cv)) * cv * view
+
+    def data_stage(nb):
+        touched = -(-nb // dch[0]) * -(-U // dch[1]) * -(-V // dch[2])
+        return min(conc, touched) * data_chunk_bytes + (nb * U * V * dsz if dsz != isz else 0)
+
+    def passes(nz, nb):
+        slab, block = nz * plane, nb * view
+        scratch = slab if (cpu_kernel and H > 1 and W > 1 and nb * U * V >= (nz * H * W) // 4) else 0
+        ar_block = block if space_world_size > 1 else 0
+        ar_slab = slab if view_world_size > 1 else 0
+        first = block + max(slab + max(vol_stage(nz), scratch), block + data_stage(nb), ray_stage(nb) + ar_block)
+        return {
+            "data": block + data_stage(nb),
+            "project": block + max(slab + max(vol_stage(nz), scratch), ray_stage(nb) + ar_block),
+            "initial_residual": first if with_x0 else block + ray_stage(nb) + data_stage(nb),
+            "residual": 2 * block + ray_stage(nb),
+            "backproject": slab + max(block + ray_stage(nb), vol_stage(nz) + ar_slab),
+            "update": 2 * slab + vol_stage(nz),
+        }
+
+    nz, nb = Nz, n
+    while 2 * nz * plane + vol_stage(nz) > budget // 2 and nz > 1:
+        nz = -(-nz // 2)
+    while 2 * nb * view + ray_stage(nb) > budget // 2 and nb > 1:
+        nb = -(-nb // 2)
+    while max(passes(nz, nb).values()) > budget:
+        if nz > 1 and (nz * plane >= nb * view or nb == 1):
+            nz = -(-nz // 2)
+        elif nb > 1:
+            nb = -(-nb // 2)
+        else:
+            need = max(passes(1, 1).values())
+            raise PlanError(f"memory_budget={format_bytes(budget)} is too small for disk CGLS: one plane and one "
+                            f"view need {format_bytes(need)} ({need} bytes); raise memory_budget")
+    # Windows aligned to the work stores' chunks, so that every write replaces whole chunks.
+    cz, cv = min(cz, nz), min(cv, nb)
+    nz, nb = nz // cz * cz, nb // cv * cv
+    mem = passes(nz, nb)
+    geometry = 4 * 3 * (v1 - v0) * isz + 4 * 3 * (v1 - v0) * 8  # rays in dtype + the float64 trajectory
+    pipeline = 2 * conc * 1024  # zarr's per-chunk bookkeeping
+    memory = {**mem, "geometry": geometry, "pipeline": pipeline}
+    peak = max(mem.values()) + geometry + pipeline
+    vol_b, ray_b = Nz * plane, n * view
+    disk = {"x, s, p": 3 * vol_b, "r, q": 2 * ray_b, "checkpoints": keep_checkpoints * (2 * vol_b + ray_b)}
+    in_memory = {"x, s, p": 3 * vol_b, "b, r, q": 3 * ray_b, "geometry": geometry}
+    return SolverPlan(kind="cgls", dtype=dtype, rank=rank, world_size=world_size, partition=partition,
+                      z_range=(z0, z1), view_range=(v0, v1), grid_shape=(D, H, W), detector_shape=(U, V),
+                      slab_depth=nz, view_batch=nb, volume_chunks=(cz, H, W), ray_chunks=(cv, U, V), budget=budget,
+                      memory=memory, peak_bytes=int(peak), disk=disk, disk_bytes=int(sum(disk.values())),
+                      in_memory=in_memory, state_bytes=int(sum(in_memory.values())))
+
+
+def plan_cgls_for(projector, dtype: torch.dtype = torch.float32, *, memory_budget=None, data_chunks=None,
+                  data_dtype=None, with_x0: bool = True) -> SolverPlan:
+    """The :class:`SolverPlan` of disk CGLS for ``projector`` on this process (its slab and views)."""
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    budget = memory_budget if memory_budget is not None else projector.options.get("memory_budget")
+    vs, ws = projector.volume_slice, projector.view_slice
+    backend = getattr(projector, "backend_name", "auto")
+    return make_cgls_plan(projector.grid.shape, projector.detector_shape, z_range=(vs.start, vs.stop),
+                          view_range=(ws.start, ws.stop), dtype=dtype, memory_budget=budget,
+                          data_chunks=data_chunks, data_itemsize=itemsize(data_dtype) if data_dtype else None,
+                          rank=projector.rank, world_size=projector.world_size, partition=projector.partition,
+                          view_world_size=projector.view_world_size, space_world_size=projector.space_world_size,
+                          cpu_kernel=backend in ("auto", "cpu"), with_x0=with_x0)

@@ -3,13 +3,16 @@
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
 generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``)
 that yields an :class:`IterationState` after every iteration (for progress,
-live previews and cancellation), and a function (``sirt``, ``cgls``,
+live previews and cancellation; ``disk_cgls_iterations`` keeps its vectors in
+zarr stores and writes rank-local checkpoints), and a function (``sirt``, ``cgls``,
 ``tv_reconstruction``) that runs it to the end and returns a
 :class:`ReconResult`.  See docs/RECONSTRUCTION.md.
 """
 
 from .analytic import fbp, fdk, field_of_view, helical_fdk
 from .cgls import cgls, cgls_iterations
+from .checkpoint import CheckpointError
+from .disk_cgls import disk_cgls, disk_cgls_iterations, plan_disk_cgls
 from .filtering import FILTERS, ramp_filter
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
@@ -18,6 +21,7 @@ from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconst
 
 __all__ = [
     "fdk", "fbp", "helical_fdk", "field_of_view", "ramp_filter", "FILTERS",
-    "sirt", "sirt_iterations", "cgls", "cgls_iterations", "fdk_into", "tv_reconstruction", "tv_iterations",
+    "sirt", "sirt_iterations", "cgls", "cgls_iterations", "disk_cgls", "disk_cgls_iterations", "plan_disk_cgls",
+    "CheckpointError", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
 ]

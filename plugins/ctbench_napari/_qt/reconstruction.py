@@ -106,6 +106,9 @@ class ReconstructionWidget(QWidget):
         opts.addRow("Live preview every", self.preview_every)
         opts.addRow("Quick preview", self.preview_mode)
         layout.addLayout(opts)
+        from .jobs import BackgroundJobChoice   # "run as background job": ranks, partition, devices, bridge
+        self.background = BackgroundJobChoice(self)
+        layout.addWidget(self.background)
         row = QHBoxLayout()
         for b in (self.preview_button, self.run_button, self.cancel_button):
             row.addWidget(b)
@@ -232,7 +235,9 @@ class ReconstructionWidget(QWidget):
         self.progress.setRange(0, 0)
         self.status.setText(f"{request.title()}: starting…")
         self._set_running(True)
-        self.runner.start(lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel))
+        job = getattr(self.runner, "job_events", None) if mode == "full" else None   # background job (jobs.py)
+        self.runner.start(job(geo, sino_t, request) if job else
+                          lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel))
         return request
 
     def cancel(self, *_) -> None:

@@ -1,0 +1,13 @@
+"""Background reconstruction jobs: spec, SQLite job table, torchrun launcher, worker, HTTP bridge, client.
+
+Layering (DESIGN.md): the napari plugin and the command line talk to a bridge
+through :mod:`.client`; the bridge (:mod:`.service`, :mod:`.scheduler`) keeps
+jobs in :mod:`.store` and starts each one with :mod:`.launcher` as a
+``torchrun`` process tree running :mod:`.worker`, which consumes the same
+solver generators and emits the same events (:mod:`ctbench.workbench.workflow`)
+as a local run.  See docs/JOBS.md.
+"""
+
+from .spec import JobSpec
+
+__all__ = ["JobSpec"]

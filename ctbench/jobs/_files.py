@@ -1,0 +1,18 @@
+"""Crash-safe small-file writes shared by the bridge and the worker."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON beside ``path`` and rename it into place: readers see the old or the new file, never half."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

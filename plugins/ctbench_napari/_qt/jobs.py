@@ -1,0 +1,281 @@
+"""Background jobs in napari: the Jobs panel and the reconstruction widget's "run as background job" choice.
+
+:class:`JobRunner` is a :class:`~ctbench_napari._qt.runner.Runner` whose
+events come from a job bridge (:func:`ctbench.jobs.runs.job_events`): the
+reconstruction widget shows progress, live preview and residuals and
+cancels exactly as for a local run.  A local bridge is started on demand.
+:class:`JobsPanel` lists every job of a bridge (also those from the command
+line or another napari window), with state, progress and log, and loads a
+finished result as a layer with its geometry and parameters.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from qtpy.QtCore import QTimer
+from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout,
+                            QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem,
+                            QVBoxLayout, QWidget)
+
+from .common import MessageLabel, error_text, report_errors
+from .runner import LocalRunner
+
+
+def bridge_client(url: str = "", token_file: str = ""):
+    """A client of the bridge at ``url`` (with ``token_file``), or of the local one, started if needed."""
+    from ctbench.jobs.client import BridgeClient, ensure_local_bridge
+
+    if url.strip():
+        return BridgeClient(url.strip(), token_file=token_file.strip() or None)
+    return ensure_local_bridge()
+
+
+class JobRunner(LocalRunner):
+    """Runs reconstructions as bridge jobs; quick previews (any other factory) still run locally."""
+
+    def __init__(self, options, parent=None):
+        super().__init__(parent)
+        self._options = options          # () -> (url, token_file, job options dict)
+        self.info: dict = {}
+
+    def job_events(self, geometry, sinogram, request):
+        """The event factory of a job run (what ``reconstruct`` is for a local run)."""
+        from ctbench.jobs.runs import job_events
+
+        url, token_file, options = self._options()
+        self.info = {}
+
+        def make(cancel):
+            client = bridge_client(url, token_file)
+            try:
+                yield from job_events(client, geometry, sinogram, request, options=options, cancel=cancel,
+                                      info=self.info)
+            finally:
+                client.close()
+        return make
+
+
+class BackgroundJobChoice(QGroupBox):
+    """The "Run as background job" box of the reconstruction widget: ranks, partition, devices, bridge."""
+
+    def __init__(self, recon_widget, parent=None):
+        super().__init__("Run as background job (torchrun, via the job bridge)", parent)
+        self.recon = recon_widget
+        self.setCheckable(True)
+        self.setChecked(False)
+        self.nproc = QSpinBox()
+        self.nproc.setRange(1, 256)
+        self.nproc.setValue(2)
+        self.partition = QComboBox()
+        self.partition.addItems(["views", "space"])
+        self.devices = QLineEdit()
+        self.devices.setPlaceholderText("default: one GPU per rank if present, else CPU")
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("local bridge (started on demand)")
+        self.token_file = QLineEdit()
+        self.token_file.setPlaceholderText("token file of a remote bridge")
+        form = QFormLayout(self)
+        form.addRow("Ranks", self.nproc)
+        form.addRow("Partition", self.partition)
+        form.addRow("Devices", self.devices)
+        form.addRow("Bridge URL", self.url)
+        form.addRow("Token file", self.token_file)
+        self.runner = JobRunner(self.options, recon_widget)
+        self.toggled.connect(self._toggled)
+
+    @property
+    def enabled(self) -> bool:
+        return self.isChecked()
+
+    def options(self):
+        devices = [d.strip() for d in self.devices.text().split(",") if d.strip()] or None
+        opts = {"nproc": int(self.nproc.value()), "partition": self.partition.currentText()}
+        if devices:
+            opts["devices"] = devices
+        return self.url.text(), self.token_file.text(), opts
+
+    def _toggled(self, on: bool) -> None:
+        try:
+            self.recon.set_runner(self.runner if on else LocalRunner(self.recon))
+        except RuntimeError as e:     # a run is in progress: keep the current runner
+            self.blockSignals(True)
+            self.setChecked(not on)
+            self.blockSignals(False)
+            self.recon.message.error(error_text(e))
+
+
+class JobsPanel(QWidget):
+    """Jobs of a bridge: state, progress, log; cancel, delete, load a result as a layer."""
+
+    COLUMNS = ("id", "state", "algorithm", "ranks", "progress", "name")
+
+    def __init__(self, napari_viewer, parent=None, *, refresh_ms: int = 2000):
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.url = QLineEdit()
+        self.url.setPlaceholderText("local bridge")
+        self.token_file = QLineEdit()
+        self.token_file.setPlaceholderText("token file (remote bridge)")
+        self.start_local = QCheckBox("start a local bridge if none runs")
+        self.start_local.setChecked(False)
+        self.table = QTableWidget(0, len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(self.COLUMNS))
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setMaximumBlockCount(2000)
+        self.message = MessageLabel()
+        self.refresh_button = QPushButton("Refresh")
+        self.cancel_button = QPushButton("Cancel")
+        self.log_button = QPushButton("Show log")
+        self.load_button = QPushButton("Load result")
+        self.delete_button = QPushButton("Delete")
+        form = QFormLayout()
+        form.addRow("Bridge URL", self.url)
+        form.addRow("Token file", self.token_file)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.start_local)
+        layout.addWidget(self.table)
+        row = QHBoxLayout()
+        for b in (self.refresh_button, self.cancel_button, self.log_button, self.load_button, self.delete_button):
+            row.addWidget(b)
+        layout.addLayout(row)
+        layout.addWidget(self.message)
+        layout.addWidget(self.log)
+        self.jobs: list[dict] = []
+        self.loaded: list = []
+        self.refresh_button.clicked.connect(self.refresh)
+        self.cancel_button.clicked.connect(self.cancel_selected)
+        self.log_button.clicked.connect(self.show_log)
+        self.load_button.clicked.connect(self.load_selected)
+        self.delete_button.clicked.connect(self.delete_selected)
+        self._busy = False
+        self.timer = QTimer(self)
+        self.timer.setInterval(refresh_ms)
+        self.timer.timeout.connect(self._auto_refresh)
+        self.timer.start()
+
+    # ------------------------------------------------------------- plumbing
+    def client(self):
+        from ctbench.jobs.client import BridgeClient
+
+        if self.url.text().strip() or not self.start_local.isChecked():
+            return BridgeClient(self.url.text().strip() or None, token_file=self.token_file.text().strip() or None,
+                                timeout=10)
+        return bridge_client()
+
+    def _in_thread(self, work, done) -> None:
+        from napari.qt.threading import create_worker
+
+        self._busy = True
+        worker = create_worker(work, _start_thread=False)
+        worker.returned.connect(done)
+        worker.errored.connect(lambda e: self.message.error(error_text(e)))
+        worker.finished.connect(self._idle)
+        worker.start()
+
+    def _idle(self) -> None:
+        self._busy = False
+
+    def selected(self) -> dict | None:
+        rows = self.table.selectionModel().selectedRows()
+        return self.jobs[rows[0].row()] if rows else (self.jobs[-1] if self.jobs else None)
+
+    def select(self, job_id: str) -> None:
+        for i, j in enumerate(self.jobs):
+            if j["id"] == job_id:
+                self.table.selectRow(i)
+
+    # --------------------------------------------------------------- actions
+    def _auto_refresh(self) -> None:
+        if self.isVisible() and not self._busy:
+            self.refresh()
+
+    def refresh(self, *_) -> None:
+        def work():
+            with self.client() as c:
+                return c.list()
+        self._in_thread(work, self._show_jobs)
+
+    def _show_jobs(self, jobs: list[dict]) -> None:
+        keep = (self.selected() or {}).get("id")
+        self.jobs = jobs
+        self.table.setRowCount(len(jobs))
+        for i, j in enumerate(jobs):
+            p = j.get("progress") or {}
+            prog = f"{p['iteration']}/{p['n_iter']}" if p else ""
+            if p.get("eta") is not None and j["state"] == "running":
+                prog += f"  eta {p['eta']:.0f} s"
+            cells = (j["id"], j["state"], j["spec"]["request"]["algorithm"], str(j["spec"]["nproc"]), prog,
+                     j.get("name") or "")
+            for k, text in enumerate(cells):
+                self.table.setItem(i, k, QTableWidgetItem(text))
+        if keep:
+            self.select(keep)
+        self.message.clear()
+
+    @report_errors
+    def cancel_selected(self, *_) -> None:
+        job = self.selected()
+        if job is None:
+            return
+        with self.client() as c:
+            c.cancel(job["id"])
+        self.refresh()
+
+    @report_errors
+    def delete_selected(self, *_) -> None:
+        job = self.selected()
+        if job is None:
+            return
+        with self.client() as c:
+            c.delete(job["id"])
+        self.refresh()
+
+    def show_log(self, *_) -> None:
+        job = self.selected()
+        if job is None:
+            return
+
+        def work():
+            with self.client() as c:
+                text, _ = c.logs(job["id"])
+                st = c.status(job["id"])
+            return text, st
+
+        def done(res):
+            text, st = res
+            head = f"job {st['id']}: {st['state']}" + (f" ({st['reason']})" if st.get("reason") else "")
+            self.log.setPlainText(head + "\n" + text)
+        self._in_thread(work, done)
+
+    def load_selected(self, *_) -> None:
+        """Download the selected job's result and add it as a layer (geometry and parameters in its metadata)."""
+        job = self.selected()
+        if job is None:
+            return
+        if job["state"] != "succeeded":
+            self.message.error(f"job {job['id']} is {job['state']}: only a succeeded job has a result")
+            return
+        dest = Path(tempfile.mkdtemp(prefix="ctbench-result-")) / f"job-{job['id']}.zarr"
+
+        def work():
+            with self.client() as c:
+                return c.fetch(job["id"], dest)
+
+        self._in_thread(work, self._add_result)
+
+    def _add_result(self, path: Path) -> None:
+        layers = self.viewer.open(str(path), plugin="ctbench")
+        for layer in layers:
+            meta = layer.metadata.get("ctbench", {})
+            recon = meta.get("dataset_meta", {})
+            meta["recon"] = recon
+            layer.metadata = {**layer.metadata, "ctbench": meta}
+            self.loaded.append(layer)
+        self.message.note(f"loaded {path.name}")
