@@ -203,7 +203,7 @@ class Job:
         """The result as a ctbench dataset; every rank that owns a slab writes its planes."""
         import zarr
 
-        from ..workbench.dataset import FORMAT, UNITS, VERSION, _axes
+        from ..workbench.dataset import FORMAT, UNITS, VERSION, _axes, create_array, swap_into_place
 
         out = self.output_path()
         tmp = out.with_name(out.name + ".tmp-write")
@@ -216,8 +216,8 @@ class Job:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
             # One chunk per plane: ranks write disjoint chunks, so slabs never race.
             chunks = shape if len(shape) == 2 else (1, *shape[1:])
-            group.create_array("volume", shape=shape, dtype=np.dtype(str(volume.dtype).replace("torch.", "")),
-                               chunks=chunks)
+            manifest = {"volume": create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""),
+                                               chunks)}
         dist.barrier()
         if writes:
             arr = zarr.open_array(str(tmp / "volume"), mode="r+")
@@ -232,12 +232,10 @@ class Job:
         if self.rank == 0:
             group = zarr.open_group(str(tmp), mode="r+")
             group.attrs.update({"format": FORMAT, "version": VERSION, "units": UNITS, "geometry": geo.to_dict(),
-                                "meta": meta, "volume": {"axes": _axes("volume", len(shape)),
+                                "meta": meta, "manifest": manifest, "volume": {"axes": _axes("volume", len(shape)),
                                                          "voxel_spacing": list(geo.voxel_spacing)}})
-            if out.exists():
-                shutil.rmtree(out)
             out.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, out)
+            swap_into_place(tmp, out)  # an earlier result stays whole until this one is
         dist.barrier()
         return out
 

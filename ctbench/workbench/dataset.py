@@ -167,7 +167,7 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_NEW}{os.getpid()}-"))
     try:
         _write_group(tmp, dataset, chunks)
-        _swap_into_place(tmp, path)
+        swap_into_place(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -177,7 +177,6 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
 def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
     """The whole dataset in ``folder``: arrays (every chunk, crc32c) first, the group's attributes last."""
     import zarr
-    from zarr.codecs import Crc32cCodec, ZstdCodec
 
     store = atomic_local_store(folder)
     group = zarr.open_group(store=store, mode="w", zarr_format=3)
@@ -190,15 +189,26 @@ def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
             continue
         data = _as_numpy(data)
         chunk_shape = tuple(min(chunks, max(s, 1)) for s in data.shape)
-        arr = group.create_array(name, shape=data.shape, dtype=data.dtype, chunks=chunk_shape,
-                                 compressors=(ZstdCodec(), Crc32cCodec()), config={"write_empty_chunks": True})
-        arr[...] = data
+        attrs["manifest"][name] = create_array(group, name, data.shape, data.dtype, chunk_shape)
+        group[name][...] = data
         attrs[name] = {"axes": _axes(name, data.ndim)}
-        attrs["manifest"][name] = {"shape": list(data.shape), "dtype": data.dtype.str, "chunks": list(chunk_shape),
-                                   "checksum": "crc32c"}
     if dataset.volume is not None:
         attrs["volume"]["voxel_spacing"] = list(dataset.voxel_spacing)
     group.attrs.update(attrs)
+
+
+def create_array(group, name: str, shape, dtype, chunk_shape) -> dict:
+    """Create the array ``name`` of a dataset in the zarr ``group`` with the format's codecs (zstd, crc32c on
+    every chunk, every chunk written even when all zeros); returns its manifest entry.
+
+    Writers that fill a dataset in parts (the job worker's ranks) use it too, so every dataset is verifiable.
+    """
+    from zarr.codecs import Crc32cCodec, ZstdCodec
+
+    dtype = np.dtype(dtype)
+    group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunk_shape),
+                       compressors=(ZstdCodec(), Crc32cCodec()), config={"write_empty_chunks": True})
+    return {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -220,7 +230,7 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, f"could not swap {a} and {b}: {os.strerror(err)}")
 
 
-def _swap_into_place(new: Path, path: Path) -> None:
+def swap_into_place(new: Path, path: Path) -> None:
     """Put the complete dataset ``new`` at ``path``; the old dataset is deleted only after."""
     if not os.path.lexists(path):
         os.rename(new, path)
