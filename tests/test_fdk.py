@@ -268,12 +268,12 @@ def test_parker_weights_complement_on_conjugate_rays(direction):
         # the line meets the source circle again at the conjugate source position
         t = -2 * float(src[k] @ d) / float(d @ d)
         other = src[k] + t * d
-        t2 = math.atan2(float(other[0]), float(-other[1]))
+        t2 = math.atan2(float(-other[0]), float(other[1]))
         # unwrap next to the orbit's angles
         t2 = float(orbit.angles[0]) + ((t2 - float(orbit.angles[0])) * direction % (2 * math.pi)) * direction
         # where that line hits the detector of a view at t2 (same convention as the generators)
         u2 = torch.tensor([math.cos(t2), math.sin(t2)], dtype=F64)
-        radial = torch.tensor([math.sin(t2), -math.cos(t2)], dtype=F64)
+        radial = torch.tensor([-math.sin(t2), math.cos(t2)], dtype=F64)  # isocentre -> source
         c2 = -(sdd - sid) * radial
         dirn = -d
         nrm = radial
@@ -288,7 +288,7 @@ def test_parker_weights_complement_on_conjugate_rays(direction):
             continue
         probe = W.Orbit(torch.tensor([float(orbit.angles[0]), t2], dtype=F64), orbit.direction, orbit.step,
                         orbit.coverage, orbit.radius[:2], orbit.sdd[:2], orbit.source_z[:2],
-                        torch.tensor([[0.0], [p2]], dtype=F64), orbit.pixel_v[:2], True)
+                        torch.tensor([[0.0], [p2]], dtype=F64), orbit.pixel_v[:2], True, orbit.handedness)
         w2 = float(W.parker_weights(probe)[1, 0])
         assert abs(float(w[k, i]) + w2 - 1.0) < 1e-9, (k, i, float(w[k, i]), w2)
         checked += 1
