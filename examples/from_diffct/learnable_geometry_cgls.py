@@ -11,8 +11,8 @@ import torch
 from ctbench import Projector, cgls, circular_trajectory_2d_fan
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
-n_views, sid, sdd = 36, 60.0, 120.0
-image_shape, n_det = (20, 20), 40
+n_views, sid, sdd = 24, 60.0, 120.0
+image_shape, n_det = (16, 16), 32
 true_shift = 1.3  # mm along the detector u axis, unknown to the reconstruction
 
 
@@ -33,10 +33,10 @@ truth = phantom(image_shape)
 measured = Projector(shifted(torch.tensor(true_shift, device=device)), image_shape, n_det, beam="fan").project(truth)
 
 shift = torch.zeros((), device=device, requires_grad=True)
-optimizer = torch.optim.Adam([shift], lr=0.3)
-for outer in range(4):
+optimizer = torch.optim.Adam([shift], lr=0.25)
+for outer in range(3):
     operator = Projector(shifted(shift.detach()), image_shape, n_det, beam="fan")
-    image = cgls(operator, measured, 15).volume
+    image = cgls(operator, measured, 12).volume
     for _ in range(10):
         optimizer.zero_grad()
         prediction = operator.project(image, trajectory=shifted(shift))
@@ -45,7 +45,7 @@ for outer in range(4):
         optimizer.step()
     print(f"round {outer}: shift {shift.item():.3f} mm, data loss {loss.item():.4g}")
 
-final = cgls(Projector(shifted(shift.detach()), image_shape, n_det, beam="fan"), measured, 30)
+final = cgls(Projector(shifted(shift.detach()), image_shape, n_det, beam="fan"), measured, 20)
 error = (final.volume - truth).norm() / truth.norm()
 print(f"learned shift: {shift.item():.3f} mm (true {true_shift} mm)")
 print(f"relative image error: {error.item():.4f}")
