@@ -231,9 +231,9 @@ def test_analytic_reconstructions_agree_with_diffct(fn, make, beam, vshape, dsha
     n_t = truth.norm()
     err_ours, err_theirs = float((ours - truth).norm() / n_t), float((theirs - truth).norm() / n_t)
     between = float((ours - theirs).norm() / n_t)
-    # measured: ctbench 1.8-3.6 %, diffct 1.8-4.2 %, between 0.0-1.6 % (docs/FROM_DIFFCT.md)
-    assert err_ours < 0.05 and err_theirs < 0.06, (err_ours, err_theirs)
-    assert between < 0.03, between
+    # measured: ctbench 0.6-2.1 %, diffct 0.7-2.6 %, between 0.0-0.9 % (docs/FROM_DIFFCT.md)
+    assert err_ours < 0.03 and err_theirs < 0.04, (err_ours, err_theirs)
+    assert between < 0.015, between
 
 
 def test_fdk_into_with_diffct_arguments_writes_fdk(tmp_path):
@@ -361,9 +361,11 @@ def _figures(text: str) -> dict[str, float]:
 ])
 def test_diffct_user_scripts_run_on_ctbench_with_only_the_import_changed(script, tolerances):
     code = (ROOT / "examples" / "from_diffct" / script).read_text()
-    assert code.count("from ctbench import") == 1 and "diffct" not in code.split("from ctbench import")[1]
+    as_diffct = re.sub(r"^from ctbench import", "from diffct import", code, flags=re.M)
+    body = as_diffct.split('"""', 2)[2]  # past the module docstring
+    assert as_diffct.count("\n") == code.count("\n") and "ctbench" not in body  # only the import differs
     ours = _figures(_run(code))
-    theirs = _figures(_run(code.replace("from ctbench import", "from diffct import")))
+    theirs = _figures(_run(as_diffct))
     for key, tol in tolerances.items():
         assert abs(ours[key] - theirs[key]) <= tol * max(1.0, abs(theirs[key])), (key, ours[key], theirs[key])
     if script.startswith("fdk"):
@@ -437,7 +439,7 @@ CPU_SUBSTITUTIONS = [
     ('dist.init_process_group("nccl")', 'dist.init_process_group("gloo")'),
 ]
 
-# Aggregate figures of a uniform cube: the two projection models differ by 0.05 % (measured).
+# Aggregate figures of a uniform cube: the two projection models differ by 0.05-0.09 % (measured).
 SPEC_FIGURE_BOUND = 5e-3
 
 
