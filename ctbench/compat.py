@@ -254,8 +254,10 @@ def tv_reconstruction(operator, measurements, iterations=100, weight=1., lr=.1, 
     norm_b = _norm(operator, b)
     history = [norm_b if x0 is None else _norm(operator, residual)]
     threshold = atol + rtol * norm_b
-    rays = b.numel() * getattr(operator, "world_size", 1) if getattr(operator, "partition", None) == "views" \
-        else b.numel()
+    if getattr(operator, "partition", None) in ("space", "hybrid"):
+        raise NotImplementedError("the diffct-style tv_reconstruction runs on one process or a views partition; "
+                                  "use ctbench.solvers.tv_reconstruction for space partitions")
+    rays = _dot_rays(operator, torch.ones_like(b), torch.ones_like(b))  # the global ray count
     spacing = _tv_spacing(operator, x.ndim)
     k, stopped = 0, False
     while k < iterations and history[-1] > threshold:
