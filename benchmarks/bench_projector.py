@@ -314,10 +314,12 @@ def run_ctbench(emit, projector: Projector, volume, workload: str, repeats: int,
 # ------------------------------------------------------------------ RTK
 # ctbench world (x, y, z), rotation about z, maps to RTK's world (X, Y, Z) =
 # (x, z, -y), rotation about Y: a rotation of the frame, so every line integral
-# is preserved.  Then ctbench's source sid*(sin t, -cos t, 0) becomes
-# sid*(sin t, 0, cos t), which is RTK's source at gantry angle t; the detector
-# u axis (cos t, sin t, 0) becomes (cos t, 0, -sin t), RTK's detector x axis; v = +z
-# becomes +Y, RTK's detector y axis.  The script checks this numerically.
+# is preserved.  Then ctbench's source sid*(-sin t, cos t, 0) (diffct's frame,
+# docs/GEOMETRY.md) becomes sid*(sin s, 0, cos s) with s = t + pi, which is RTK's
+# source at gantry angle s; the detector u axis (cos t, sin t, 0) becomes
+# (-cos s, 0, sin s), minus RTK's detector x axis, so RTK's columns run the other
+# way (projections are reversed along u, and the u offset negated); v = +z becomes
+# +Y, RTK's detector y axis.  The script checks this numerically.
 def _to_rtk_world(p: np.ndarray) -> np.ndarray:
     return np.stack([p[..., 0], p[..., 2], -p[..., 1]], axis=-1)
 
@@ -332,7 +334,7 @@ def rtk_geometry(projector: Projector):
     g = rtk.ThreeDCircularProjectionGeometry.New()
     off_u, off_v = meta.get("detector_offset", (0.0, 0.0))
     for t in meta["angles"]:
-        g.AddProjection(float(meta["sid"]), float(meta["sdd"]), math.degrees(t), float(off_u), float(off_v))
+        g.AddProjection(float(meta["sid"]), float(meta["sdd"]), math.degrees(t) + 180.0, -float(off_u), float(off_v))
     return g
 
 
@@ -351,7 +353,7 @@ def rtk_geometry_deviation(g, projector: Projector) -> float:
         for iu, iv in ((0, 0), (U - 1, 0), (0, V - 1), (U - 1, V - 1)):
             a, b = (iu - (U - 1) / 2) * du, (iv - (V - 1) / 2) * dv
             p_rtk = (M @ np.array([a, b, 0.0, 1.0]))[:3]
-            p_ct = ctr[k] + a * u[k] + b * v[k]
+            p_ct = ctr[k] - a * u[k] + b * v[k]  # RTK's detector x is -u
             dev = max(dev, float(np.abs(p_rtk - _to_rtk_world(p_ct)).max()))
     return dev
 
@@ -379,7 +381,8 @@ def _rtk_projection_image(sino_kuv: np.ndarray, detector_spacing):
 
     n, U, V = sino_kuv.shape
     du, dv = detector_spacing
-    img = itk.image_from_array(np.ascontiguousarray(sino_kuv.transpose(0, 2, 1), dtype=np.float32))
+    # RTK's detector x runs along -u (see above): reverse the columns
+    img = itk.image_from_array(np.ascontiguousarray(sino_kuv[:, ::-1].transpose(0, 2, 1), dtype=np.float32))
     img.SetSpacing([du, dv, 1.0])
     img.SetOrigin([-(U - 1) / 2 * du, -(V - 1) / 2 * dv, 0.0])
     return img
@@ -432,7 +435,7 @@ def run_rtk(emit, projector: Projector, volume, ct_results, workload: str, repea
 
         stats, f = best_of(call, repeats)
         arr = itk.array_from_image(f.GetOutput())
-        out = arr.transpose(0, 2, 1) if op == "forward" else _from_rtk_volume(arr)
+        out = arr.transpose(0, 2, 1)[:, ::-1] if op == "forward" else _from_rtk_volume(arr)
         ref = ct_results[op][1].numpy()
         emit(workload=workload, op=op, impl="rtk", threads=threads, dtype="float32", **timing_fields(stats),
              **throughput(stats, samples, 4, op, bandwidth), geometry_max_dev_mm=_round(geo_dev),

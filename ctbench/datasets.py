@@ -8,15 +8,18 @@ The licence and the geometry notes travel with the file
 The organisers' geometry is a flat-detector fan beam: source-origin
 distance 410.66 mm, source-detector distance 553.74 mm, 560 pixels of
 0.2 mm, and, at angle ``theta``, the source at ``(DSO sin theta, -DSO cos
-theta)`` with the detector u axis ``(cos theta, sin theta)``: exactly
-ctbench's circular convention, so the angles load unchanged and no detector
-flip is needed (a reconstruction with u reversed smears the disc; see
+theta)`` with the detector u axis ``(cos theta, sin theta)`` (ASTRA's
+fan-flat frame).  That is ctbench's (diffct's) frame at ``theta + pi`` with
+u reversed (docs/GEOMETRY.md), so the loader adds pi to the angles and
+reverses every sinogram row: the same physical scan, in ctbench's
+convention (a reconstruction with u reversed smears the disc; see
 tests/test_real_data.py).  Their reconstructions use a 512 x 512 grid of
 the effective pixel 0.1483223 mm (pixel pitch / magnification).
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import NamedTuple
 
@@ -99,7 +102,9 @@ def load_htc2022(kind: str = "full", *, dtype: torch.dtype = torch.float32, devi
     n_det = int(params.numDetectorsPost)
     if sino.shape != (angles_deg.size, n_det):
         raise ValueError(f"{file.name}: sinogram {sino.shape} does not match {angles_deg.size} angles x {n_det} pixels")
-    angles = torch.tensor(np.deg2rad(angles_deg), dtype=torch.float64)
+    # ASTRA's frame at theta is ours at theta + pi with u reversed (module docstring)
+    angles = torch.tensor(np.deg2rad(angles_deg), dtype=torch.float64) + math.pi
+    sino = np.ascontiguousarray(sino[:, ::-1])
     traj = circular_trajectory_2d_fan(angles=angles, sid=sid, sdd=sdd, dtype=torch.float64).to(device=device,
                                                                                                dtype=dtype)
     traj = traj.replace(meta={**traj.meta, "dataset": f"htc2022-ta-{kind}",

@@ -17,7 +17,7 @@ import torch
 from .engine import BACKENDS, Rays, VolumeGrid, get_backend
 from .engine.executor import make_executor
 from .engine.ops import backproject_op, project_op
-from .geometry import Trajectory
+from .geometry import Trajectory, as_trajectory, resolve_trajectory
 
 _DTYPES = (torch.float32, torch.float64)
 
@@ -64,8 +64,7 @@ class Projector:
     def __init__(self, trajectory: Trajectory, volume_shape: Sequence[int], detector_shape, *,
                  beam: str | None = None, detector_spacing=1.0, voxel_spacing=1.0, backend: str = "auto",
                  **options):
-        if not isinstance(trajectory, Trajectory):
-            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+        trajectory, beam = resolve_trajectory(trajectory, beam)  # diffct tuples and beam names (issue 17)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         unknown = set(options) - _EXTENSION_OPTIONS
@@ -171,8 +170,7 @@ class Projector:
         return Rays(src, ctr, u * du, v * dv, self.beam == "cone", self.detector_shape)
 
     def _check_override(self, trajectory: Trajectory) -> Trajectory:
-        if not isinstance(trajectory, Trajectory):
-            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+        trajectory = as_trajectory(trajectory, like=self.trajectory)  # diffct tuples too (issue 17)
         if trajectory.n_views != self.trajectory.n_views:
             raise ValueError(f"trajectory override has {trajectory.n_views} views; this projector has "
                              f"{self.trajectory.n_views}")

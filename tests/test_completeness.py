@@ -14,7 +14,7 @@ from ctbench.workbench.design import ScanGeometry, TrajectoryDesign
 
 def test_parallel_beam_counts_match_the_analytic_rule():
     # Parallel beam about z: a point (x, y, z) lands on the detector of the view
-    # at angle t when |x cos t + y sin t| <= U du / 2 and |z| <= V dv / 2.
+    # at angle t when |-x sin t + y cos t| <= U du / 2 and |z| <= V dv / 2 (u = (-sin t, cos t, 0)).
     n = 37
     traj = circular_trajectory_3d_parallel(n, angle_range=math.pi, dtype=torch.float64)
     U, V, du, dv = 11, 5, 1.3, 1.1
@@ -22,7 +22,7 @@ def test_parallel_beam_counts_match_the_analytic_rule():
     counts = completeness_map(geo).numpy()
     pts = voxel_centres(geo.volume_shape, geo.voxel_spacing).numpy()
     t = np.arange(n) * math.pi / n
-    a = pts[:, 0:1] * np.cos(t)[None] + pts[:, 1:2] * np.sin(t)[None]
+    a = -pts[:, 0:1] * np.sin(t)[None] + pts[:, 1:2] * np.cos(t)[None]
     seen = (np.abs(a) <= U * du / 2) & (np.abs(pts[:, 2:3]) <= V * dv / 2)
     np.testing.assert_array_equal(counts.reshape(-1), seen.sum(1))
     assert counts.min() == 0 and counts.max() == n   # the rule is not trivially all or nothing here

@@ -23,7 +23,7 @@ from ctbench import (
 ALL = [
     lambda dt: circular_trajectory_3d(12, 500.0, 900.0, dtype=dt),
     lambda dt: spiral_trajectory_3d(20, sid=80.0, sdd=128.0, z_range=8.0, n_turns=2.0, dtype=dt),
-    lambda dt: saddle_trajectory_3d(16, 300.0, 600.0, amplitude=20.0, dtype=dt),
+    lambda dt: saddle_trajectory_3d(16, 300.0, 600.0, z_amplitude=20.0, dtype=dt),
     lambda dt: sinusoidal_trajectory_3d(16, 300.0, 600.0, amplitude=15.0, frequency=3.0, dtype=dt),
     lambda dt: circular_trajectory_3d_parallel(10, dtype=dt),
     lambda dt: circular_trajectory_2d_fan(10, 400.0, 550.0, dtype=dt),
@@ -41,16 +41,54 @@ def test_orthonormal_detector_frames_facing_the_source(make):
     ray = tr.detector_center - tr.source if tr.beam == "cone" else tr.source
     # the central ray is perpendicular to the detector plane
     torch.testing.assert_close((ray * u).sum(1), torch.zeros(tr.n_views, dtype=torch.float64), atol=1e-9, rtol=0)
+    # right-handed detector frame: u x v points along the rays, source -> detector (docs/GEOMETRY.md)
+    assert ((torch.linalg.cross(u, v, dim=1) * ray).sum(1) > 0).all()
 
 
 def test_circular_convention_and_distances():
+    # docs/GEOMETRY.md (diffct 2.5's frame): source at sid (-sin t, cos t, 0), u = (cos t, sin t, 0)
     tr = circular_trajectory_3d(4, 600.0, 1200.0, dtype=torch.float64)
-    torch.testing.assert_close(tr.source[0], torch.tensor([0.0, -600.0, 0.0], dtype=torch.float64))
-    torch.testing.assert_close(tr.detector_center[0], torch.tensor([0.0, 600.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(tr.source[0], torch.tensor([0.0, 600.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(tr.detector_center[0], torch.tensor([0.0, -600.0, 0.0], dtype=torch.float64))
     torch.testing.assert_close(tr.detector_u[0], torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64))
+    torch.testing.assert_close(tr.detector_v[0], torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64))
     torch.testing.assert_close((tr.detector_center - tr.source).norm(dim=1), torch.full((4,), 1200.0, dtype=torch.float64))
-    # quarter turn: source at (sid, 0, 0)
-    torch.testing.assert_close(tr.source[1], torch.tensor([600.0, 0.0, 0.0], dtype=torch.float64), atol=1e-9, rtol=0)
+    # quarter turn (anticlockwise seen from +z): source at (-sid, 0, 0), u = +y
+    torch.testing.assert_close(tr.source[1], torch.tensor([-600.0, 0.0, 0.0], dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(tr.detector_u[1], torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64), atol=1e-12, rtol=0)
+    # parallel: ray (cos t, sin t, 0), u = (-sin t, cos t, 0)
+    par = circular_trajectory_3d_parallel(2, dtype=torch.float64)
+    torch.testing.assert_close(par.source[1], torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(par.detector_u[1], torch.tensor([-1.0, 0.0, 0.0], dtype=torch.float64),
+                               atol=1e-12, rtol=0)
+
+
+def test_end_angle_and_angle_range():
+    a = circular_trajectory_3d(8, 100.0, 200.0, start_angle=0.5, end_angle=2.5, dtype=torch.float64)
+    b = circular_trajectory_3d(8, 100.0, 200.0, start_angle=0.5, angle_range=2.0, dtype=torch.float64)
+    assert all(torch.equal(x, y) for x, y in zip(a.tensors(), b.tensors()))
+    torch.testing.assert_close(torch.tensor(a.meta["angles"], dtype=torch.float64),
+                               0.5 + 0.25 * torch.arange(8, dtype=torch.float64))
+    # diffct: without end_angle a circular orbit ends at 2 pi, whatever the start
+    c = circular_trajectory_3d(4, 100.0, 200.0, start_angle=1.0)
+    assert c.meta["angles"][1] == pytest.approx(1.0 + (2 * math.pi - 1.0) / 4)
+    with pytest.raises(ValueError, match="end_angle.*angle_range"):
+        circular_trajectory_3d(4, 100.0, 200.0, end_angle=1.0, angle_range=1.0)
+
+
+def test_trajectories_unpack_like_diffct_tuples():
+    src, det, u, v = circular_trajectory_3d(5, 100.0, 200.0)
+    assert src.shape == (5, 3) and v.shape == (5, 3)
+    ray, origin, u2 = circular_trajectory_2d_parallel(6, 2.0)
+    assert ray.shape == origin.shape == u2.shape == (6, 2)
+    torch.testing.assert_close(origin, 2.0 * u2)
+    back = Trajectory.from_diffct((ray, origin, u2), beam="parallel")
+    assert back.beam == "parallel" and back.ndim == 2 and back.diffct_beam == "parallel"
+    assert torch.equal(back.source[:, :2], ray) and torch.equal(back.detector_v[:, 2], torch.ones(6))
+    with pytest.raises(ValueError, match="beam='fan' or beam='parallel'"):
+        Trajectory.from_diffct((ray, origin, u2))
+    with pytest.raises(ValueError, match=r"shape \(6, 3\)"):
+        Trajectory.from_diffct((ray, origin, torch.zeros(6, 3)), beam="fan")
 
 
 def test_spiral_rises_through_z_range():
@@ -66,7 +104,7 @@ def test_short_scan_and_learnable_angles():
     tr = circular_trajectory_3d(sid=100.0, sdd=200.0, angles=angles)
     assert tr.requires_grad and tr.n_views == 8
     tr.source[:, 0].sum().backward()
-    torch.testing.assert_close(angles.grad, 100.0 * torch.cos(angles.detach()))
+    torch.testing.assert_close(angles.grad, -100.0 * torch.cos(angles.detach()))
 
 
 def test_json_round_trip_is_exact(tmp_path):

@@ -308,15 +308,15 @@ def test_circular_convention_central_pixel():
     zero = torch.zeros(1, 3, dtype=F64)
     along_y = ellipsoid_line_integrals(ells, zero, torch.tensor([[0.0, 1.0, 0.0]], dtype=F64), scale).item()
     along_x = ellipsoid_line_integrals(ells, zero, torch.tensor([[1.0, 0.0, 0.0]], dtype=F64), scale).item()
-    # Angle 0: source at (0, -sid, 0), the central ray is the y axis; angle pi/2: the x axis.
+    # Angle 0: source at (0, sid, 0), the central ray is the y axis; angle pi/2: the x axis.
     assert sino[0, 2, 1].item() == pytest.approx(along_y, abs=1e-9)
     assert sino[2, 2, 1].item() == pytest.approx(along_y, abs=1e-9)
     assert sino[1, 2, 1].item() == pytest.approx(along_x, abs=1e-9)
     assert along_y == pytest.approx(quad_line(ells, [0, 0, 0], [0, 1, 0], scale, 150.0), rel=1e-3)
     assert abs(along_x - along_y) > 1.0                       # the two axes really differ
-    # Off-centre pixel (i=3, j=2) at angle 0: the line from (0,-600,0) through (2, 600, 2).
-    src = torch.tensor([[0.0, -600.0, 0.0]], dtype=F64)
-    ray = ellipsoid_line_integrals(ells, src, torch.tensor([[2.0, 1200.0, 2.0]], dtype=F64), scale).item()
+    # Off-centre pixel (i=3, j=2) at angle 0 (u = +x, v = +z): the line from (0,600,0) through (2, -600, 2).
+    src = torch.tensor([[0.0, 600.0, 0.0]], dtype=F64)
+    ray = ellipsoid_line_integrals(ells, src, torch.tensor([[2.0, -1200.0, 2.0]], dtype=F64), scale).item()
     assert sino[0, 3, 2].item() == pytest.approx(ray, abs=1e-9)
 
 

@@ -143,7 +143,7 @@ def test_view_ranges_and_detector_tiles():
 
 def test_uniform_cube_central_ray_length():
     """A parallel ray along x through a block of ones integrates to the block's length."""
-    traj = circular_trajectory_3d_parallel(angles=torch.tensor([math.pi / 2], dtype=torch.float64),
+    traj = circular_trajectory_3d_parallel(angles=torch.tensor([0.0], dtype=torch.float64),  # rays along +x
                                            dtype=torch.float64)
     op = Projector(traj, (5, 5, 8), (3, 3), voxel_spacing=(1.0, 1.0, 1.5))
     sino = op.project(torch.ones(5, 5, 8, dtype=torch.float64))

@@ -92,7 +92,7 @@ def test_fdk_on_non_circular_trajectories():
     p = Projector(helix, (6, 10, 10), (14, 8), voxel_spacing=1.0, detector_spacing=1.6)
     with pytest.raises(ValueError, match="circular orbit.*helical_fdk"):
         fdk(p, torch.zeros(24, 14, 8, dtype=F64))
-    saddle = saddle_trajectory_3d(24, sid=60.0, sdd=120.0, amplitude=5.0, dtype=F64)
+    saddle = saddle_trajectory_3d(24, sid=60.0, sdd=120.0, z_amplitude=5.0, radial_amplitude=0.0, dtype=F64)
     p = Projector(saddle, (6, 10, 10), (14, 8), voxel_spacing=1.0, detector_spacing=1.6)
     with pytest.raises(ValueError, match="circular orbit"):
         fdk(p, torch.zeros(24, 14, 8, dtype=F64))

@@ -95,6 +95,36 @@ class Trajectory:
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return tuple(getattr(self, f) for f in _FIELDS)  # type: ignore[return-value]
 
+    # ------------------------------------------------------------ diffct
+    @property
+    def diffct_beam(self) -> str:
+        """diffct's name for this beam: "cone", "fan", "parallel" (2D) or "parallel3d"."""
+        if self.beam == "cone":
+            return "cone" if self.ndim == 3 else "fan"
+        return "parallel3d" if self.ndim == 3 else "parallel"
+
+    def to_diffct(self) -> tuple[torch.Tensor, ...]:
+        """diffct 2.5's tuple: ``(src, det_center, det_u, det_v)`` of (n, 3) tensors in 3D, or
+        ``(src, det_center, det_u)`` (fan) / ``(ray_dir, det_origin, det_u)`` (parallel) of (n, 2)
+        in 2D.  The parts are views of this trajectory's tensors (autograd flows through them)."""
+        if self.ndim == 3:
+            return self.tensors()
+        return tuple(t[:, :2] for t in self.tensors()[:3])
+
+    as_tuple = to_diffct
+
+    def __iter__(self):
+        # Unpacks like diffct's tuple: ``src, det_center, det_u, det_v = circular_trajectory_3d(...)``.
+        return iter(self.to_diffct())
+
+    @classmethod
+    def from_diffct(cls, parts, beam: str | None = None) -> "Trajectory":
+        """A Trajectory from diffct's tuple; ``beam`` ("cone", "fan", "parallel", "parallel3d")
+        is needed for 2D tuples, whose three (n, 2) parts are fan or parallel."""
+        from .convert import from_diffct
+
+        return from_diffct(parts, beam)
+
     def replace(self, **changes: Any) -> "Trajectory":
         kw = {f: getattr(self, f) for f in (*_FIELDS, "beam", "ndim", "meta")}
         kw.update(changes)

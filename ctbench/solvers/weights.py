@@ -14,9 +14,13 @@ detector), and from them
   ``delta = (coverage - pi) / 2``), chosen automatically when a cone/fan
   scan covers less than a full turn.
 
-Angles follow the orbit convention of :mod:`ctbench.geometry.generators`:
-a source at ``sid * (sin t, -cos t, z)``, a parallel ray direction
-``(-sin t, cos t, 0)``.
+Angles follow the orbit convention of :mod:`ctbench.geometry.generators`
+(diffct's, docs/GEOMETRY.md): a source at ``sid * (-sin t, cos t, z)``, a
+parallel ray direction ``(cos t, sin t, 0)``.  Nothing else assumes the
+convention: the handedness of the detector (whether u turns with the orbit
+or against it, which sets the sign of Parker's fan angle) is read from the
+vectors, so mirrored geometries (diffct's custom paths, external data) get
+the right weights too.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Orbit:
     pixel_u: torch.Tensor      # (n, U) u offset (mm) of each pixel column from the principal point
     pixel_v: torch.Tensor      # (n, V) v offset (mm) of each pixel row from the principal point
     cone: bool
+    handedness: int = 1        # +1 if a pixel at +u sees a ray turned anticlockwise (about +z) from the centre ray
 
 
 def _unit(t: torch.Tensor) -> torch.Tensor:
@@ -72,7 +77,7 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
         radius = src[:, :2].norm(dim=1)
         if (radius <= 0).any():
             raise ValueError(f"{who}: a source lies on the rotation axis")
-        angles = torch.atan2(src[:, 0], -src[:, 1])
+        angles = torch.atan2(-src[:, 0], src[:, 1])
         scale = float(radius.max())
         if float(radius.max() - radius.min()) > 1e-3 * scale:
             raise ValueError(f"{who} needs a circular orbit about the z axis: the source distance to the axis varies "
@@ -84,7 +89,7 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
                              "use an iterative solver for tilted parallel geometries")
         radius = torch.zeros(n, dtype=F64)
         scale = 1.0
-        angles = torch.atan2(-src[:, 0], src[:, 1])
+        angles = torch.atan2(src[:, 1], src[:, 0])
     angles = _unwrap(angles)
     diffs = angles[1:] - angles[:-1]
     if n > 1:
@@ -132,7 +137,14 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
     # pixel (i, j) sits at ctr + i*du*u + j*dv*v (u, v need not be unit vectors)
     pu = (off * uhat).sum(1)[:, None] + iu[None, :] * u.norm(dim=1)[:, None]
     pv = (off * vhat).sum(1)[:, None] + iv[None, :] * v.norm(dim=1)[:, None]
-    return Orbit(angles, direction, step, coverage, radius, sdd, z, pu, pv, cone)
+    # z . (ray x u) > 0: moving along +u turns the ray anticlockwise seen from +z
+    ray = nrm if cone else _unit(src)
+    turn = torch.linalg.cross(ray, uhat, dim=1)[:, 2]
+    if cone and ((turn > 0).any() and (turn < 0).any()):
+        raise ValueError(f"{who}: the detector u axis turns with the orbit in some views and against it in "
+                         "others; flip u consistently (or use an iterative solver)")
+    handedness = 1 if float(turn.sum()) >= 0 else -1
+    return Orbit(angles, direction, step, coverage, radius, sdd, z, pu, pv, cone, handedness)
 
 
 def _unwrap(a: torch.Tensor) -> torch.Tensor:
@@ -184,11 +196,12 @@ def parker_weights(orbit: Orbit) -> torch.Tensor:
     weights of a ray and its conjugate add up to one wherever
     ``delta = (coverage - pi)/2`` is at least the largest |gamma|.
     """
-    # In this library's orbit convention, the pixel at u offset p on a view at
-    # angle t sees the ray of direction angle t - atan(p / Dsd); its conjugate
-    # comes from t + pi - 2 atan(p / Dsd).  So Parker's gamma is -atan(p / Dsd)
-    # for increasing angles, and +atan(p / Dsd) when the orbit turns backwards.
-    gamma = -orbit.direction * torch.atan(orbit.pixel_u / orbit.sdd[:, None])
+    # The pixel at u offset p on a view at angle t sees the ray of direction
+    # angle t + h atan(p / Dsd) (h the detector's handedness, +1 in ctbench's and
+    # diffct's convention); its conjugate comes from t + pi + 2 h atan(p / Dsd).
+    # So Parker's gamma is h atan(p / Dsd) for increasing angles, and its
+    # opposite when the orbit turns backwards.
+    gamma = orbit.direction * orbit.handedness * torch.atan(orbit.pixel_u / orbit.sdd[:, None])
     beta = ((orbit.angles - orbit.angles[0]) * orbit.direction + 0.5 * orbit.step)[:, None]
     delta = 0.5 * (orbit.coverage - math.pi)
     end = math.pi + 2 * delta

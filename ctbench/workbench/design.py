@@ -217,9 +217,10 @@ DESIGN_PARAMETERS: tuple[DesignParameter, ...] = (
     DesignParameter("z_range", "z range", float, -1e5, 1e5, 5.0, "mm", ("helical",),
                     "rise of the source over the whole scan"),
     DesignParameter("n_turns", "Turns", float, 0.0, 1000.0, 0.5, "", ("helical",), "number of helix turns"),
-    DesignParameter("amplitude", "Amplitude", float, -1e5, 1e5, 5.0, "mm", _ORBIT_Z, "height of the z excursion"),
+    DesignParameter("amplitude", "Amplitude", float, -1e5, 1e5, 5.0, "mm", _ORBIT_Z,
+                    "saddle: height of the z excursion; sinusoidal: swing of the source distance (diffct's orbits)"),
     DesignParameter("frequency", "Frequency", float, 0.0, 100.0, 1.0, "", ("sinusoidal",),
-                    "z oscillations per turn"),
+                    "oscillations of the source distance per turn"),
     DesignParameter("detector_u", "Detector columns (U)", int, 0, 100000, 8, "px"),
     DesignParameter("detector_v", "Detector rows (V)", int, 0, 100000, 8, "px", _HAS_V),
     DesignParameter("pixel_u", "Pixel pitch u", float, 0.0, 1e4, 0.1, "mm"),
@@ -321,6 +322,10 @@ class TrajectoryDesign:
         if self.beam == "cone":
             half = [self.volume_w * self.voxel_size / 2, self.volume_h * self.voxel_size / 2]
             reach = math.hypot(*half)
+            if self.kind == "sinusoidal" and self.sid - abs(self.amplitude) <= reach:
+                raise DesignError(f"SID - |amplitude| ({self.sid - abs(self.amplitude):g} mm) must exceed the "
+                                  f"volume's half-diagonal in the rotation plane ({reach:.4g} mm): the sinusoidal "
+                                  "orbit's source would pass through the volume")
             if self.sid <= reach:
                 raise DesignError(f"SID ({self.sid:g} mm) must exceed the volume's half-diagonal in the "
                                   f"rotation plane ({reach:.4g} mm): the source would pass through the volume")
@@ -341,7 +346,9 @@ class TrajectoryDesign:
         elif k == "helical":
             t = spiral_trajectory_3d(n, self.sid, self.sdd, self.z_range, self.n_turns, start, **common)
         elif k == "saddle":
-            t = saddle_trajectory_3d(n, self.sid, self.sdd, self.amplitude, start_angle=start, **common)
+            # a pure saddle (constant source distance): diffct's radial swing is left at zero
+            t = saddle_trajectory_3d(n, self.sid, self.sdd, z_amplitude=self.amplitude, radial_amplitude=0.0,
+                                     start_angle=start, **common)
         elif k == "sinusoidal":
             t = sinusoidal_trajectory_3d(n, self.sid, self.sdd, self.amplitude, self.frequency,
                                          start_angle=start, **common)
