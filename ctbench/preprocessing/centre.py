@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 
 @dataclass
@@ -117,21 +118,33 @@ class _AngleInterp:
         return self.idx[k], self.idx[k + 1], frac, ok
 
 
+def _fan_frame(t, sid: float, sdd: float):
+    """Unit vector isocentre -> source and detector u of ctbench's circular fan frame at angles ``t`` (any shape),
+    taken from the generator itself so that the conjugate geometry follows the library's convention."""
+    from ..geometry import circular_trajectory_2d_fan
+
+    t = np.asarray(t, dtype=np.float64)
+    traj = circular_trajectory_2d_fan(angles=torch.as_tensor(t.ravel()), sid=float(sid), sdd=float(sdd))
+    r = traj.source[:, :2].numpy() / float(sid)
+    u = traj.detector_u[:, :2].numpy()
+    return r.reshape(*t.shape, 2), u.reshape(*t.shape, 2)
+
+
 def _conjugates(angles, w, sid, sdd):
     """Angle and lateral detector coordinate (mm, relative to the axis) of the conjugate of each ray."""
     t = angles[:, None]
     if sid is None:
         return np.broadcast_to(t + np.pi, w.shape), -w
-    r = np.stack([np.sin(t), -np.cos(t)], -1)            # isocentre -> source
-    u = np.stack([np.cos(t), np.sin(t)], -1)
+    r, u = _fan_frame(np.broadcast_to(t, w.shape), sid, sdd)
     S = sid * r
     P = -(sdd - sid) * r + w[..., None] * u
     d = P - S
     tau = -2 * (S * d).sum(-1) / (d * d).sum(-1)
     S2 = S + tau[..., None] * d
-    t2 = np.arctan2(S2[..., 0], -S2[..., 1])
-    r2 = np.stack([np.sin(t2), -np.cos(t2)], -1)
-    u2 = np.stack([np.cos(t2), np.sin(t2)], -1)
+    # The orbit turns the source direction counter-clockwise with the angle: measure S2's angle from r(0).
+    r0 = _fan_frame(np.zeros(1), sid, sdd)[0][0]
+    t2 = np.arctan2(r0[0] * S2[..., 1] - r0[1] * S2[..., 0], (S2 * r0).sum(-1))
+    r2, u2 = _fan_frame(t2, sid, sdd)
     C2 = -(sdd - sid) * r2
     denom = ((S - S2) * r2).sum(-1)
     lam = -((S2 - C2) * r2).sum(-1) / np.where(np.abs(denom) > 1e-12, denom, 1e-12)
