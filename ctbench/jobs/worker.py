@@ -203,7 +203,7 @@ class Job:
         """The result as a ctbench dataset; every rank that owns a slab writes its planes."""
         import zarr
 
-        from ..workbench.dataset import FORMAT, UNITS, VERSION, _axes, create_array, swap_into_place
+        from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array, swap_into_place
 
         out = self.output_path()
         tmp = out.with_name(out.name + ".tmp-write")
@@ -216,11 +216,11 @@ class Job:
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
             # One chunk per plane: ranks write disjoint chunks, so slabs never race.
             chunks = shape if len(shape) == 2 else (1, *shape[1:])
-            manifest = {"volume": create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""),
-                                               chunks)}
+            _, entry = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""), chunks)
+            manifest = {"volume": entry}
         dist.barrier()
         if writes:
-            arr = zarr.open_array(str(tmp / "volume"), mode="r+")
+            arr = zarr.open_array(str(tmp / "volume"), mode="r+", config=WRITE_CONFIG)
             local = volume.detach().cpu().numpy()
             if len(shape) == 2 or P.space_world_size == 1:
                 arr[...] = local.reshape(shape)

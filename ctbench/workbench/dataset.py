@@ -189,26 +189,31 @@ def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
             continue
         data = _as_numpy(data)
         chunk_shape = tuple(min(chunks, max(s, 1)) for s in data.shape)
-        attrs["manifest"][name] = create_array(group, name, data.shape, data.dtype, chunk_shape)
-        group[name][...] = data
+        arr, attrs["manifest"][name] = create_array(group, name, data.shape, data.dtype, chunk_shape)
+        arr[...] = data
         attrs[name] = {"axes": _axes(name, data.ndim)}
     if dataset.volume is not None:
         attrs["volume"]["voxel_spacing"] = list(dataset.voxel_spacing)
     group.attrs.update(attrs)
 
 
-def create_array(group, name: str, shape, dtype, chunk_shape) -> dict:
-    """Create the array ``name`` of a dataset in the zarr ``group`` with the format's codecs (zstd, crc32c on
-    every chunk, every chunk written even when all zeros); returns its manifest entry.
+# Every chunk is written, even when all zeros, so that a missing chunk is damage, not "zeros".
+WRITE_CONFIG = {"write_empty_chunks": True}
 
-    Writers that fill a dataset in parts (the job worker's ranks) use it too, so every dataset is verifiable.
+
+def create_array(group, name: str, shape, dtype, chunk_shape):
+    """Create the array ``name`` of a dataset in the zarr ``group`` with the format's codecs (zstd, crc32c on
+    every chunk); returns (the array, opened for writing every chunk, and its manifest entry).
+
+    Writers that fill a dataset in parts (the job worker's ranks) use it too, opening the array again with
+    ``config=WRITE_CONFIG``, so every dataset is verifiable.
     """
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
     dtype = np.dtype(dtype)
-    group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunk_shape),
-                       compressors=(ZstdCodec(), Crc32cCodec()), config={"write_empty_chunks": True})
-    return {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
+    arr = group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunk_shape),
+                             compressors=(ZstdCodec(), Crc32cCodec()), config=WRITE_CONFIG)
+    return arr, {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
 
 
 def _exchange(a: Path, b: Path) -> bool:
