@@ -172,7 +172,8 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     qtbot.mouseClick(p.run_button, Qt.LeftButton)
     assert "pick a scan" in p.message.text()
     qtbot.mouseClick(r.run_button, Qt.LeftButton)
-    assert r.message.level == "error" and "'flat' has no ctbench geometry" in r.message.text()
+    assert r.message.level == "error" and "no sinogram to reconstruct" in r.message.text()
+    assert r.sinogram.names() == []                       # an image without geometry is not offered
 
     w = _designer(viewer)
     n_layers = len(viewer.layers)
@@ -192,11 +193,9 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     qtbot.mouseClick(p.run_button, Qt.LeftButton)
     assert "is 3D and needs a 3D (z, y, x) volume" in p.message.text()
     viewer.add_image(np.ones((10, 8, 8), np.float32), name="plain image")
-    r.sinogram.select("plain image")
-    qtbot.mouseClick(r.run_button, Qt.LeftButton)
-    assert "'plain image' has no ctbench geometry" in r.message.text()
+    assert "plain image" not in r.sinogram.names()
     qtbot.mouseClick(r.preview_button, Qt.LeftButton)
-    assert "'plain image' has no ctbench geometry" in r.message.text()
+    assert "no sinogram to reconstruct" in r.message.text()
     qtbot.mouseClick(r.compare_button, Qt.LeftButton)
     assert "at least two results" in r.message.text()
     assert not r.running and not p.busy
