@@ -43,6 +43,17 @@ def _dock(viewer, name):
     return viewer.window.add_plugin_dock_widget(PLUGIN, name)[1]
 
 
+def _small_scan(viewer):
+    """The 32^3 phantom and its 24-view cone-beam sinogram as layers (no widget, a fraction of a second)."""
+    from napari.layers import Layer
+
+    from ctbench_napari._layers import sinogram_layer
+    from ctbench_napari._samples import phantom_sinogram
+    _phantom32(viewer)
+    geo, sino = phantom_sinogram(TrajectoryDesign(**SMALL).build())
+    return viewer.add_layer(Layer.create(*sinogram_layer(sino, geo, "small scan")))
+
+
 def _phantom32(viewer):
     from napari.layers import Layer
 
@@ -180,9 +191,8 @@ def test_a_worker_error_is_shown_once_and_the_state_resets(make_napari_viewer):
     from napari.utils.notifications import notification_manager
 
     viewer = make_napari_viewer()
-    viewer.open_sample(PLUGIN, "phantom_scan")
+    sino = _small_scan(viewer)
     recon = _dock(viewer, "Reconstruction")
-    sino = viewer.layers["Shepp-Logan cone-beam scan"]
     data = sino.data.copy()
     data[5, 10, 10] = np.nan                                  # the solver refuses it, in the worker
     sino.data = data
@@ -201,35 +211,12 @@ def test_a_worker_error_is_shown_once_and_the_state_resets(make_napari_viewer):
     assert recon.progress.text() == "failed"
     assert recon.run_button.isEnabled() and not recon.cancel_button.isEnabled()
     assert not [x for x in viewer.layers if x.name.startswith("SIRT")]           # no empty result left behind
-
-
-def test_a_script_without_napari_run_survives_a_worker_error(tmp_path):
-    script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent("""
-        import numpy as np, napari
-        from ctbench_napari import PLUGIN
-        from ctbench_napari._testing import wait_for
-        viewer = napari.Viewer(show=False)
-        viewer.open_sample(PLUGIN, "phantom_scan")
-        _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
-        sino = viewer.layers[1]
-        d = sino.data.copy(); d[0, 0, 0] = np.inf; sino.data = d
-        recon.select_algorithm("cgls", n_iter=2)
-        recon.run()
-        wait_for(lambda: not recon.running, timeout=60)
-        print("MESSAGE:", recon.message.text())
-        viewer.close()
-        print("SURVIVED")
-    """))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])}
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=180)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "SURVIVED" in out.stdout and "infinite" in out.stdout
+    save_widget_screenshot(recon, "reconstruction_error", SHOTS)
 
 
 def test_cancel_reads_cancelled_and_iterative_runs_show_an_eta(make_napari_viewer):
     viewer = make_napari_viewer()
-    viewer.open_sample(PLUGIN, "phantom_scan")
+    _small_scan(viewer)
     recon = _dock(viewer, "Reconstruction")
     recon.select_algorithm("sirt", n_iter=100000)
     recon.preview_every.setValue(0)
@@ -241,6 +228,7 @@ def test_cancel_reads_cancelled_and_iterative_runs_show_an_eta(make_napari_viewe
     k = recon.last_run["finished"].n_iter
     assert recon.progress.text() == f"{k} / 100000 (cancelled)"
     assert recon.progress.value() == k and recon.progress.maximum() == 100000
+    save_widget_screenshot(recon, "reconstruction_cancelled", SHOTS)
 
 
 def test_projection_progress_counts_views(make_napari_viewer):
@@ -303,43 +291,83 @@ def test_the_ctbench_reader_wins_for_datasets_and_writer_errors_reach_the_user(m
     assert not (tmp_path / "bad.zarr").exists()
 
 
-# ------------------------------------------------------------------ 6. software OpenGL
-def test_designer_survives_layer_replacement_and_2d_under_software_gl(tmp_path):
-    script = tmp_path / "swgl.py"
+# ------------------------------------------------------------------ 3 and 6, in a fresh process
+def test_a_script_survives_worker_errors_and_software_gl_layer_replacement(tmp_path):
+    """One subprocess (napari starts once): a script without ``napari.run()`` under Mesa's software OpenGL.
+
+    - a worker error (an infinite sinogram value) must not abort the script (napari's default re-raises it
+      in the event loop, which kills a PyQt5 process without ``napari.run()``);
+    - the designer's 3D layers are replaced (3D <-> 2D scans change their dimensionality) and the viewer
+      goes back to 2D for a sinogram, drawing each state, with llvmpipe.
+    """
+    script = tmp_path / "script.py"
     script.write_text(textwrap.dedent("""
-        import napari
-        from qtpy.QtWidgets import QApplication
+        import numpy as np, napari
         from OpenGL import GL
-        from ctbench_napari import PLUGIN
+        from napari.layers import Layer
         from ctbench.workbench.design import TrajectoryDesign
+        from ctbench_napari import PLUGIN
+        from ctbench_napari._layers import sinogram_layer
+        from ctbench_napari._samples import phantom_layer
         from ctbench_napari._testing import wait_for
+
         viewer = napari.Viewer(show=True)
         _, designer = viewer.window.add_plugin_dock_widget(PLUGIN, "Trajectory designer")
         _, proj = viewer.window.add_plugin_dock_widget(PLUGIN, "Projection")
-        viewer.open_sample(PLUGIN, "phantom")
-        small = dict(n_views=16, volume_d=24, volume_h=24, volume_w=24, detector_u=48, detector_v=48)
+        _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+        small = dict(n_views=12, volume_d=24, volume_h=24, volume_w=24, detector_u=40, detector_v=40)
+
+        geo = TrajectoryDesign(**small).build()
+        sino = np.ones(geo.sinogram_shape, np.float32); sino[0, 0, 0] = np.inf
+        data, kwargs, _ = sinogram_layer(sino, geo, "bad scan")
+        viewer.add_image(data, **kwargs)
+        recon.select_algorithm("cgls", n_iter=2)
+        recon.run()
+        wait_for(lambda: not recon.running, timeout=60)
+        print("MESSAGE:", recon.message.text(), flush=True)
+
+        viewer.add_layer(Layer.create(*phantom_layer(shape=(24, 24, 24))))
         for kind in ("helical", "fan", "saddle"):
             designer.set_design(TrajectoryDesign(kind=kind, **small))
-            designer.update_preview()              # 3D layers replaced (3D <-> 2D kinds change their ndim)
-            viewer.screenshot(canvas_only=True, flash=False)       # draws with the replaced layers
+            designer.update_preview()              # 3D layers replaced
+            viewer.screenshot(canvas_only=True, flash=False)
             viewer.dims.ndisplay = 2
             viewer.screenshot(canvas_only=True, flash=False)
             viewer.dims.ndisplay = 3
-        proj.volume.select("Shepp-Logan phantom")
-        designer.set_design(TrajectoryDesign(kind="circular", n_views=16, detector_u=96, detector_v=96, pixel_u=1.5,
-                                             pixel_v=1.5))
+        designer.set_design(TrajectoryDesign(kind="circular", **small))
         designer.update_preview()
+        proj.volume.select("Shepp-Logan phantom")
         proj.scan.select("trajectory")
         proj.run()                                 # the sinogram frame: back to 2D
         wait_for(lambda: not proj.busy, timeout=60)
         img = viewer.screenshot(canvas_only=True, flash=False)
-        assert viewer.dims.ndisplay == 2 and img.std() > 5
+        assert viewer.dims.ndisplay == 2 and img.std() > 5, proj.message.text()
         print("RENDERER", GL.glGetString(GL.GL_RENDERER).decode())
         viewer.close()
         print("SURVIVED")
     """))
-    env = {**os.environ, "LIBGL_ALWAYS_SOFTWARE": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])}
+    env = {**os.environ, "LIBGL_ALWAYS_SOFTWARE": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)])}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "SURVIVED" in out.stdout
+    assert "SURVIVED" in out.stdout and "infinite" in out.stdout, out.stdout
     assert "llvmpipe" in out.stdout or "softpipe" in out.stdout, out.stdout
+
+
+def test_designer_completeness_grid_and_manual_updates(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    designer = _dock(viewer, "Trajectory designer")
+    designer.set_design(TrajectoryDesign(**SMALL))
+    designer.grid_size.setValue(10)
+    qtbot.mouseClick(designer.update_button, Qt.LeftButton)
+    assert max(viewer.layers["trajectory: completeness"].data.shape) <= 10
+    designer.auto.setChecked(False)                   # edits wait for "Update preview"
+    n = designer.n_updates
+    designer.form.editors["n_views"].setValue(40)
+    qtbot.wait(400)
+    assert designer.n_updates == n and designer.geometry.n_views == 24
+    qtbot.mouseClick(designer.update_button, Qt.LeftButton)
+    assert designer.geometry.n_views == 40
+    designer.show_map.setChecked(False)
+    qtbot.mouseClick(designer.update_button, Qt.LeftButton)
+    assert "trajectory: completeness" not in viewer.layers

@@ -227,6 +227,13 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     # Single view restores exactly what was visible before comparing, and the labels go away.
     assert {layer.name: layer.visible for layer in viewer.layers} == visible_before
     assert not any(x.name_overlay.visible for x in viewer.layers)
+    # Unchecking a result in the list leaves it out of the comparison.
+    recon.result_list.item(0).setCheckState(Qt.Unchecked)
+    recon.compare_button.click()
+    assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, b.name]
+    assert list(recon.comparison.last_metrics) == [b.name]
+    recon.single_button.click()
+    assert {layer.name: layer.visible for layer in viewer.layers} == visible_before
 
 
 def _focus(viewer):
