@@ -40,7 +40,7 @@ def _same(a, b) -> bool:
 
 
 def _dock(viewer, name):
-    return viewer.window.add_plugin_dock_widget(PLUGIN, name)[1]
+    return viewer.window.add_plugin_dock_widget(PLUGIN, name, tabify=True)[1]
 
 
 def _small_scan(viewer):
@@ -102,6 +102,7 @@ def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, qu
     ext = np.asarray(htc.extent.world)
     assert (ext[1] - ext[0]) == pytest.approx([720, 559])      # pixel centres: views and u in the same unit
     assert filled_fraction(viewer, htc) > 0.85
+    assert [x.name for x in viewer.layers if x.visible] == [htc.name]       # one sinogram at a time
     save_viewer_screenshot(viewer, "htc2022_frame", SHOTS)
 
 

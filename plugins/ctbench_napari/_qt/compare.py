@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from qtpy.QtCore import QPointF, QRectF, Qt
 from qtpy.QtGui import QColor, QPainter, QPen, QPolygonF
-from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QPushButton, QSizePolicy,
+from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QPushButton, QSizePolicy,
                             QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ctbench.workbench import metrics
@@ -48,7 +48,7 @@ class CurvePlot(QWidget):
         p = QPainter(self)
         p.setRenderHint(QPainter.Antialiasing)
         fg = self.palette().color(self.foregroundRole())
-        left, right, top, bottom = 50, 8, 16, 18
+        left, right, top, bottom = 62, 8, 16, 18
         box = QRectF(left, top, max(self.width() - left - right, 1), max(self.height() - top - bottom, 1))
         p.setPen(QPen(fg, 1))
         p.drawRect(box)
@@ -74,7 +74,7 @@ class CurvePlot(QWidget):
                            box.bottom() - (y - y0) / (y1 - y0) * box.height()) for x, y in zip(xs, ys)]
             p.drawPolyline(QPolygonF(pts))
             p.drawText(QRectF(box.left() + 4, box.top() + 2 + 13 * k, box.width() - 8, 13), Qt.AlignRight,
-                       name[:40])
+                       name if len(name) <= 34 else name[:33] + "…")
         p.end()
 
 
@@ -104,9 +104,12 @@ class ComparePanel(QGroupBox):
         self.table.setHorizontalHeaderLabels(["result", "RMSE", "PSNR (dB)", "SSIM"])
         self.table.verticalHeader().setVisible(False)
         self.table.setMaximumHeight(110)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        for c in (1, 2, 3):
+            header.setSectionResizeMode(c, QHeaderView.ResizeToContents)
         self.profile = CurvePlot("line profile (central row of the slice)", "x (mm)")
-        self.histogram = CurvePlot("histogram", "value")
+        self.histogram = CurvePlot("histogram inside the mask", "value")
         form = QFormLayout()
         form.addRow("Reference", self.reference)
         form.addRow("Metrics inside", self.mask)
@@ -151,7 +154,7 @@ class ComparePanel(QGroupBox):
             layer.colormap = shown[0].colormap
         self.viewer.layers.link_layers(shown, LINKED_ATTRIBUTES)
         for layer in shown:
-            layer.name_overlay.visible = True          # each grid cell says what it shows
+            _label(layer)                              # each grid cell says what it shows
         grid = _grid(self.viewer)
         grid.stride = 1
         grid.enabled = True
@@ -182,7 +185,7 @@ class ComparePanel(QGroupBox):
                 self.viewer.layers.remove(name)
             new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
                                         colormap="PiYG", contrast_limits=(-m, m), metadata=meta)
-            new.name_overlay.visible = True
+            _label(new)
             added.append(new)
         if not added:
             raise LayerError("check the results to subtract the reference from")
@@ -268,13 +271,17 @@ class ComparePanel(QGroupBox):
             return
         profiles, hists = [], []
         lo, hi = self.compared[0].contrast_limits
+        ref = self.reference.layer()
+        mask = self._mask(np.asarray(ref.data)) if ref is not None else None
         for layer in self.compared:
             plane = self._current_plane(layer)
             row = (plane.shape[0] - 1) / 2
             dist, vals = metrics.line_profile(plane, (row, 0), (row, plane.shape[1] - 1), n=plane.shape[1])
             x = layer.translate[-1] + dist * layer.scale[-1]
             profiles.append((layer.name, x, vals))
-            counts, edges = metrics.histogram(np.asarray(layer.data), bins=64, value_range=(lo, hi))
+            data = np.asarray(layer.data)
+            m = mask if mask is not None and mask.shape == data.shape else None
+            counts, edges = metrics.histogram(data, bins=64, value_range=(lo, hi), mask=m)
             hists.append((layer.name, (edges[:-1] + edges[1:]) / 2, counts))
         self.profile.set_curves(profiles)
         self.histogram.set_curves(hists)
@@ -282,6 +289,14 @@ class ComparePanel(QGroupBox):
     def _slice_moved(self, *_):
         if self.compared and all(x in self.viewer.layers for x in self.compared):
             self._update_plots()
+
+
+def _label(layer) -> None:
+    """Show the layer's name in its grid cell, small and boxed so it reads over the image."""
+    overlay = layer.name_overlay
+    overlay.font_size = 7
+    overlay.box = True
+    overlay.visible = True
 
 
 def _grid(viewer):

@@ -138,8 +138,12 @@ def set_contrast(layer, limits=None) -> tuple[float, float]:
 
 
 def show_sinogram(viewer, layer) -> None:
-    """A sinogram in its own frame: 2D, middle view, fitted, percentile contrast."""
+    """A sinogram in its own frame, alone (sinograms of other scans do not line up): 2D, middle view, fitted,
+    percentile contrast."""
     set_contrast(layer)
+    for other in viewer.layers:
+        if other != layer and frame_of(other) == SINOGRAM_FRAME:
+            other.visible = False
     show_frame(viewer, [layer], ndisplay=2)
 
 

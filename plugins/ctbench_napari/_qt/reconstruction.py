@@ -94,8 +94,9 @@ class ReconstructionWidget(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m")
+        self.progress.setRange(0, 1)
         self.progress.setValue(0)
+        self.progress.setFormat("")            # no numbers before the first run
         self.plot = ResidualPlot()
         self.status = QLabel()
         self.status.setWordWrap(True)
