@@ -62,7 +62,7 @@ def _phantom32(viewer):
 
 
 # ------------------------------------------------------------------ 1. display model
-def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, quiet_qt_warning):
+def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, quiet_qt_warning, qtbot):
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(1200, 800)
     _dock(viewer, "Reconstruction")
@@ -79,6 +79,7 @@ def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, qu
     save_viewer_screenshot(viewer, "designer_oblique", SHOTS)
 
     proj = _dock(viewer, "Projection")
+    qtbot.wait(300)                                       # let the window lay out its new dock (canvas size)
     assert _same(proj.volume.layer(), phantom) and proj.scan.layer().name == "trajectory"
     proj.scan.select("Shepp-Logan cone-beam scan")      # its geometry, on the phantom's grid
     proj.run_button.click()
@@ -90,6 +91,7 @@ def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, qu
     assert viewer.dims.axis_labels[-3:] == ("view", "v (px)", "u (px)")
     assert list(new.scale) == [1.0, 1.0, 1.0]                # 1.5 mm square pixels: aspect 1 in pixel units
     assert viewer.dims.point[-3] == pytest.approx(59.5, abs=0.6)     # the middle of 120 views
+    assert tuple(viewer.dims.range[0]) == (0.0, 119.0, 1.0)          # the slider spans views only, not z in mm
     assert filled_fraction(viewer, new) > 0.85
     np.testing.assert_allclose(new.contrast_limits, percentile_window(new.data), rtol=1e-5)
     save_viewer_screenshot(viewer, "sinogram_frame", SHOTS)
@@ -106,7 +108,7 @@ def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, qu
     save_viewer_screenshot(viewer, "htc2022_frame", SHOTS)
 
 
-def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_viewer):
+def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_viewer, qtbot):
     viewer = make_napari_viewer(show=True)
     _phantom32(viewer)
     designer = _dock(viewer, "Trajectory designer")
@@ -120,6 +122,7 @@ def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_
     viewer.dims.ndisplay = 3                              # as the user may have left it
     viewer.scene.camera.zoom = 0.05
     recon = _dock(viewer, "Reconstruction")
+    qtbot.wait(300)                                       # let the window lay out its new dock (canvas size)
     assert _same(recon.sinogram.layer(), proj.last_layer)
     recon.select_algorithm("fbp", filter="hann")
     recon.run_button.click()
@@ -131,6 +134,7 @@ def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_
     assert filled_fraction(viewer, result) > 0.85
     np.testing.assert_allclose(result.contrast_limits, percentile_window(result.data), rtol=1e-5)
     assert viewer.dims.axis_labels == ("z (mm)", "y (mm)", "x (mm)")
+    assert tuple(viewer.dims.range[0]) == (-15.5, 15.5, 1.0)          # z in mm only, not the 24 views
 
 
 # ------------------------------------------------------------------ 2. inputs follow the user

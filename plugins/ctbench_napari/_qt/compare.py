@@ -62,8 +62,8 @@ class CurvePlot(QWidget):
         y0 = min(float(np.nanmin(c[2])) for c in self.curves)
         y1 = max(float(np.nanmax(c[2])) for c in self.curves)
         x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
-        p.drawText(QRectF(0, top - 6, left - 4, 14), Qt.AlignRight, f"{y1:.3g}")
-        p.drawText(QRectF(0, box.bottom() - 8, left - 4, 14), Qt.AlignRight, f"{y0:.3g}")
+        p.drawText(QRectF(0, top - 6, left - 4, 14), Qt.AlignRight, _fmt(y1))
+        p.drawText(QRectF(0, box.bottom() - 8, left - 4, 14), Qt.AlignRight, _fmt(y0))
         p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignLeft, f"{x0:.3g}")
         p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignHCenter, self.xlabel)
         p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignRight, f"{x1:.3g}")
@@ -289,6 +289,11 @@ class ComparePanel(QGroupBox):
     def _slice_moved(self, *_):
         if self.compared and all(x in self.viewer.layers for x in self.compared):
             self._update_plots()
+
+
+def _fmt(v: float) -> str:
+    """Short axis numbers: counts as integers, small values with 3 significant digits."""
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
 def _label(layer) -> None:

@@ -62,8 +62,71 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
         _label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
     else:
         _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
+    _keep_frame_ranges(viewer)
+    apply_frame_range(viewer)
     centre_slice(viewer, layers)
     fit_camera(viewer, layers)
+
+
+# napari gives the sliders the range of *all* layers, hidden ones included, so a view index and z in mm
+# would share one slider. The sliders are set to the extent of the visible frame instead, and set again
+# whenever napari recomputes them (a layer added, its data replaced).
+_KEEPERS: dict = {}
+
+
+def frame_range(viewer):
+    """Slider ranges for the visible layers when they all belong to one frame (None otherwise)."""
+    visible = [x for x in viewer.layers if x.visible]
+    if not visible or len({frame_of(x) for x in visible}) != 1:
+        return None
+    ext = _extent(viewer, visible)
+    if ext is None:
+        return None
+    lo, hi = ext
+    n = viewer.dims.ndim
+    ranges = list(viewer.dims.range)
+    for axis in range(n):
+        if not np.isfinite(lo[axis]):
+            continue
+        steps = [float(x.scale[axis - (n - x.ndim)]) for x in visible if axis - (n - x.ndim) >= 0]
+        step = min(steps) if steps else ranges[axis][2]
+        ranges[axis] = (float(lo[axis]), float(hi[axis]), float(step))
+    return tuple(ranges)
+
+
+def apply_frame_range(viewer) -> None:
+    ranges = frame_range(viewer)
+    key = id(getattr(viewer, "__wrapped__", viewer))
+    state = _KEEPERS.get(key)
+    if ranges is None or tuple(viewer.dims.range) == ranges:
+        return
+    if state is not None:
+        state["busy"] = True
+    try:
+        viewer.dims.range = ranges
+    finally:
+        if state is not None:
+            state["busy"] = False
+
+
+def _keep_frame_ranges(viewer) -> None:
+    real = getattr(viewer, "__wrapped__", viewer)
+    key = id(real)
+    if key in _KEEPERS and _KEEPERS[key]["viewer"]() is real:
+        return
+    import weakref
+
+    state = {"viewer": weakref.ref(real), "busy": False}
+    _KEEPERS[key] = state
+
+    def reapply(_event=None):
+        v = state["viewer"]()
+        if v is not None and not state["busy"]:
+            apply_frame_range(v)
+
+    viewer.dims.events.range.connect(reapply)
+    for e in ("inserted", "removed"):
+        getattr(viewer.layers.events, e).connect(reapply)
 
 
 def centre_slice(viewer, layers) -> None:

@@ -12,7 +12,6 @@ from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, Q
                             QVBoxLayout, QWidget)
 
 from ctbench.workbench.applicability import unusable_reason
-from ctbench.workbench.metrics import percentile_window
 from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
 
 from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
@@ -24,7 +23,6 @@ from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
 
 PREVIEW_MODES = {"auto": "Auto (exact slice if possible)", "slice": "Central slice", "binned": "2x binned volume"}
-LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
 
 
 def _is_image(layer) -> bool:
@@ -454,14 +452,3 @@ def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.0f} s"
     return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
-
-
-def _grid(viewer):
-    """The viewer's grid model (``viewer.canvas.grid`` since napari 0.9, ``viewer.grid`` before)."""
-    canvas = getattr(viewer, "canvas", None)
-    return canvas.grid if canvas is not None and hasattr(canvas, "grid") else viewer.grid
-
-
-def _robust_limits(data: np.ndarray) -> tuple[float, float]:
-    """Contrast limits from the 0.5 and 99.5 percentiles (a few hot voxels do not wash out the image)."""
-    return percentile_window(data)
