@@ -128,6 +128,8 @@ def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_
     recon.run_button.click()
     wait_for(lambda: not recon.running, timeout=60)
     result = recon.results[-1]
+    assert recon.last_run["views"] == [16, 24]                        # real progress: per batch of 16 views
+    assert recon.progress.text() == "24 / 24 views"
     assert viewer.dims.ndisplay == 2
     assert [x.name for x in viewer.layers if x.visible] == [result.name]
     assert viewer.dims.point[0] == pytest.approx(0.0, abs=0.6)      # the central slice (z = 0 mm)

@@ -194,6 +194,7 @@ class Progress:
     residual: float | None
     elapsed: float
     preview: torch.Tensor | None = None
+    views: tuple[int, int] | None = None   # FBP/FDK: (views backprojected, all views) after each batch of views
 
 
 @dataclass
@@ -219,6 +220,7 @@ class Finished:
 
 
 Event = Started | Progress | Finished
+FBP_VIEW_BATCH = 16     # views per FBP/FDK batch: one Progress event each
 
 
 def _cancelled(cancel) -> bool:
@@ -306,7 +308,21 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
         return v.detach().reshape(problem.volume_shape)
 
     if not spec.iterative:
-        vol = _direct(problem, request.params)
+        from .batched_fbp import filtered_backprojection_in_batches, splittable
+
+        if splittable(problem.projector, problem.geometry.kind):
+            # One batch of views at a time: real progress (views done / all views), same result.
+            gen = filtered_backprojection_in_batches(problem.projector, problem.sinogram,
+                                                     filter=request.params["filter"], batch=FBP_VIEW_BATCH)
+            while True:
+                try:
+                    done = next(gen)
+                except StopIteration as stop:
+                    vol = stop.value
+                    break
+                yield Progress(0, 1, None, time.perf_counter() - t0, None, views=done)
+        else:
+            vol = _direct(problem, request.params)
         elapsed = time.perf_counter() - t0
         yield Progress(1, 1, None, elapsed, None)
         yield Finished(shaped(vol), [], 1, "completed", elapsed, request, problem.voxel_spacing, problem.origin,

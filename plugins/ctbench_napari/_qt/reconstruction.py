@@ -345,6 +345,20 @@ class ReconstructionWidget(QWidget):
         self.status.setText(f"{ev.request.title()}{note}: running…")
 
     def _on_progress(self, ev: Progress) -> None:
+        views = getattr(ev, "views", None)
+        if views is not None:
+            # FBP/FDK: progress per batch of views, with the time left.
+            done, total = views
+            self._run.setdefault("views", []).append(done)
+            self._run["n_views"] = total
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+            left = ev.elapsed / done * (total - done) if done else 0.0
+            self.progress.setFormat("%v / %m views" + (f", {_duration(left)} left" if done < total else ""))
+            self.status.setText(f"{self._run['request'].title()}: {done} of {total} views, {ev.elapsed:.1f} s")
+            return
+        if self._run.get("views") and not self._run["request"].spec.iterative:
+            return      # the closing event of a view-batched FBP: the bar keeps "N / N views"
         self._run.setdefault("progress", []).append((ev.iteration, ev.elapsed, ev.residual))
         self.progress.setMaximum(max(ev.n_iter, 1))
         self.progress.setValue(ev.iteration)
@@ -410,6 +424,11 @@ class ReconstructionWidget(QWidget):
         self.progress.setValue(ev.n_iter if ev else 0)
         if ev is None:
             self.progress.setFormat("failed" if self._run.get("failed") is not None else "%v / %m")
+        elif self._run.get("views") and not ev.request.spec.iterative:
+            n = self._run["n_views"]
+            self.progress.setRange(0, n)
+            self.progress.setValue(n)
+            self.progress.setFormat("%v / %m views")
         elif ev.stopped == "cancelled":
             self.progress.setFormat(f"{ev.n_iter} / {total} (cancelled)")
         else:
