@@ -184,6 +184,14 @@ def test_algorithms_a_scan_cannot_use_are_disabled_with_the_reason(make_napari_v
     qtbot.mouseClick(recon.run_button, Qt.LeftButton)
     assert recon.message.level == "error" and "circular orbit" in recon.message.text()
     assert not recon.running
+    # SIRT works on the saddle scan, here on a coarser grid set in the form (16^3 voxels of 2 mm).
+    recon.select_algorithm("sirt", n_iter=2)
+    for box in recon.grid:
+        box.setValue(16)
+    recon.pitch.setValue(2.0)
+    qtbot.mouseClick(recon.run_button, Qt.LeftButton)
+    wait_for(lambda: not recon.running, timeout=60)
+    assert recon.results[-1].data.shape == (16, 16, 16) and list(recon.results[-1].scale) == [2.0, 2.0, 2.0]
     # A circular scan makes FBP/FDK usable again.
     designer.set_design(TrajectoryDesign(**SMALL))
     designer.update_preview()
