@@ -234,9 +234,21 @@ def test_cancel_reads_cancelled_and_iterative_runs_show_an_eta(make_napari_viewe
     _small_scan(viewer)
     recon = _dock(viewer, "Reconstruction")
     recon.select_algorithm("sirt", n_iter=100000)
-    recon.preview_every.setValue(0)
+    recon.preview_every.setValue(2)
+    viewer.dims.ndisplay = 3                              # e.g. left in 3D by the designer
     recon.run_button.click()
-    wait_for(lambda: len(recon.last_run.get("progress", [])) >= 3, timeout=60)
+    try:
+        wait_for(lambda: recon.n_live_updates >= 1, timeout=60)
+        # The live preview is a 2D central slice (contrast from its percentiles), not a saturated 3D projection.
+        assert viewer.dims.ndisplay == 2
+        assert [x.name for x in viewer.layers if x.visible] == [recon.live_layer.name]
+        lo, hi = recon.live_layer.contrast_limits
+        assert hi > lo and hi < float(recon.live_layer.data.max()) * 1.5
+        wait_for(lambda: len(recon.last_run.get("progress", [])) >= 3, timeout=60)
+    except BaseException:
+        recon.cancel()
+        wait_for(lambda: not recon.running, timeout=60)
+        raise
     assert "left" in recon.status.text() and "left" in recon.progress.text()   # an estimate of the time to go
     recon.cancel_button.click()
     wait_for(lambda: not recon.running, timeout=60)
