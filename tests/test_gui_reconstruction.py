@@ -86,7 +86,7 @@ def test_sirt_through_the_widgets_matches_ctbench_with_live_preview(make_napari_
     meta = layer.metadata["ctbench"]["recon"]
     assert meta["algorithm"] == "sirt" and meta["params"] == {"n_iter": 20, "nonneg": True}
     assert len(meta["residuals"]) == 20 and meta["residuals"][-1] < meta["residuals"][0]
-    assert layer.name == "SIRT n_iter=20 nonneg"
+    assert layer.name == "SIRT n_iter=20 nonneg | sinogram of Shepp-Logan phantom"   # algorithm, parameters, source
     assert len(recon.plot.points) == 20
     assert recon.progress.value() == 20
 
@@ -140,7 +140,8 @@ def test_quick_preview_equals_the_full_central_slice_on_a_parallel_beam(make_nap
     recon.preview_mode.setCurrentIndex(recon.preview_mode.findData("slice"))
     preview = _run(recon, "preview")
     assert preview.request.mode == "slice" and preview.volume.shape == (1, 32, 32)
-    layer = viewer.layers[f"preview: {ReconRequest(algorithm, preview.request.params).title()} [preview slice]"]
+    title = ReconRequest(algorithm, preview.request.params, "slice").title()
+    layer = viewer.layers[f"preview: {title} | sinogram of Shepp-Logan phantom"]
     assert layer.translate[0] == pytest.approx(0.5)          # plane 16 of 32 sits at z = +0.5 mm
     full = _run(recon, "run")
     np.testing.assert_allclose(layer.data[0], full.volume[16].numpy(), rtol=1e-4, atol=1e-6)
@@ -170,25 +171,69 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert recon.last_run["finished"].stopped == "completed"
     recon.select_algorithm("fbp")
     _run(recon)
-    assert [r.name for r in recon.results] == ["SIRT n_iter=30 nonneg", "FBP filter=ram-lak"]
+    assert [r.name for r in recon.results] == ["SIRT n_iter=30 nonneg | sinogram of Shepp-Logan phantom",
+                                               "FBP filter=ram-lak | sinogram of Shepp-Logan phantom"]
 
+    visible_before = {layer.name: layer.visible for layer in viewer.layers}
+    phantom = viewer.layers["Shepp-Logan phantom"]
+    assert recon.comparison.reference.layer().name == phantom.name         # the non-reconstruction volume is the reference
+    recon.comparison.mask.setCurrentIndex(recon.comparison.mask.findData("support"))
     recon.compare_button.click()
     assert recon.message.level == "note", recon.message.text()
     assert viewer.canvas.grid.enabled
     a, b = recon.results
-    assert [layer.name for layer in viewer.layers if layer.visible] == [a.name, b.name]
+    assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, a.name, b.name]
+    assert all(x.name_overlay.visible for x in (phantom, a, b))    # every grid cell is labelled
+    rows, cols = viewer.canvas.grid.actual_shape(viewer.layers)
+    assert rows * cols >= 3 and len([x for x in viewer.layers if x.visible]) == 3   # hidden layers take no cell
     canvas = viewer.window._qt_viewer.canvas
-    assert len(canvas.grid_cameras) == 2
     assert all(c._camera is viewer.scene.camera for c in canvas.grid_cameras)   # one camera model for all cells
+    # Shared contrast: the phantom's window on every cell, and linked afterwards.
+    assert tuple(a.contrast_limits) == pytest.approx(tuple(phantom.contrast_limits))
+    assert tuple(b.contrast_limits) == pytest.approx(tuple(phantom.contrast_limits))
     a.contrast_limits = (0.0, 0.008)
     assert tuple(b.contrast_limits) == pytest.approx((0.0, 0.008))
+    # Metrics against the phantom inside its support, as the table shows them.
+    from ctbench.workbench import metrics
+    mask = metrics.support_mask(phantom.data, 0.05)
+    for layer in (a, b):
+        want = metrics.compare(layer.data, phantom.data, mask)
+        got = recon.comparison.last_metrics[layer.name]
+        assert got.rmse == pytest.approx(want.rmse) and got.ssim == pytest.approx(want.ssim)
+    table = recon.comparison.table
+    assert table.rowCount() == 2 and table.item(1, 0).text() == b.name
+    assert float(table.item(1, 2).text()) == pytest.approx(recon.comparison.last_metrics[b.name].psnr, abs=0.01)
+    # Profile and histogram: one curve per cell; the profile is the central row of the current slice.
+    assert [c[0] for c in recon.comparison.profile.curves] == [phantom.name, a.name, b.name]
+    z_index = int(round((viewer.dims.point[0] - phantom.translate[0]) / phantom.scale[0]))
+    np.testing.assert_allclose(recon.comparison.profile.curves[0][2], phantom.data[z_index, 15:17].mean(0), atol=1e-6)
+    assert len(recon.comparison.histogram.curves) == 3
     a.colormap = "magma"
     assert b.colormap.name == "magma"
-    _focus(viewer)
     _, stats = save_viewer_screenshot(viewer, "compare", SHOTS)
     assert stats["foreground"] > 0.05
+    save_widget_screenshot(recon, "compare_widget", SHOTS)
+    # Difference images: result − reference, in the grid with the others.
+    diffs = recon.comparison.difference_button.click() or [x for x in viewer.layers if x.name.startswith("difference")]
+    assert len(diffs) == 2
+    np.testing.assert_allclose(diffs[1].data, b.data - phantom.data, atol=1e-7)
+    lo, hi = diffs[1].contrast_limits
+    assert lo == pytest.approx(-hi)                                  # symmetric about zero
+    _, stats = save_viewer_screenshot(viewer, "compare_difference", SHOTS)
+    for d in diffs:
+        viewer.layers.remove(d)
     recon.single_button.click()
     assert not viewer.canvas.grid.enabled
+    # Single view restores exactly what was visible before comparing, and the labels go away.
+    assert {layer.name: layer.visible for layer in viewer.layers} == visible_before
+    assert not any(x.name_overlay.visible for x in viewer.layers)
+    # Unchecking a result in the list leaves it out of the comparison.
+    recon.result_list.item(0).setCheckState(Qt.Unchecked)
+    recon.compare_button.click()
+    assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, b.name]
+    assert list(recon.comparison.last_metrics) == [b.name]
+    recon.single_button.click()
+    assert {layer.name: layer.visible for layer in viewer.layers} == visible_before
 
 
 def _focus(viewer):

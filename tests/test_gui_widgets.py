@@ -12,7 +12,6 @@ from ctbench.workbench.workflow import simulate
 from ctbench_napari import PLUGIN, SAMPLES, WIDGETS
 from ctbench_napari._layers import display_to_sinogram, volume_layer
 from ctbench_napari._samples import PHANTOM_SCAN
-from ctbench_napari._qt.common import fit_view
 from ctbench_napari._qt.designer import TrajectoryDesignerWidget
 from ctbench_napari._qt.projection import ProjectionWidget
 from ctbench_napari._qt.reconstruction import ReconstructionWidget
@@ -172,7 +171,8 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     qtbot.mouseClick(p.run_button, Qt.LeftButton)
     assert "pick a scan" in p.message.text()
     qtbot.mouseClick(r.run_button, Qt.LeftButton)
-    assert r.message.level == "error" and "'flat' has no ctbench geometry" in r.message.text()
+    assert r.message.level == "error" and "no sinogram to reconstruct" in r.message.text()
+    assert r.sinogram.names() == []                       # an image without geometry is not offered
 
     w = _designer(viewer)
     n_layers = len(viewer.layers)
@@ -192,11 +192,9 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     qtbot.mouseClick(p.run_button, Qt.LeftButton)
     assert "is 3D and needs a 3D (z, y, x) volume" in p.message.text()
     viewer.add_image(np.ones((10, 8, 8), np.float32), name="plain image")
-    r.sinogram.select("plain image")
-    qtbot.mouseClick(r.run_button, Qt.LeftButton)
-    assert "'plain image' has no ctbench geometry" in r.message.text()
+    assert "plain image" not in r.sinogram.names()
     qtbot.mouseClick(r.preview_button, Qt.LeftButton)
-    assert "'plain image' has no ctbench geometry" in r.message.text()
+    assert "no sinogram to reconstruct" in r.message.text()
     qtbot.mouseClick(r.compare_button, Qt.LeftButton)
     assert "at least two results" in r.message.text()
     assert not r.running and not p.busy
@@ -221,9 +219,6 @@ def test_screenshots_of_designer_and_projection(make_napari_viewer, quiet_qt_war
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(1300, 850)
     w = _designer(viewer, kind="helical", n_views=60, z_range=30.0, n_turns=2.0, detector_v=24)
-    viewer.reset_view()
-    viewer.scene.camera.angles = (10, -30, 60)
-    viewer.scene.camera.zoom *= 0.8
     _, stats = save_viewer_screenshot(viewer, "designer", SHOTS)
     assert stats["foreground"] > 0.05
     save_widget_screenshot(w, "designer_widget", SHOTS)
@@ -237,11 +232,9 @@ def test_screenshots_of_designer_and_projection(make_napari_viewer, quiet_qt_war
     p.volume.select("Shepp-Logan phantom")
     p.run()
     wait_for(lambda: not p.busy, timeout=60)
-    for layer in viewer.layers:
-        layer.visible = layer == p.last_layer
-    assert viewer.dims.ndisplay == 2                      # sinograms are shown as images, views on the slider
-    viewer.dims.set_point(0, 20)
-    fit_view(viewer, [p.last_layer])
+    # The sinogram is shown alone in its own frame (views on the slider), fitted, without help from the test.
+    assert [x.name for x in viewer.layers if x.visible] == [p.last_layer.name]
+    assert viewer.dims.ndisplay == 2
     _, stats = save_viewer_screenshot(viewer, "projection", SHOTS)
     assert stats["foreground"] > 0.05
     save_widget_screenshot(p, "projection_widget", SHOTS)

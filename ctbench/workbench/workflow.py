@@ -194,6 +194,7 @@ class Progress:
     residual: float | None
     elapsed: float
     preview: torch.Tensor | None = None
+    views: tuple[int, int] | None = None   # FBP/FDK: (views backprojected, all views) after each batch of views
 
 
 @dataclass
@@ -219,6 +220,7 @@ class Finished:
 
 
 Event = Started | Progress | Finished
+FBP_VIEW_BATCH = 16     # views per FBP/FDK batch: one Progress event each
 
 
 def _cancelled(cancel) -> bool:
@@ -306,7 +308,21 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
         return v.detach().reshape(problem.volume_shape)
 
     if not spec.iterative:
-        vol = _direct(problem, request.params)
+        from .batched_fbp import filtered_backprojection_in_batches, splittable
+
+        if splittable(problem.projector, problem.geometry.kind):
+            # One batch of views at a time: real progress (views done / all views), same result.
+            gen = filtered_backprojection_in_batches(problem.projector, problem.sinogram,
+                                                     filter=request.params["filter"], batch=FBP_VIEW_BATCH)
+            while True:
+                try:
+                    done = next(gen)
+                except StopIteration as stop:
+                    vol = stop.value
+                    break
+                yield Progress(0, 1, None, time.perf_counter() - t0, None, views=done)
+        else:
+            vol = _direct(problem, request.params)
         elapsed = time.perf_counter() - t0
         yield Progress(1, 1, None, elapsed, None)
         yield Finished(shaped(vol), [], 1, "completed", elapsed, request, problem.voxel_spacing, problem.origin,
@@ -378,8 +394,31 @@ def simulate(geometry: ScanGeometry, volume: torch.Tensor, *, i0: float | None =
     if volume.dtype not in (torch.float32, torch.float64):
         volume = volume.to(torch.float32)
     sino = geometry.projector(backend).project(volume.contiguous())
-    if i0 is None:
-        return sino
+    return sino if i0 is None else poisson_noise(sino, i0, seed)
+
+
+def simulate_in_batches(geometry: ScanGeometry, volume: torch.Tensor, *, batch: int = 16, i0: float | None = None,
+                        seed: int | None = None, backend: str = "auto", cancel=None):
+    """:func:`simulate`, one batch of ``batch`` views at a time: yields ``(views done, n_views)``, returns the
+    sinogram (equal to :func:`simulate`'s, noise included), or None if ``cancel`` was set."""
+    import dataclasses
+
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive number of views, got {batch!r}")
+    n = geometry.n_views
+    parts = []
+    for start in range(0, n, batch):
+        if _cancelled(cancel):
+            return None
+        part = dataclasses.replace(geometry, trajectory=geometry.trajectory[start:start + batch])
+        parts.append(simulate(part, volume, backend=backend))
+        yield min(start + batch, n), n
+    sino = torch.cat(parts, dim=0)
+    return sino if i0 is None else poisson_noise(sino, i0, seed)
+
+
+def poisson_noise(sino: torch.Tensor, i0: float, seed: int | None = None) -> torch.Tensor:
+    """Line integrals -> Poisson counts at ``i0`` photons per pixel -> line integrals (see :func:`simulate`)."""
     i0 = float(i0)
     if not math.isfinite(i0) or i0 <= 0:
         raise ValueError(f"i0 (photons per pixel) must be a positive number, got {i0!r}")

@@ -151,7 +151,25 @@ def read_trajectory(path) -> list[LayerData]:
 
 
 # ------------------------------------------------------------------ writing
+class DatasetWriteError(Exception):
+    """Why a ctbench dataset could not be written.
+
+    Deliberately not a ValueError: napari's save path swallows ValueErrors
+    from writers and tells the user only "No data written!"; this one
+    reaches the user with its own text.
+    """
+
+
 def write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[str]:
+    """Write image layers as one ctbench dataset (see :func:`_write_dataset`); errors as :class:`DatasetWriteError`."""
+    try:
+        return _write_dataset(path, layer_data)
+    except (ValueError, TypeError, KeyError, FileExistsError) as e:
+        raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {str(e).strip(chr(39))}") \
+            from e
+
+
+def _write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[str]:
     """Write image layers as one ctbench dataset: at most one volume and one sinogram.
 
     A layer with ctbench sinogram metadata becomes the sinogram (with its

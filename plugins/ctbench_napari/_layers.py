@@ -15,8 +15,9 @@ dict with at least ``"kind"``:
 Volumes are placed in world coordinates (mm): data axes (z, y, x), scale =
 voxel pitch, translate = centre of voxel 0, so that the grid is centred on
 the origin as in ctbench and every layer lines up with the trajectory
-preview.  Sinograms are displayed as ``(view, v, u)`` with +v (world +z) up,
-so the view index is the slider and the detector rows run vertically.
+preview.  Sinograms are displayed as ``(view, v, u)`` in detector pixels with
++v (world +z) up, so the view index is the slider and the detector rows run
+vertically; they live in their own frame (``_qt/display.py``).
 """
 
 from __future__ import annotations
@@ -148,10 +149,13 @@ def sinogram_layer(sino, geometry: ScanGeometry, name: str, *, extra: dict | Non
     axes = SINOGRAM_AXES_2D if s.ndim == 2 else SINOGRAM_AXES_3D
     meta = {"kind": "sinogram", "geometry": geometry.to_dict(), "axes": axes}
     meta.update(extra or {})
+    # The sinogram frame is (view, v, u) in detector pixels, never millimetres: a view index and a detector
+    # length would otherwise share one axis with the volumes (see _qt/display.py). Rows are stretched by the
+    # pixel aspect dv/du so that the image has the detector's true shape.
     if s.ndim == 2:
-        scale = [1.0, geometry.detector_spacing[0]]
+        scale = [1.0, 1.0]
     else:
-        scale = [1.0, geometry.detector_spacing[1], geometry.detector_spacing[0]]
+        scale = [1.0, geometry.detector_spacing[1] / geometry.detector_spacing[0], 1.0]
     kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", "scale": scale}
     kw.update(kwargs)
     return sinogram_to_display(s), kw, "image"

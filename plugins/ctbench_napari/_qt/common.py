@@ -65,10 +65,24 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"
 
 
+def unwrap(obj):
+    """The object behind napari's public-only proxy (plugin widgets see proxies, new ones on every access)."""
+    return getattr(obj, "__wrapped__", obj)
+
+
+def same_layer(a, b) -> bool:
+    """Identity of layers, seen through napari's proxies."""
+    return a is not None and b is not None and unwrap(a) is unwrap(b)
+
+
 class LayerPicker(QComboBox):
     """A combo box of the viewer's layers that pass ``accept``, kept in sync with the layer list.
 
-    ``prefer`` sorts matching layers first (e.g. sinograms before other images).
+    It follows the user: a newly added layer that passes ``accept`` becomes
+    the choice (the newest matching layer is the one just made or opened),
+    the choice survives renames (it is tracked by identity, not by name),
+    and ``prefer`` sorts the first choice on opening (e.g. trajectory
+    previews before sinograms).
     """
 
     layer_changed = Signal(object)
@@ -79,22 +93,52 @@ class LayerPicker(QComboBox):
         self.viewer = viewer
         self._accept = accept
         self._prefer = prefer
+        self._layers: list = []
         self.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.setMinimumContentsLength(16)
         ev = viewer.layers.events
-        for e in (ev.inserted, ev.removed, ev.moved, ev.reordered):
+        for e in (ev.removed, ev.moved, ev.reordered):
             e.connect(self.refresh)
-        ev.inserted.connect(self._watch_layer)
+        ev.inserted.connect(self._inserted)
         for layer in viewer.layers:
             self._watch_layer(layer)
         self.currentIndexChanged.connect(lambda _i: self.layer_changed.emit(self.layer()))
         self.refresh()
+        newest = self._newest()
+        if newest is not None:
+            self._set_layer(newest)
+
+    def _inserted(self, event) -> None:
+        layer = event.value
+        self._watch_layer(layer)
+        self.refresh()
+        if self._follows(layer):
+            self._set_layer(layer)
+
+    def _follows(self, layer) -> bool:
+        """Whether a new layer becomes the choice: it must match, and be preferred if anything is preferred."""
+        if not self._accept(layer):
+            return False
+        return self._prefer is None or self._prefer(layer) or self.layer() is None
 
     def _watch_layer(self, event_or_layer) -> None:
         layer = getattr(event_or_layer, "value", event_or_layer)
         layer.events.name.connect(self.refresh)
         if hasattr(layer.events, "metadata"):
-            layer.events.metadata.connect(self.refresh)
+            layer.events.metadata.connect(self._metadata_changed)
+
+    def _metadata_changed(self, event) -> None:
+        layer = getattr(event, "source", None)
+        known = any(same_layer(x, layer) for x in self._layers)
+        self.refresh()
+        if layer is not None and not known and self._follows(layer):
+            self._set_layer(layer)      # a layer that just became usable (e.g. a finished result)
+
+    def _newest(self):
+        layers = [x for x in self.viewer.layers if self._accept(x)]
+        if self._prefer is not None and any(self._prefer(x) for x in layers):
+            layers = [x for x in layers if self._prefer(x)]
+        return layers[-1] if layers else None
 
     def candidates(self) -> list:
         layers = [x for x in self.viewer.layers if self._accept(x)]
@@ -103,23 +147,34 @@ class LayerPicker(QComboBox):
         return layers
 
     def refresh(self, *_args) -> None:
-        current = self.currentText()
-        names = [x.name for x in self.candidates()]
-        if names == [self.itemText(i) for i in range(self.count())]:
+        current = self.layer()
+        layers = self.candidates()
+        names = [x.name for x in layers]
+        same = len(layers) == len(self._layers) and all(same_layer(a, b) for a, b in zip(layers, self._layers))
+        if same and names == [self.itemText(i) for i in range(self.count())]:
             return
         self.blockSignals(True)
         self.clear()
         self.addItems(names)
-        if current in names:
-            self.setCurrentIndex(names.index(current))
+        self._layers = layers
+        keep = next((i for i, x in enumerate(layers) if same_layer(x, current)), -1)
+        if keep >= 0:
+            self.setCurrentIndex(keep)
         self.blockSignals(False)
-        if current not in names:
+        if keep < 0:
             self.layer_changed.emit(self.layer())
 
     def layer(self):
         """The chosen layer, or None."""
-        name = self.currentText()
-        return self.viewer.layers[name] if name and name in self.viewer.layers else None
+        i = self.currentIndex()
+        if 0 <= i < len(self._layers) and self._layers[i] in self.viewer.layers:
+            return self._layers[i]
+        return None
+
+    def _set_layer(self, layer) -> None:
+        i = next((k for k, x in enumerate(self._layers) if same_layer(x, layer)), -1)
+        if i >= 0 and i != self.currentIndex():
+            self.setCurrentIndex(i)
 
     def select(self, name: str) -> None:
         self.refresh()
@@ -127,6 +182,34 @@ class LayerPicker(QComboBox):
         if i < 0:
             raise ValueError(f"no layer named {name!r} in this list")
         self.setCurrentIndex(i)
+
+    def names(self) -> list[str]:
+        return [self.itemText(i) for i in range(self.count())]
+
+
+def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=None, on_finished=None):
+    """Run ``func`` in a napari thread worker with one error path: ``on_error`` and nothing else.
+
+    napari's workers also show every error as a traceback notification and
+    superqt re-raises errors nobody handles, which aborts a script that has
+    no ``napari.run()``; the widgets show the error once, in their own words.
+    """
+    from napari.qt.threading import create_worker
+
+    connect = {"errored": on_error or (lambda e: log.error("ctbench worker failed: %s", e))}
+    worker = create_worker(func, *args, _start_thread=False, _connect=connect)
+    try:
+        worker.errored.disconnect(worker._relay_error)      # the notification toast (napari's mixin)
+    except (AttributeError, TypeError, RuntimeError):
+        pass
+    if on_yield is not None:
+        worker.yielded.connect(on_yield)
+    if on_return is not None:
+        worker.returned.connect(on_return)
+    if on_finished is not None:
+        worker.finished.connect(on_finished)
+    worker.start()
+    return worker
 
 
 class ParamForm(QWidget):

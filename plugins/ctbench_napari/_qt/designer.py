@@ -14,7 +14,9 @@ from ctbench.workbench.design import (DESIGN_PARAMETERS, TRAJECTORY_KINDS, Desig
 from ctbench.geometry import Trajectory
 
 from .._layers import completeness_layer, trajectory_layers
+from .datasets import install as install_dataset_handling
 from .common import MessageLabel, ParamForm, add_or_update, report_errors
+from .display import oblique_3d, show_frame
 
 PREFIX = "trajectory"
 
@@ -30,6 +32,7 @@ class TrajectoryDesignerWidget(QWidget):
     def __init__(self, napari_viewer, parent=None):
         super().__init__(parent)
         self.viewer = napari_viewer
+        install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
         self.geometry: ScanGeometry | None = None
         self.n_updates = 0
         self._first_preview = True
@@ -147,9 +150,13 @@ class TrajectoryDesignerWidget(QWidget):
             self.summary.setText(geometry.describe())
         if self._first_preview:
             self._first_preview = False
-            if not geometry.is_2d:
-                self.viewer.dims.ndisplay = 3
-            self.viewer.reset_view()
+            layers = [x for x in self.viewer.layers if x.name.startswith(PREFIX)]
+            if geometry.is_2d:
+                show_frame(self.viewer, layers, ndisplay=2)
+            else:
+                # The volume frame in 3D, seen obliquely: a helix climbs, a saddle bends (not a circle from above).
+                show_frame(self.viewer, layers, ndisplay=3)
+                oblique_3d(self.viewer, layers)
         self.n_updates += 1
 
     # ------------------------------------------------------------------ JSON

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QProgressBar, QPushButton,
+import time
+
+from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                             QSpinBox, QVBoxLayout, QWidget)
 
 from ctbench.workbench.design import ScanGeometry
 
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+from .datasets import install as install_dataset_handling
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, start_worker
+from .display import show_sinogram
+
+VIEW_BATCH = 8      # views per projection batch: the progress bar moves after each
 
 
 class ProjectionWidget(QWidget):
@@ -23,6 +29,7 @@ class ProjectionWidget(QWidget):
     def __init__(self, napari_viewer, parent=None):
         super().__init__(parent)
         self.viewer = napari_viewer
+        install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
         self.last_layer = None
         self.volume = LayerPicker(napari_viewer, is_volume_candidate)
         self.scan = LayerPicker(napari_viewer, is_trajectory_source,
@@ -33,7 +40,9 @@ class ProjectionWidget(QWidget):
         self.i0.setRange(0, 1e12)
         self.i0.setValue(1e4)
         self.i0.setSingleStep(1000)
-        self.i0.setToolTip("unattenuated photons per detector pixel (I0)")
+        self.i0.setToolTip("unattenuated photons per detector pixel (I0): fewer photons, more noise")
+        self.i0.setEnabled(False)
+        self.noise.toggled.connect(self.i0.setEnabled)
         self.seed = QSpinBox()
         self.seed.setRange(-1, 2**31 - 1)
         self.seed.setValue(0)
@@ -42,6 +51,7 @@ class ProjectionWidget(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
+        self.progress.setFormat("%v / %m views")
         self.message = MessageLabel()
 
         form = QFormLayout()
@@ -49,6 +59,7 @@ class ProjectionWidget(QWidget):
         form.addRow("Scan", self.scan)
         row = QHBoxLayout()
         row.addWidget(self.noise)
+        row.addWidget(QLabel("I0 (photons/pixel)"))
         row.addWidget(self.i0, 1)
         form.addRow("Noise", row)
         form.addRow("Seed", self.seed)
@@ -86,35 +97,48 @@ class ProjectionWidget(QWidget):
     # ------------------------------------------------------------------ run
     @report_errors
     def run(self, *_):
-        """Simulate in a worker thread; the sinogram layer appears when it is done."""
-        from napari.qt.threading import create_worker
-
+        """Simulate in a worker thread, one batch of views at a time; the sinogram layer appears when done."""
         if self._worker is not None:
-            raise RuntimeError("a projection is running")
+            raise RuntimeError("a projection is running; wait for it to finish")
         vol_layer, geo, data, i0, seed = self.inputs()
         self.message.clear()
         name = f"sinogram of {vol_layer.name} ({geo.describe()}" + (f", I0={i0:g})" if i0 else ")")
-        self.progress.setRange(0, 0)  # busy
+        self.progress.setRange(0, geo.n_views)
+        self.progress.setValue(0)
+        self.progress.setFormat("%v / %m views")
         self.run_button.setEnabled(False)
-        worker = create_worker(_simulate, geo, data, i0, seed, _start_thread=False)
-        worker.returned.connect(lambda sino: self._show(sino, geo, name, vol_layer.name, i0, seed))
-        worker.errored.connect(lambda e: self.message.error(error_text(e)))
-        worker.finished.connect(self._finished)
-        self._worker = worker
-        worker.start()
-        return worker
+        self._t0 = time.perf_counter()
+        self._failed = False
+        self._worker = start_worker(_simulate, geo, data, i0, seed, on_yield=self._step,
+                                    on_return=lambda sino: self._show(sino, geo, name, vol_layer.name, i0, seed),
+                                    on_error=self._error, on_finished=self._finished)
+        return self._worker
+
+    def _step(self, done_total) -> None:
+        done, total = done_total
+        self.progress.setValue(done)
+        elapsed = time.perf_counter() - self._t0
+        left = elapsed / done * (total - done) if done else 0.0
+        self.progress.setFormat(f"%v / %m views, {elapsed:.1f} s" + (f", about {left:.0f} s left" if done < total else ""))
+
+    def _error(self, exc) -> None:
+        self._failed = True
+        self.message.error(f"projection failed: {error_text(exc)}")
 
     def _show(self, sino, geo: ScanGeometry, name: str, source: str, i0, seed) -> None:
         extra = {"source": f"simulated from layer '{source}'", "i0": i0, "seed": seed, "units": "line integral"}
         self.last_layer = add_or_update(self.viewer, sinogram_layer(sino, geo, name, extra=extra), keep_display=False)
-        # A sinogram reads as views on the slider and detector images in the canvas: 2D display.
-        self.viewer.dims.ndisplay = 2
-        self.message.note(f"{name}: {geo.n_views} views of {' x '.join(map(str, geo.detector_shape))} pixels")
+        # A sinogram has its own frame (view, v, u): shown alone, 2D, middle view, fitted, percentile contrast.
+        show_sinogram(self.viewer, self.last_layer)
+        self.message.note(f"{name}: {geo.n_views} views of {' x '.join(map(str, geo.detector_shape))} pixels "
+                          f"in {time.perf_counter() - self._t0:.1f} s")
 
     def _finished(self) -> None:
         self._worker = None
-        self.progress.setRange(0, 1)
-        self.progress.setValue(1)
+        if self._failed:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("failed")
         self.run_button.setEnabled(True)
 
     @property
@@ -123,7 +147,9 @@ class ProjectionWidget(QWidget):
 
 
 def _simulate(geo: ScanGeometry, data, i0, seed):
+    """Worker body: yields (views done, n_views) per batch, returns the sinogram as numpy."""
     import torch
 
-    from ctbench.workbench.workflow import simulate
-    return simulate(geo, torch.from_numpy(data), i0=i0, seed=seed).numpy()
+    from ctbench.workbench.workflow import simulate_in_batches
+    sino = yield from simulate_in_batches(geo, torch.from_numpy(data), batch=VIEW_BATCH, i0=i0, seed=seed)
+    return sino.numpy()

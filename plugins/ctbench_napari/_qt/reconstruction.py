@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -10,19 +11,32 @@ from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, Q
                             QListWidgetItem, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QStackedWidget,
                             QVBoxLayout, QWidget)
 
+from ctbench.workbench.applicability import unusable_reason
 from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
 
-from .._layers import KEY, LayerError, is_sinogram, placement, sinogram_of
-from .common import LayerPicker, MessageLabel, ParamForm, error_text, fit_view, report_errors
+from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
+from .datasets import install as install_dataset_handling
+from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors
+from .compare import ComparePanel
+from .display import show_result
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
 
 PREVIEW_MODES = {"auto": "Auto (exact slice if possible)", "slice": "Central slice", "binned": "2x binned volume"}
-LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
 
 
 def _is_image(layer) -> bool:
     return layer.__class__.__name__ == "Image"
+
+
+def _is_usable_sinogram(layer) -> bool:
+    return _is_image(layer) and is_sinogram(layer) and has_geometry(layer)
+
+
+def _short(name: str, n: int = 40) -> str:
+    """A source name for result names: without its parenthesised details, at most ``n`` characters."""
+    name = re.sub(r"\s*\(.*\)$", "", name) or name
+    return name if len(name) <= n else name[: n - 1] + "…"
 
 
 class ReconstructionWidget(QWidget):
@@ -38,6 +52,7 @@ class ReconstructionWidget(QWidget):
     def __init__(self, napari_viewer, parent=None, runner: Runner | None = None):
         super().__init__(parent)
         self.viewer = napari_viewer
+        install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
         self.runner: Runner = runner or LocalRunner(self)
         self.results: list = []          # result layers of this widget, oldest first
         self.live_layer = None
@@ -45,7 +60,8 @@ class ReconstructionWidget(QWidget):
         self._run: dict = {}
 
         # --- inputs
-        self.sinogram = LayerPicker(napari_viewer, _is_image, prefer=is_sinogram)
+        self.sinogram = LayerPicker(napari_viewer, _is_usable_sinogram)
+        self.sinogram.setToolTip("sinogram layers with a ctbench geometry (simulated, opened from a dataset, or a sample)")
         self.algorithm = QComboBox()
         self.forms = QStackedWidget()
         for key, algo in ALGORITHMS.items():
@@ -76,16 +92,18 @@ class ReconstructionWidget(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
         self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m")
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("")            # no numbers before the first run
         self.plot = ResidualPlot()
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.message = MessageLabel()
         self.result_list = QListWidget()
         self.result_list.setMaximumHeight(90)
-        self.compare_button = QPushButton("Compare side by side")
-        self.compare_button.setToolTip("grid view of the checked results with linked contrast and colormap")
-        self.single_button = QPushButton("Single view")
+        self.comparison = ComparePanel(napari_viewer, self)
+        self.compare_button = self.comparison.compare_button
+        self.single_button = self.comparison.single_button
 
         form = QFormLayout()
         form.addRow("Sinogram", self.sinogram)
@@ -119,10 +137,7 @@ class ReconstructionWidget(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(QLabel("Results (check to compare)"))
         layout.addWidget(self.result_list)
-        row = QHBoxLayout()
-        row.addWidget(self.compare_button)
-        row.addWidget(self.single_button)
-        layout.addLayout(row)
+        layout.addWidget(self.comparison)
         layout.addStretch(1)
 
         self.algorithm.currentIndexChanged.connect(self._algorithm_changed)
@@ -130,8 +145,6 @@ class ReconstructionWidget(QWidget):
         self.preview_button.clicked.connect(self.quick_preview)
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
-        self.compare_button.clicked.connect(self.compare)
-        self.single_button.clicked.connect(self.single_view)
         napari_viewer.layers.events.removed.connect(self._layer_removed)
         self.set_runner(self.runner)
         self._algorithm_changed(self.algorithm.currentIndex())
@@ -173,13 +186,35 @@ class ReconstructionWidget(QWidget):
         self.algorithm.setCurrentIndex(i)
         self.forms.currentWidget().set_values(params)
 
+    def _update_algorithms(self, geo) -> None:
+        """Disable the algorithms this scan cannot use, with the reason as their tooltip."""
+        model = self.algorithm.model()
+        for i in range(self.algorithm.count()):
+            key = self.algorithm.itemData(i)
+            reason = unusable_reason(key, geo) if geo is not None else None
+            item = model.item(i)
+            item.setEnabled(reason is None)
+            self.algorithm.setItemData(i, reason or ALGORITHMS[key].description, Qt.ToolTipRole)
+        if geo is not None and unusable_reason(self.algorithm.currentData(), geo) is not None:
+            for i in range(self.algorithm.count()):
+                if model.item(i).isEnabled():
+                    self.algorithm.setCurrentIndex(i)
+                    break
+
+    def algorithm_reason(self, name: str) -> str | None:
+        """Why the algorithm is disabled for the chosen sinogram (None when it is enabled)."""
+        i = self.algorithm.findData(name)
+        return None if self.algorithm.model().item(i).isEnabled() else self.algorithm.itemData(i, Qt.ToolTipRole)
+
     def _sinogram_changed(self, layer) -> None:
         if layer is None or not is_sinogram(layer):
+            self._update_algorithms(None)
             return
         try:
             geo, _ = sinogram_of(layer)
         except LayerError:
             return
+        self._update_algorithms(geo)
         shape = geo.volume_shape if not geo.is_2d else (1, *geo.volume_shape)
         for s, n in zip(self.grid, shape):
             s.setValue(int(n))
@@ -195,8 +230,12 @@ class ReconstructionWidget(QWidget):
         """Geometry on the chosen grid and the sinogram of the chosen layer; LayerError if unusable."""
         layer = self.sinogram.layer()
         if layer is None:
-            raise LayerError("pick a sinogram layer (simulate one with the projection widget, or open a sample)")
+            raise LayerError("no sinogram to reconstruct: simulate one in the Projection widget, or open "
+                             "File > Open Sample > ctbench")
         geo, sino = sinogram_of(layer)
+        reason = unusable_reason(self.algorithm.currentData(), geo)
+        if reason is not None:
+            raise LayerError(reason)
         D, H, W = (s.value() for s in self.grid)
         p = float(self.pitch.value())
         geo = geo.with_volume((H, W), (p, p)) if geo.is_2d else geo.with_volume((D, H, W), (p, p, p))
@@ -230,9 +269,10 @@ class ReconstructionWidget(QWidget):
         if mode == "full":
             # Adding a layer is the one slow GUI step (napari builds its visual and controls):
             # do it now, in the click, so that the run itself never blocks the event loop.
-            self._live_layer(self._layer_name(request), geo.volume_shape, geo.voxel_spacing, None,
+            self._live_layer(self._layer_name(request, layer.name), geo.volume_shape, geo.voxel_spacing, None,
                              {"request": request.to_dict()})
         self.progress.setRange(0, 0)
+        self.progress.setFormat("%v / %m")
         self.status.setText(f"{request.title()}: starting…")
         self._set_running(True)
         job = getattr(self.runner, "job_events", None) if mode == "full" else None   # background job (jobs.py)
@@ -261,8 +301,9 @@ class ReconstructionWidget(QWidget):
         self.cancel_button.setEnabled(running)
 
     # ---------------------------------------------------------------- events
-    def _layer_name(self, request: ReconRequest) -> str:
-        base = request.title()
+    def _layer_name(self, request: ReconRequest, source: str = "") -> str:
+        """Algorithm, key parameters and source sinogram: ``FBP filter=hann | phantom scan``, unique."""
+        base = request.title() + (f" | {_short(source)}" if source else "")
         if request.mode != "full":
             return f"preview: {base}"
         name, k = base, 2
@@ -301,24 +342,45 @@ class ReconstructionWidget(QWidget):
         self.progress.setRange(0, ev.n_iter)
         self.progress.setValue(0)
         self._run["started"] = ev
-        name = self.live_layer.name if self.live_layer is not None else self._layer_name(ev.request)
+        name = self.live_layer.name if self.live_layer is not None else \
+            self._layer_name(ev.request, self._run.get("source", ""))
         self._run["name"] = name
         self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin, {"request": ev.request.to_dict()})
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: running…")
 
     def _on_progress(self, ev: Progress) -> None:
+        views = getattr(ev, "views", None)
+        if views is not None:
+            # FBP/FDK: progress per batch of views, with the time left.
+            done, total = views
+            self._run.setdefault("views", []).append(done)
+            self._run["n_views"] = total
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+            left = ev.elapsed / done * (total - done) if done else 0.0
+            self.progress.setFormat("%v / %m views" + (f", {_duration(left)} left" if done < total else ""))
+            self.status.setText(f"{self._run['request'].title()}: {done} of {total} views, {ev.elapsed:.1f} s")
+            return
+        if self._run.get("views") and not self._run["request"].spec.iterative:
+            return      # the closing event of a view-batched FBP: the bar keeps "N / N views"
         self._run.setdefault("progress", []).append((ev.iteration, ev.elapsed, ev.residual))
         self.progress.setMaximum(max(ev.n_iter, 1))
         self.progress.setValue(ev.iteration)
         self.plot.add(ev.iteration, ev.residual)
         res = f", residual {ev.residual:.4g}" if ev.residual is not None else ""
-        self.status.setText(f"iteration {ev.iteration}/{ev.n_iter}{res}, {ev.elapsed:.1f} s")
+        eta = ""
+        if ev.iteration < ev.n_iter and ev.iteration > 0:
+            left = ev.elapsed / ev.iteration * (ev.n_iter - ev.iteration)
+            eta = f", about {_duration(left)} left"
+            self.progress.setFormat(f"%v / %m, {_duration(left)} left")
+        self._run["eta"] = eta
+        self.status.setText(f"iteration {ev.iteration}/{ev.n_iter}{res}, {ev.elapsed:.1f} s{eta}")
         if ev.preview is not None and self.live_layer is not None:
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                self.live_layer.contrast_limits = _robust_limits(data)
+                show_result(self.viewer, self.live_layer)
             self.n_live_updates += 1
 
     def _on_finished(self, ev: Finished) -> None:
@@ -328,7 +390,6 @@ class ReconstructionWidget(QWidget):
             return
         data = ev.volume.numpy().astype(np.float32, copy=False)
         layer.data = data
-        layer.contrast_limits = _robust_limits(data)
         g = self._run.get("geometry")
         layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
                                 "recon": {**ev.metadata(), "source": self._run.get("source"),
@@ -336,15 +397,22 @@ class ReconstructionWidget(QWidget):
                                 "geometry": g.to_dict() if g is not None else None}}
         if ev.stopped == "cancelled":
             layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
+            self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
         if ev.request.mode == "full":
             self._add_result(layer)
+        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles.
+        show_result(self.viewer, layer)
         self.result_added.emit(layer)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
 
     def _on_failed(self, exc) -> None:
-        self.message.error(error_text(exc))
+        # The one error path: the message once (no toast), status and progress back to idle.
+        self._run["failed"] = exc
+        self.message.error(f"{self._run['request'].title() if self._run.get('request') else 'run'} failed: "
+                           f"{error_text(exc)}")
+        self.status.setText("ready")
         layer = self.live_layer
         if layer is not None and self._run.get("finished") is None and not self.n_live_updates:
             # Nothing was computed: do not leave an empty layer behind.
@@ -355,8 +423,21 @@ class ReconstructionWidget(QWidget):
     def _on_done(self) -> None:
         self._set_running(False)
         ev = self._run.get("finished")
-        self.progress.setRange(0, max(ev.n_iter, 1) if ev else 1)
+        started = self._run.get("started")
+        total = started.n_iter if started is not None else (ev.n_iter if ev else 1)
+        self.progress.setRange(0, max(total, 1))
         self.progress.setValue(ev.n_iter if ev else 0)
+        if ev is None:
+            self.progress.setFormat("failed" if self._run.get("failed") is not None else "%v / %m")
+        elif self._run.get("views") and not ev.request.spec.iterative:
+            n = self._run["n_views"]
+            self.progress.setRange(0, n)
+            self.progress.setValue(n)
+            self.progress.setFormat("%v / %m views")
+        elif ev.stopped == "cancelled":
+            self.progress.setFormat(f"{ev.n_iter} / {total} (cancelled)")
+        else:
+            self.progress.setFormat("%v / %m")
         self.live_layer = None
 
     # ----------------------------------------------------------- comparison
@@ -382,40 +463,16 @@ class ReconstructionWidget(QWidget):
         return [self.results[i] for i in range(self.result_list.count())
                 if self.result_list.item(i).checkState() == Qt.Checked and i < len(self.results)]
 
-    @report_errors
     def compare(self, *_, layers=None) -> list:
-        """Grid view of the checked results: one cell each, shared camera, linked contrast and colormap."""
-        chosen = list(layers) if layers is not None else self.checked_results()
-        if len(chosen) < 2:
-            raise LayerError("check at least two results to compare (run two reconstructions first)")
-        for layer in self.viewer.layers:
-            layer.visible = layer in chosen
-        self.viewer.layers.unlink_layers(chosen, LINKED_ATTRIBUTES)
-        self.viewer.layers.link_layers(chosen, LINKED_ATTRIBUTES)
-        grid = _grid(self.viewer)
-        grid.stride = 1
-        grid.enabled = True
-        fit_view(self.viewer, chosen)
-        self.message.note("cameras are shared across the grid; contrast, colormap and gamma are linked")
-        return chosen
+        """Grid view of the checked results (see :class:`ComparePanel`)."""
+        return self.comparison.compare(layers=layers)
 
     def single_view(self, *_) -> None:
-        _grid(self.viewer).enabled = False
+        """Leave the grid and restore what was visible before comparing."""
+        self.comparison.single_view()
 
 
-def _grid(viewer):
-    """The viewer's grid model (``viewer.canvas.grid`` since napari 0.9, ``viewer.grid`` before)."""
-    canvas = getattr(viewer, "canvas", None)
-    return canvas.grid if canvas is not None and hasattr(canvas, "grid") else viewer.grid
-
-
-def _robust_limits(data: np.ndarray) -> tuple[float, float]:
-    """Contrast limits from the 0.5 and 99.5 percentiles (a few hot voxels do not wash out the image)."""
-    finite = data[np.isfinite(data)]
-    if finite.size == 0:
-        return (0.0, 1.0)
-    sample = finite.ravel()[:: max(1, finite.size // 200000)]
-    lo, hi = np.percentile(sample, [0.5, 99.5])
-    if hi <= lo:
-        hi = lo + 1e-6
-    return float(lo), float(hi)
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"

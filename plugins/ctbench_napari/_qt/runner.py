@@ -51,7 +51,7 @@ class LocalRunner(Runner):
         return self._worker is not None
 
     def start(self, make_events: Callable[[threading.Event], Iterator]) -> None:
-        from napari.qt.threading import create_worker
+        from .common import start_worker
 
         if self.running:
             raise RuntimeError("a run is in progress; cancel it or wait for it to finish")
@@ -61,12 +61,9 @@ class LocalRunner(Runner):
         def work():
             yield from make_events(cancel)
 
-        worker = create_worker(work, _start_thread=False)
-        worker.yielded.connect(self.event.emit)
-        worker.errored.connect(self.failed.emit)
-        worker.finished.connect(self._finished)
-        self._worker = worker
-        worker.start()
+        # One error path: ``failed`` (no napari traceback toast, no re-raise that would abort a script).
+        self._worker = start_worker(work, on_yield=self.event.emit, on_error=self.failed.emit,
+                                    on_finished=self._finished)
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -1,0 +1,236 @@
+"""The display model of the workbench (see docs/GUI.md, "What the canvas shows").
+
+Two coordinate frames never share the canvas:
+
+- the **volume frame**, world millimetres ``(z, y, x)``: phantoms,
+  reconstructions, the trajectory preview and the completeness map;
+- the **sinogram frame**, ``(view, v, u)`` in detector pixels (v scaled by
+  the pixel aspect dv/du, so the image has the detector's true shape).
+
+Showing a layer of one frame hides the layers of the other, labels the axes
+of that frame, switches to a 2D slice view where the frame is an image
+(sinograms, new results), fits the camera to what is shown and sets a
+contrast window from the data (0.5/99.5 percentiles, or a reference's
+window when comparing).  The trajectory designer shows its 3D preview with
+an oblique camera, so helices and saddles read at a glance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ctbench.workbench.metrics import percentile_window
+
+from .._layers import kind_of
+
+VOLUME_AXES = ("z (mm)", "y (mm)", "x (mm)")
+SINOGRAM_AXES = ("view", "v (px)", "u (px)")
+SINOGRAM_AXES_2D = ("view", "u (px)")
+# The designer's 3D line of sight in (z, y, x): 65 degrees from the rotation axis, from above and aside.
+OBLIQUE_VIEW = (-0.42, 0.64, 0.64)
+SINOGRAM_FRAME = "sinogram"
+VOLUME_FRAME = "volume"
+
+
+def frame_of(layer) -> str:
+    """``"sinogram"`` for sinogram layers, ``"volume"`` for everything else placed in mm."""
+    return SINOGRAM_FRAME if kind_of(layer) == "sinogram" else VOLUME_FRAME
+
+
+def _label_axes(viewer, labels) -> None:
+    n = viewer.dims.ndim
+    labels = list(labels)[-n:]
+    current = list(viewer.dims.axis_labels)
+    current[n - len(labels):] = labels
+    viewer.dims.axis_labels = tuple(current)
+
+
+def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
+    """Show only ``layers`` (all of one frame), with that frame's axis labels, a slice through their centre,
+    and the camera fitted to them."""
+    layers = list(layers)
+    if not layers:
+        return
+    frame = frame_of(layers[0])
+    for layer in viewer.layers:
+        if frame_of(layer) != frame:
+            layer.visible = False
+    for layer in layers:
+        layer.visible = True
+    viewer.dims.ndisplay = ndisplay
+    if frame == SINOGRAM_FRAME:
+        _label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
+    else:
+        _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
+    _keep_frame_ranges(viewer)
+    apply_frame_range(viewer)
+    centre_slice(viewer, layers)
+    fit_camera(viewer, layers)
+
+
+# napari gives the sliders the range of *all* layers, hidden ones included, so a view index and z in mm
+# would share one slider. The sliders are set to the extent of the visible frame instead, and set again
+# whenever napari recomputes them (a layer added, its data replaced).
+_KEEPERS: dict = {}
+
+
+def frame_range(viewer):
+    """Slider ranges for the visible layers when they all belong to one frame (None otherwise)."""
+    visible = [x for x in viewer.layers if x.visible]
+    if not visible or len({frame_of(x) for x in visible}) != 1:
+        return None
+    ext = _extent(viewer, visible)
+    if ext is None:
+        return None
+    lo, hi = ext
+    n = viewer.dims.ndim
+    ranges = list(viewer.dims.range)
+    for axis in range(n):
+        if not np.isfinite(lo[axis]):
+            continue
+        steps = [float(x.scale[axis - (n - x.ndim)]) for x in visible if axis - (n - x.ndim) >= 0]
+        step = min(steps) if steps else ranges[axis][2]
+        ranges[axis] = (float(lo[axis]), float(hi[axis]), float(step))
+    return tuple(ranges)
+
+
+def apply_frame_range(viewer) -> None:
+    ranges = frame_range(viewer)
+    key = id(getattr(viewer, "__wrapped__", viewer))
+    state = _KEEPERS.get(key)
+    if ranges is None or tuple(viewer.dims.range) == ranges:
+        return
+    if state is not None:
+        state["busy"] = True
+    try:
+        viewer.dims.range = ranges
+    finally:
+        if state is not None:
+            state["busy"] = False
+
+
+def _keep_frame_ranges(viewer) -> None:
+    real = getattr(viewer, "__wrapped__", viewer)
+    key = id(real)
+    if key in _KEEPERS and _KEEPERS[key]["viewer"]() is real:
+        return
+    import weakref
+
+    state = {"viewer": weakref.ref(real), "busy": False}
+    _KEEPERS[key] = state
+
+    def reapply(_event=None):
+        v = state["viewer"]()
+        if v is not None and not state["busy"]:
+            apply_frame_range(v)
+
+    viewer.dims.events.range.connect(reapply)
+    for e in ("inserted", "removed"):
+        getattr(viewer.layers.events, e).connect(reapply)
+
+
+def centre_slice(viewer, layers) -> None:
+    """Move the sliders to the middle of the layers' extent (the central slice, the middle view)."""
+    ext = _extent(viewer, layers)
+    if ext is None:
+        return
+    lo, hi = ext
+    point = list(viewer.dims.point)
+    for axis in range(viewer.dims.ndim):
+        if axis not in viewer.dims.displayed and np.isfinite(lo[axis]):
+            point[axis] = float((lo[axis] + hi[axis]) / 2)
+    viewer.dims.point = tuple(point)
+
+
+def _extent(viewer, layers):
+    n = viewer.dims.ndim
+    lo = np.full(n, np.inf)
+    hi = np.full(n, -np.inf)
+    for layer in layers:
+        # napari's world extent of an image spans its pixel edges; the data range is what we centre on.
+        ext = np.asarray(layer.extent.world)
+        k = n - ext.shape[1]
+        lo[k:] = np.minimum(lo[k:], ext[0])
+        hi[k:] = np.maximum(hi[k:], ext[1])
+    return (lo, hi) if np.isfinite(lo).any() else None
+
+
+def fit_camera(viewer, layers, margin: float = 0.05) -> None:
+    """Centre the camera on ``layers`` and zoom so that they fill the canvas (hidden layers do not count).
+
+    (napari's ``fit_to_view(layers=...)`` fails for layers with fewer dimensions than the viewer, e.g. a 2D
+    sinogram next to 3D volumes, so the 2D fit is done here from the layers' world extents.)
+    """
+    layers = list(layers)
+    if viewer.dims.ndisplay == 3:
+        full = all(x.ndim == viewer.dims.ndim for x in layers)
+        viewer.fit_to_view(layers=layers if full else None, margin=margin)
+        return
+    ext = _extent(viewer, layers)
+    if ext is None:
+        return
+    lo, hi = ext
+    shown = list(viewer.dims.displayed)
+    size = np.array([hi[a] - lo[a] for a in shown], dtype=float)
+    size[~(size > 0)] = 1.0
+    box = np.asarray(viewer.canvas.viewbox_size(viewer.layers), dtype=float)   # one grid cell in grid mode
+    cam = viewer.scene.camera
+    centre = list(cam.center)
+    centre[-2:] = [float((lo[a] + hi[a]) / 2) for a in shown]
+    cam.center = tuple(centre)
+    cam.zoom = float((1 - margin) * np.min(box / size))
+
+
+def filled_fraction(viewer, layer) -> float:
+    """How much of the canvas the layer spans along its most filling displayed axis (1 = edge to edge)."""
+    ext = np.asarray(layer.extent.world)
+    k = viewer.dims.ndim - ext.shape[1]
+    shown = [a - k for a in viewer.dims.displayed[-2:]]
+    size = ext[1, shown] - ext[0, shown]
+    canvas = np.asarray(viewer.canvas.size, dtype=float)        # (height, width) in screen pixels
+    return float(np.max(viewer.scene.camera.zoom * size / canvas))
+
+
+def set_contrast(layer, limits=None) -> tuple[float, float]:
+    """Contrast limits from ``limits`` or from the layer's data percentiles; returns what was set."""
+    lo, hi = limits if limits is not None else percentile_window(np.asarray(layer.data))
+    rng = layer.contrast_limits_range
+    layer.contrast_limits_range = (min(float(rng[0]), lo), max(float(rng[1]), hi))
+    layer.contrast_limits = (float(lo), float(hi))
+    return float(lo), float(hi)
+
+
+def show_sinogram(viewer, layer) -> None:
+    """A sinogram in its own frame, alone (sinograms of other scans do not line up): 2D, middle view, fitted,
+    percentile contrast."""
+    set_contrast(layer)
+    for other in viewer.layers:
+        if other != layer and frame_of(other) == SINOGRAM_FRAME:
+            other.visible = False
+    show_frame(viewer, [layer], ndisplay=2)
+
+
+def show_result(viewer, layer, *, keep=()) -> None:
+    """A new reconstruction: 2D central slice, fitted, percentile contrast; ``keep`` stays visible with it."""
+    set_contrast(layer)
+    show_frame(viewer, [layer, *keep], ndisplay=2)
+    for other in viewer.layers:
+        if other != layer and other not in keep and frame_of(other) == VOLUME_FRAME:
+            other.visible = False
+
+
+def oblique_3d(viewer, layers=()) -> None:
+    """The designer's 3D view: oblique camera, fitted to the preview."""
+    viewer.dims.ndisplay = 3
+    _label_axes(viewer, VOLUME_AXES)
+    # Looking down on the orbit from 25 degrees above its plane, z (the rotation axis) up on the screen.
+    viewer.scene.camera.set_view_direction(OBLIQUE_VIEW, up_direction=(1.0, 0.0, 0.0))
+    if layers:
+        fit_camera(viewer, layers, margin=0.1)
+
+
+def view_direction_angle_to_z(viewer) -> float:
+    """Angle (degrees) between the 3D camera's line of sight and the rotation (z) axis."""
+    d = np.asarray(viewer.scene.camera.view_direction, dtype=float)
+    d = d / np.linalg.norm(d)
+    return float(np.degrees(np.arccos(min(1.0, abs(d[0])))))
