@@ -38,8 +38,10 @@ def _designer(viewer, **changes) -> TrajectoryDesignerWidget:
 
 def test_every_widget_docks_from_the_manifest(make_napari_viewer):
     viewer = make_napari_viewer()
+    from ctbench_napari._qt.scan import ScanImportWidget
+
     kinds = {"Trajectory designer": TrajectoryDesignerWidget, "Projection": ProjectionWidget,
-             "Reconstruction": ReconstructionWidget}
+             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget}
     assert set(WIDGETS) == set(kinds)
     for name in WIDGETS:
         dock, widget = viewer.window.add_plugin_dock_widget(PLUGIN, name)
@@ -52,7 +54,8 @@ def test_every_sample_opens(make_napari_viewer, key):
     viewer = make_napari_viewer()
     viewer.open_sample(PLUGIN, key)
     kinds = [layer.metadata["ctbench"]["kind"] for layer in viewer.layers]
-    want = {"phantom": ["volume"], "phantom_scan": ["volume", "sinogram"], "htc2022": ["sinogram"]}[key]
+    want = {"phantom": ["volume"], "phantom_scan": ["volume", "sinogram"], "htc2022": ["sinogram"],
+            "lab_scan": ["projections"]}[key]
     assert kinds == want
     for layer in viewer.layers:
         assert np.isfinite(layer.data).all() and float(np.abs(layer.data).max()) > 0

@@ -10,8 +10,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 PLUGIN = "ctbench"  # the npe2 plugin name must equal the distribution name
-WIDGETS = ("Trajectory designer", "Projection", "Reconstruction")
-SAMPLES = ("phantom", "phantom_scan", "htc2022")
+WIDGETS = ("Trajectory designer", "Projection", "Reconstruction", "Scan import")
+SAMPLES = ("phantom", "phantom_scan", "htc2022", "lab_scan")
 
 
 def launch(sample: str | None = "phantom", *, block: bool = True):
