@@ -194,7 +194,8 @@ def test_failed_build_leaves_no_temporary_files(src, cache, tmp_path, monkeypatc
     fake = tmp_path / "bin" / "broken-cxx"
     fake.parent.mkdir()
     # writes part of an output, then fails like a compiler error
-    fake.write_text('#!/bin/sh\nfor a; do out=$a; done\necho partial > "$out"\necho "error: boom" >&2\nexit 1\n')
+    fake.write_text('#!/bin/sh\nfor a; do out=$a; done\ncase "$out" in *.tmp.so) ;; *) exit 1;; esac\n'
+                    'echo partial > "$out"\necho "error: boom" >&2\nexit 1\n')
     fake.chmod(0o755)
     monkeypatch.setenv("CXX", str(fake))
     with pytest.raises(RuntimeError, match="compiling the CPU kernels failed"):

@@ -32,6 +32,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import socket
 import stat
@@ -140,8 +141,14 @@ def _arch_flags(cxx: str) -> tuple[str, ...]:
     return (f"-march={want}",) if ok else ()
 
 
+def extra_flags() -> list[str]:
+    """``CTBENCH_CXXFLAGS``: flags appended to every build (part of the key), e.g.
+    ``-fsanitize=address`` for a sanitizer run (then preload libasan into Python)."""
+    return shlex.split(os.environ.get("CTBENCH_CXXFLAGS", ""))
+
+
 def compile_flags(cxx: str) -> list[str]:
-    return [*BASE_FLAGS, *_arch_flags(cxx)]
+    return [*BASE_FLAGS, *_arch_flags(cxx), *extra_flags()]
 
 
 def _source_files(src_dir: Path, family: str) -> list[Path]:
@@ -155,7 +162,7 @@ def cache_key(family: str, src_dir: Path | None = None) -> str:
     for p in _source_files(src_dir, family):
         h.update(p.name.encode())
         h.update(p.read_bytes())
-    h.update(" ".join(BASE_FLAGS).encode())
+    h.update(" ".join([*BASE_FLAGS, *extra_flags()]).encode())
     march = requested_march()
     h.update(f"march={march}".encode())
     if march == "native":
