@@ -10,17 +10,14 @@
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d, circular_trajectory_3d_parallel
-from ctbench.geometry import Trajectory
 from ctbench.solvers import fdk
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +75,12 @@ from ctbench.engine.cpu import CpuBackend
 from ctbench.engine.fdk_kernels import weighted_backproject
 
 torch.manual_seed(0)
-be = CpuBackend()
+dev = torch.device(DEVICE)
+if DEVICE == "cuda":
+    from ctbench.engine.cuda import CudaBackend
+    be = CudaBackend()
+else:
+    be = CpuBackend()
 bad_views = [2, 5]
 for beam in ("cone", "parallel"):
     for dtype in (torch.float32, torch.float64):
@@ -86,17 +88,18 @@ for beam in ("cone", "parallel"):
             tr = circular_trajectory_3d(8, 40.0, 80.0, dtype=dtype)
         else:
             tr = circular_trajectory_3d_parallel(8, dtype=dtype)
-        P = Projector(tr, (9, 10, 11), (12, 13), voxel_spacing=1.3, detector_spacing=1.9, backend="cpu")
-        good = P._rays(None, dtype, torch.device("cpu"))
+        P = Projector(tr, (9, 10, 11), (12, 13), voxel_spacing=1.3, detector_spacing=1.9, backend=DEVICE)
+        good = P._rays(None, dtype, dev)
         tile = Tile.full(good.detector_shape)
-        vol = torch.rand((1, 9, 10, 11), dtype=dtype)
-        sino = torch.rand((1, 8, 12, 13), dtype=dtype)
+        vol = torch.rand((1, 9, 10, 11), dtype=dtype, device=dev)
+        sino = torch.rand((1, 8, 12, 13), dtype=dtype, device=dev)
+        ones = lambda n: torch.ones(n, dtype=dtype, device=dev)
         keep = [k for k in range(8) if k not in bad_views]
         kept = Rays(*(t[keep] for t in good.tensors()), good.cone, good.detector_shape)
         ref_fwd = be.project(vol, P.grid, 0, kept, tile)
         ref_back = be.backproject(sino[:, keep], P.grid, 0, 9, kept, tile)
         ref_vjp = be.geometry_vjp(vol, P.grid, 0, sino[:, keep], kept, tile)
-        ref_fdk = weighted_backproject(sino[0, keep], kept, P.grid, torch.ones(len(keep), dtype=dtype), backend="cpu")
+        ref_fdk = weighted_backproject(sino[0, keep], kept, P.grid, ones(len(keep)), backend=DEVICE)
         for field in range(4):
             for value in (float("nan"), float("inf"), -float("inf")):
                 ts = [t.clone() for t in good.tensors()]
@@ -112,24 +115,36 @@ for beam in ("cone", "parallel"):
                 for g, r in zip(vjp, ref_vjp):
                     assert torch.all(g[bad_views] == 0), (beam, field, value)
                     assert torch.allclose(g[keep], r, rtol=1e-5, atol=1e-5), (beam, field, value)
-                out = weighted_backproject(sino[0], rays, P.grid, torch.ones(8, dtype=dtype), backend="cpu")
+                out = weighted_backproject(sino[0], rays, P.grid, ones(8), backend=DEVICE)
                 assert torch.allclose(out, ref_fdk, rtol=1e-5, atol=1e-5), (beam, field, value)
         # a non-finite view weight in FDK contributes nothing either
-        w = torch.ones(8, dtype=dtype)
+        w = ones(8)
         w[bad_views] = float("nan")
-        out = weighted_backproject(sino[0], good, P.grid, w, backend="cpu")
-        ref = weighted_backproject(sino[0, keep], kept, P.grid, torch.ones(len(keep), dtype=dtype), backend="cpu")
-        assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5)
+        out = weighted_backproject(sino[0], good, P.grid, w, backend=DEVICE)
+        assert torch.allclose(out, ref_fdk, rtol=1e-5, atol=1e-5)
+if DEVICE == "cuda":
+    torch.cuda.synchronize()
 print("KERNELS OK")
 """
 
 
-def test_kernels_called_directly_skip_non_finite_rays_and_views():
+def _has_cuda() -> bool:
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not _has_cuda(), reason="needs a CUDA device and CuPy (the CUDA sources are compile-checked in "
+                            "test_cuda_compile.py)"))])
+def test_kernels_called_directly_skip_non_finite_rays_and_views(device):
     """The defence in depth: no Python check in the way, every family, both dtypes, cone and parallel.
 
     Before the fix the first NaN source made joseph_forward read wild memory (SIGSEGV, rc -11)."""
-    proc = subprocess.run([sys.executable, "-c", f"REPO = {str(REPO)!r}\n" + _KERNEL_SCRIPT],
-                          capture_output=True, text=True, timeout=600)
+    code = f"REPO = {str(REPO)!r}\nDEVICE = {device!r}\n" + _KERNEL_SCRIPT
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr[-3000:]}"
     assert "KERNELS OK" in proc.stdout
 
