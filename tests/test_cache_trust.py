@@ -223,8 +223,8 @@ def test_killed_builder_leftovers_are_cleaned_by_the_next_build(src, cache, tmp_
                                start_new_session=True)
     key_dir = cache / cb.cache_key("tiny", src)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not list(key_dir.glob(".tiny.*.tmp*")):
+        deadline = time.time() + 120  # until the "compiler" has written part of its output
+        while time.time() < deadline and not [p for p in key_dir.glob(".tiny.*.tmp*") if p.stat().st_size]:
             time.sleep(0.2)
         (tmp,) = list(key_dir.glob(".tiny.*.tmp*"))
         os.killpg(builder.pid, signal.SIGKILL)  # the builder and its (fake) compiler: real SIGKILL

@@ -55,6 +55,14 @@ class UntrustedCache(RuntimeError):
     """A cache directory or file that another user could have written."""
 
 
+class CorruptLibrary(ValueError):
+    """A record or library that fails verification; ``file`` is the library the record named."""
+
+    def __init__(self, message: str, file: str = ""):
+        super().__init__(message)
+        self.file = file
+
+
 def kernel_dir() -> Path:
     """Folder holding the kernel sources: inside the installed package, or the checkout's kernels/."""
     try:
@@ -259,7 +267,8 @@ def clean_stale_temps(out_dir: Path, family: str) -> list[Path]:
     """Remove temporary files of builders that died (this host, dead pid) or are older than a day."""
     removed = []
     host, now = _host(), time.time()
-    for p in out_dir.glob(f".{family}.*.tmp*"):
+    leftovers = [*out_dir.glob(f".{family}.*.tmp*"), *out_dir.glob(f".lib{family}-*.json.*.tmp")]
+    for p in leftovers:
         m = re.match(rf"^\.{re.escape(family)}\.(.+)\.(\d+)\.[^.]+\.tmp", p.name)
         try:
             old = now - p.lstat().st_mtime > _STALE_SECONDS
@@ -324,7 +333,7 @@ def _build(family: str, src_dir: Path, out_dir: Path, cxx: str, tag: str) -> Pat
 def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     """Load the library a record names, after checking owner, mode, size and SHA-256.
 
-    Raises UntrustedCache (owner/mode), ValueError (record or bytes do not match).
+    Raises UntrustedCache (owner/mode), ValueError (unusable record), CorruptLibrary (bytes do not match).
     """
     fd = _open_trusted(rec_path)
     try:
@@ -343,8 +352,8 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     try:
         data = _read_fd(fd)
         if len(data) != record.get("size") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
-            raise ValueError(f"kernel library {lib} does not match its record ({len(data)} bytes; recorded "
-                             f"{record.get('size')} bytes and another SHA-256): corrupt or replaced")
+            raise CorruptLibrary(f"kernel library {lib} does not match its record ({len(data)} bytes; recorded "
+                                 f"{record.get('size')} bytes and another SHA-256): corrupt or replaced", name)
         proc_fd = f"/proc/self/fd/{fd}"
         if not os.path.exists(proc_fd):
             return ctypes.CDLL(str(lib))
@@ -360,19 +369,28 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
             os.close(fd)
 
 
-def _discard(rec_path: Path) -> None:
-    """Remove a record that failed verification (and the file it names), if they are ours."""
+def _record_file(rec_path: Path) -> str:
     try:
         record = json.loads(rec_path.read_bytes())
         name = str(record.get("file", "")) if isinstance(record, dict) else ""
     except (OSError, ValueError):
-        name = ""
-    for p in ([rec_path.parent / name] if name and "/" not in name else []) + [rec_path]:
-        try:
-            if p.exists() and not p.is_symlink():
-                p.unlink()
-        except OSError:
-            pass
+        return ""
+    return name if "/" not in name else ""
+
+
+def _discard(rec_path: Path, name: str) -> None:
+    """Remove a record that failed verification and the library it named (both checked to be ours).
+
+    The record goes only if it still names ``name``: a concurrent process may
+    have just rebuilt and recorded a good library.
+    """
+    try:
+        if name and (rec_path.parent / name).exists():
+            (rec_path.parent / name).unlink()
+        if _record_file(rec_path) in (name, ""):
+            rec_path.unlink()
+    except OSError:
+        pass
 
 
 def _fallback_dir(reason: str) -> Path:
@@ -416,7 +434,7 @@ def load_library(family: str, src_dir: Path, cache_root: Path) -> ctypes.CDLL:
                 break
             except (ValueError, OSError) as e:
                 problems.append(str(e))
-                _discard(rec)
+                _discard(rec, getattr(e, "file", ""))
         if cxx is None:
             detail = "; ".join(problems) or f"no cached build in {out_dir}"
             raise RuntimeError(f"no usable cached {family} kernel library ({detail}) and no C++ compiler to build "

@@ -222,11 +222,14 @@ def check_geometry(trajectory: "Trajectory", beam: str, box_half, voxel: float) 
 
     - the detector axes are not parallel (the detector spans a plane);
     - parallel beams: the ray direction is not parallel to the detector plane;
-    - cone beams: the source is not on the detector plane, and the whole volume
-      lies strictly between the source and the detector plane (the kernels
-      integrate the full line through the volume, so a detector behind the
-      source or cutting through the volume gives meaningless values, and FDK
-      weights would vanish);
+    - cone beams: the source is not on the detector plane, the volume is not
+      entirely behind the source (detector behind the source), and no part of
+      the volume reaches the detector plane (detector cutting through the
+      volume, or between source and volume).  The kernels integrate the full
+      line through the volume, so these give meaningless values and FDK
+      weights vanish.  (A volume reaching behind the source plane is refused
+      by the projector's "source inside the volume" check only when the source
+      lies inside the box.)
     - every coordinate is within ``MAX_COORDINATE_TO_VOXEL`` voxels of the origin.
     """
     src, ctr, u, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in trajectory.tensors())
