@@ -101,6 +101,20 @@ def test_resume_after_an_interrupted_run_is_bit_identical(tmp_path):
     assert res.residuals == full.residuals and res.n_iter == 9
 
 
+def test_cancel_stops_between_iterations_and_resume_continues(tmp_path):
+    import threading
+    P = make_projector()
+    store, _ = sinogram_store(tmp_path / "b.zarr", P)
+    full = disk_cgls(P, store, tmp_path / "full", 6)
+    stop = threading.Event()
+    res = disk_cgls(P, store, tmp_path / "work", 6, checkpoint_every=1, cancel=stop,
+                    callback=lambda s: stop.set() if s.iteration == 3 else None)
+    assert res.stopped == "cancelled" and res.n_iter == 3
+    res = disk_cgls(P, store, tmp_path / "work", 6, checkpoint_every=1, resume=True)
+    assert res.stopped == "completed" and res.n_iter == 6 and len(res.residuals) == 6
+    assert torch.equal(res.volume.read(), full.volume.read())
+
+
 def test_without_resume_a_work_dir_with_checkpoints_is_refused(tmp_path):
     P = make_projector()
     store, _ = sinogram_store(tmp_path / "b.zarr", P)
