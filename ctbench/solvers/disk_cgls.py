@@ -349,11 +349,13 @@ def _prepare(projector, sinogram_store, work_dir, n_iter, *, x0_store, checkpoin
                         tol, callback, cancel, record)
 
 
-def _reduce_rays(P, value: float, dtype) -> float:
+# This rank's window sums of an inner product, reduced as the projector reduces inner products:
+# over the ranks owning other parts, counting replicas once.
+def _reduce_rays(P, value: float) -> float:
     return float(P.inner_projection(torch.tensor(value, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)))
 
 
-def _reduce_volume(P, value: float, dtype) -> float:
+def _reduce_volume(P, value: float) -> float:
     return float(P.inner_volume(torch.tensor(value, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)))
 
 
@@ -362,7 +364,7 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
     st = _State(P, plan, sinogram_store, rank_dir / "state")
     with torch.no_grad():
         bb, digest = st.data_pass()
-        b_norm = math.sqrt(_reduce_rays(P, bb, plan.dtype)) or 1.0
+        b_norm = math.sqrt(_reduce_rays(P, bb)) or 1.0
         expected = fingerprints(P, plan.dtype, digest, (plan.slab_depth, plan.view_batch))
         start, scalars = 0, None
         if resume:
@@ -376,7 +378,7 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
                 st.project("x", "r", subtract_from_data=True)
             else:
                 st.copy_data("r")
-            gamma = _reduce_volume(P, st.backproject(also=("p",)), plan.dtype)
+            gamma = _reduce_volume(P, st.backproject(also=("p",)))
             scalars = {"gamma": gamma, "residuals": [], "history": []}
         gamma = scalars["gamma"]
         residuals, history = list(scalars["residuals"]), list(scalars["history"])
@@ -389,19 +391,19 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
             return ck.write(it, lambda folder: st.copy(st.stores, st.create(folder, ("x", "r", "p")),
                                                           ("x", "r", "p")), manifest)
 
-        done = gamma == 0.0 and start > 0
+        done = False
         for it in range(start + 1, n_iter + 1):
             if is_cancelled(cancel):
                 return "cancelled"
             if gamma == 0.0:  # exact solution reached
-                res = math.sqrt(_reduce_rays(P, _local_rr(st), plan.dtype))
+                res = math.sqrt(_reduce_rays(P, _local_rr(st)))
                 extra = {"relative_residual": res / b_norm, "gradient_norm": 0.0}
                 done = True
             else:
-                qq = _reduce_rays(P, st.project("p", "q"), plan.dtype)
+                qq = _reduce_rays(P, st.project("p", "q"))
                 alpha = gamma / qq if qq > 0 else 0.0
-                rr = _reduce_rays(P, st.residual(alpha), plan.dtype)
-                gamma_new = _reduce_volume(P, st.backproject(), plan.dtype)
+                rr = _reduce_rays(P, st.residual(alpha))
+                gamma_new = _reduce_volume(P, st.backproject())
                 beta = gamma_new / gamma
                 st.update(alpha, beta)
                 gamma = gamma_new
