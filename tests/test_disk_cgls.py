@@ -245,6 +245,7 @@ def test_two_ranks_in_views_and_space_equal_in_memory_cgls_and_refuse_foreign_ch
         {"name": "run", "partition": "views", "work": str(tmp_path / "wv"), "n_iter": 10, "checkpoint_every": 5,
          "volume": str(tmp_path / "views.zarr"), "memory_budget": 60_000},
     ])
+    views_before = snapshot(tmp_path / "wv")
     space = _launch(tmp_path, "space", [
         {"name": "partition", "partition": "space", "work": str(tmp_path / "wv"), "n_iter": 12, "resume": True},
         {"name": "run", "partition": "space", "work": str(tmp_path / "ws"), "n_iter": 10,
@@ -266,6 +267,7 @@ def test_two_ranks_in_views_and_space_equal_in_memory_cgls_and_refuse_foreign_ch
     assert "world size: checkpoint has 1, this run has 2" in msg and "partition" in msg
     assert "another rank" in views[1]["world size"]["error"]
     assert snapshot(tmp_path / "single") == single_before
+    assert snapshot(tmp_path / "wv") == views_before
     for r in range(2):
         err = space[r]["partition"]
         assert err["type"] == "CheckpointError" and "partition: checkpoint has 'views [2, 1]'" in err["error"]
