@@ -135,7 +135,8 @@ def test_cuda_inputs_are_tiled_when_their_working_set_exceeds_free_memory():
 
 def test_iterative_example_devices_builds_a_multi_device_projector(tmp_path):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("iterative_example", ROOT / "examples" / "iterative_reconstruction.py")
+    path = ROOT / "examples" / "iterative_reconstruction.py"
+    spec = importlib.util.spec_from_file_location("iterative_example", path)
     ex = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ex)
     args = ex.parse_args(["--size", "12", "--views", "10", "--algorithm", "cgls", "--n-iter", "3", "--dtype",

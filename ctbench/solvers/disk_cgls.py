@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
 from pathlib import Path
 
 import torch
 
-from ..engine.plan import SolverPlan, plan_cgls_for, store_concurrency
+from ..engine.plan import SolverPlan, plan_cgls_for
 from ..storage import ZarrStore, check_store
 from ._checks import check_callable, check_cancel, check_n_iter, check_projector, check_tol
 from .checkpoint import CheckpointError, Checkpoints, agree_on_error, all_min, fingerprints
