@@ -656,8 +656,10 @@ def make_cgls_plan(grid_shape, detector_shape, *, z_range, view_range, dtype=tor
             raise PlanError(f"memory_budget={format_bytes(budget)} is too small for disk CGLS: one plane and one "
                             f"view need {format_bytes(need)} ({need} bytes); raise memory_budget")
     # Windows aligned to the work stores' chunks, so that every write replaces whole chunks.
+    # (a window covering the whole axis needs no alignment: its last chunk ends the store).
     cz, cv = min(cz, nz), min(cv, nb)
-    nz, nb = nz // cz * cz, nb // cv * cv
+    nz = nz if nz == Nz else nz // cz * cz
+    nb = nb if nb == n else nb // cv * cv
     mem = passes(nz, nb)
     geometry = 4 * 3 * (v1 - v0) * isz + 4 * 3 * (v1 - v0) * 8  # rays in dtype + the float64 trajectory
     pipeline = 2 * conc * 1024  # zarr's per-chunk bookkeeping
