@@ -15,8 +15,9 @@ Examples::
     python examples/iterative_reconstruction.py --trajectory helical --algorithm tv --noise 0.02
     python examples/iterative_reconstruction.py --algorithm fdk --size 128 --views 180
 
-``--devices`` is accepted for the multi-GPU interface of the specification;
-this version runs on one device (the first one given).  Under torchrun
+``--devices 0 1 2 3`` builds one projector over several devices (views split
+in device order, ``Projector(..., devices=[...])``; the data live on the first
+device); ``--devices cpu cpu`` runs several CPU "devices" (testing).  Under torchrun
 (``torchrun --nproc-per-node=4 examples/iterative_reconstruction.py``) every
 process runs one rank of a views-partitioned projector (NCCL on GPUs, Gloo on
 CPUs; docs/DISTRIBUTED.md) and rank 0 writes the outputs.  Ctrl-C stops an
@@ -55,26 +56,29 @@ def parse_args(argv=None):
     p.add_argument("--n-iter", type=int, default=None, help="iterations (default: sirt 100, cgls 20, tv 100)")
     p.add_argument("--lam", type=float, default=None, help="TV weight (default: scaled to the problem)")
     p.add_argument("--devices", nargs="*", default=None,
-                   help="devices (e.g. 0 1 or cpu); one device is used until multi-device lands")
+                   help="devices (e.g. 0 1 for cuda:0 and cuda:1, or cpu cpu); several build a multi-device projector")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("out/iterative_reconstruction"))
     return p.parse_args(argv)
 
 
-def pick_device(devices) -> torch.device:
-    if not devices:
-        return torch.device("cpu")
-    first = devices[0]
-    if len(devices) > 1:
-        print(f"note: {len(devices)} devices given; this version runs on one ({first})", file=sys.stderr)
-    if first == "cpu":
-        return torch.device("cpu")
-    dev = torch.device(f"cuda:{first}" if str(first).isdigit() else first)
+def as_device(name) -> torch.device:
+    dev = torch.device(f"cuda:{name}" if str(name).isdigit() else name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         print(f"note: {dev} is not available; running on the CPU", file=sys.stderr)
         return torch.device("cpu")
     return dev
+
+
+def pick_devices(devices) -> list[torch.device]:
+    """The devices of ``--devices`` (CUDA ordinals, cuda:N or cpu); the CPU when none are given."""
+    return [as_device(d) for d in devices] if devices else [torch.device("cpu")]
+
+
+def pick_device(devices) -> torch.device:
+    """Where the data live: the first device."""
+    return pick_devices(devices)[0]
 
 
 def init_distributed(args):
@@ -91,7 +95,7 @@ def init_distributed(args):
     return device
 
 
-def build_scan(args, device, dtype, distributed=False):
+def build_scan(args, device, dtype, distributed=False, devices=None):
     n = args.size
     voxel = 256.0 / n                      # a 256 mm field of view
     det = (n + n // 2, n + n // 4)         # wide enough for the magnified volume
@@ -109,8 +113,10 @@ def build_scan(args, device, dtype, distributed=False):
         g = torch.Generator().manual_seed(args.seed)
         sino = sino + args.noise * float(sino.max()) * torch.randn(sino.shape, generator=g, dtype=sino.dtype)
     traj = traj.to(device=device, dtype=dtype)
-    projector = Projector(traj, (n, n, n), det, voxel_spacing=voxel, detector_spacing=pixel,
-                          **({"distributed": True} if distributed else {}))  # views partition
+    opts = {"distributed": True} if distributed else {}  # views partition
+    if devices is not None and len(devices) > 1 and not distributed:
+        opts["devices"] = devices  # one process, several devices: views split in device order
+    projector = Projector(traj, (n, n, n), det, voxel_spacing=voxel, detector_spacing=pixel, **opts)
     return projector, sino.to(device=device, dtype=dtype), truth.to(dtype=dtype)
 
 
@@ -198,9 +204,12 @@ def main(argv=None) -> int:
 
 
 def _run(args, dist_device) -> int:
-    device = dist_device if dist_device is not None else pick_device(args.devices)
+    devices = pick_devices(args.devices) if dist_device is None else None
+    device = dist_device if dist_device is not None else devices[0]
     dtype = getattr(torch, args.dtype)
-    projector, sino, truth = build_scan(args, device, dtype, distributed=dist_device is not None)
+    projector, sino, truth = build_scan(args, device, dtype, distributed=dist_device is not None, devices=devices)
+    if devices is not None and len(devices) > 1:
+        print(f"projector over {len(devices)} devices: {', '.join(map(str, devices))}")
     if args.algorithm == "tv" and args.lam is None:
         args.lam = 0.02 * float(sino.abs().max())  # the default weight, from the full data on every rank
     volume, residuals, seconds, reason = reconstruct(args, projector, sino[projector.view_slice])

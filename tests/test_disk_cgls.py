@@ -101,6 +101,20 @@ def test_resume_after_an_interrupted_run_is_bit_identical(tmp_path):
     assert res.residuals == full.residuals and res.n_iter == 9
 
 
+def test_cancel_stops_between_iterations_and_resume_continues(tmp_path):
+    import threading
+    P = make_projector()
+    store, _ = sinogram_store(tmp_path / "b.zarr", P)
+    full = disk_cgls(P, store, tmp_path / "full", 6)
+    stop = threading.Event()
+    res = disk_cgls(P, store, tmp_path / "work", 6, checkpoint_every=1, cancel=stop,
+                    callback=lambda s: stop.set() if s.iteration == 3 else None)
+    assert res.stopped == "cancelled" and res.n_iter == 3
+    res = disk_cgls(P, store, tmp_path / "work", 6, checkpoint_every=1, resume=True)
+    assert res.stopped == "completed" and res.n_iter == 6 and len(res.residuals) == 6
+    assert torch.equal(res.volume.read(), full.volume.read())
+
+
 def test_without_resume_a_work_dir_with_checkpoints_is_refused(tmp_path):
     P = make_projector()
     store, _ = sinogram_store(tmp_path / "b.zarr", P)
@@ -231,6 +245,7 @@ def test_two_ranks_in_views_and_space_equal_in_memory_cgls_and_refuse_foreign_ch
         {"name": "run", "partition": "views", "work": str(tmp_path / "wv"), "n_iter": 10, "checkpoint_every": 5,
          "volume": str(tmp_path / "views.zarr"), "memory_budget": 60_000},
     ])
+    views_before = snapshot(tmp_path / "wv")
     space = _launch(tmp_path, "space", [
         {"name": "partition", "partition": "space", "work": str(tmp_path / "wv"), "n_iter": 12, "resume": True},
         {"name": "run", "partition": "space", "work": str(tmp_path / "ws"), "n_iter": 10,
@@ -252,6 +267,7 @@ def test_two_ranks_in_views_and_space_equal_in_memory_cgls_and_refuse_foreign_ch
     assert "world size: checkpoint has 1, this run has 2" in msg and "partition" in msg
     assert "another rank" in views[1]["world size"]["error"]
     assert snapshot(tmp_path / "single") == single_before
+    assert snapshot(tmp_path / "wv") == views_before
     for r in range(2):
         err = space[r]["partition"]
         assert err["type"] == "CheckpointError" and "partition: checkpoint has 'views [2, 1]'" in err["error"]

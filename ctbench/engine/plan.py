@@ -354,7 +354,7 @@ def make_plan(kind: str, grid_shape, detector_shape, n_views: int, *, z_range=No
               dtype: torch.dtype = torch.float32, device="cpu", mode: str = "inplace", memory_budget=None,
               volume_chunk_shape=None, view_chunk_size=None, detector_chunk_shape=None,
               store_staging=None, store_align=(1, 1), fdk_padding=None,
-              fdk_oversample=None) -> Plan:
+              fdk_oversample=None, free_memory=None) -> Plan:
     """Choose the windows of one call.
 
     Parameters
@@ -372,6 +372,9 @@ def make_plan(kind: str, grid_shape, detector_shape, n_views: int, *, z_range=No
         (its FFT buffers and the filtered block grow with them).
     store_align : mode "store": (z, view) chunk sizes of the volume and sinogram stores; windows are
         aligned to them where the budget allows, so that writes cover whole chunks.
+    free_memory : mode "inplace" on a CUDA device without a budget: the bytes the call may use there
+        (default :func:`free_device_memory`).  When the call's working set exceeds it, it becomes the
+        budget and the call runs as windows (CUDA tensors whose working set does not fit).
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -415,6 +418,11 @@ def make_plan(kind: str, grid_shape, detector_shape, n_views: int, *, z_range=No
     def cost():
         return _buffers(shape, nz, nb, tu, tv)
 
+    if budget is None and mode == "inplace" and device.type == "cuda" and fixed_nz is None and fixed_nb is None \
+            and fixed_tile is None:
+        free = int(free_memory) if free_memory is not None else free_device_memory(device)
+        if cost()[1] > free:
+            budget = free
     if budget is not None:
         while cost()[1] > budget:
             slab_b = B * nz * H * W
@@ -482,6 +490,7 @@ def plan_for(projector, kind: str = "project", dtype: torch.dtype = torch.float3
 # window passes.  This model is the bytes each pass holds at once; the solver
 # runs exactly these windows.
 WORK_CHUNK_BYTES = 1 << 20  # target size of a work-store chunk (zarr stages a few of them per window)
+READ_CHUNKS_IN_FLIGHT = 1  # whole-chunk reads into a window: about one chunk buffer besides it (measured)
 
 
 def store_concurrency() -> int:
@@ -595,35 +604,47 @@ def make_cgls_plan(grid_shape, detector_shape, *, z_range, view_range, dtype=tor
     dch = tuple(int(c) for c in (data_chunks or (cv, U, V)))
     data_chunk_bytes = dsz * math.prod(dch)
 
-    def vol_stage(nz):  # work volume stores: whole chunks, up to `conc` in flight
-        return min(conc, -(-nz // cz)) * cz * plane
+    # The solver reads and writes one chunk row per store call: zarr then holds one encoded chunk
+    # while writing, and about two chunk buffers while reading, besides the window itself.
+    def vol_read(nz):
+        return min(READ_CHUNKS_IN_FLIGHT, -(-nz // cz)) * cz * plane
 
-    def ray_stage(nb):
-        return min(conc, -(-nb // cv)) * cv * view
+    def vol_write(nz):
+        return cz * plane
 
-    def data_stage(nb):
+    def ray_read(nb):
+        return min(READ_CHUNKS_IN_FLIGHT, -(-nb // cv)) * cv * view
+
+    def ray_write(nb):
+        return cv * view
+
+    def data_read(nb):  # the sinogram store is read a window at a time (zarr's own staging)
         touched = -(-nb // dch[0]) * -(-U // dch[1]) * -(-V // dch[2])
-        return min(conc, touched) * data_chunk_bytes + (nb * U * V * dsz if dsz != isz else 0)
+        return min(conc, READ_CHUNKS_IN_FLIGHT, touched) * data_chunk_bytes + (nb * U * V * isz if dsz != isz else 0)
 
     def passes(nz, nb):
         slab, block = nz * plane, nb * view
         scratch = slab if (cpu_kernel and H > 1 and W > 1 and nb * U * V >= (nz * H * W) // 4) else 0
-        ar_block = block if space_world_size > 1 else 0
+        ar_block = block if space_world_size > 1 else 0  # the all-reduce works on a copy
         ar_slab = slab if view_world_size > 1 else 0
-        first = block + max(slab + max(vol_stage(nz), scratch), block + data_stage(nb), ray_stage(nb) + ar_block)
+        project = block + max(slab + max(vol_read(nz), scratch), ray_write(nb) + ar_block)
+        if with_x0:  # r0 = b - A x0: the data block joins the accumulator
+            first = block + max(slab + max(vol_read(nz), scratch), ar_block, block + max(data_read(nb), ray_write(nb)))
+        else:  # r0 = b
+            first = block + max(data_read(nb), ray_write(nb))
         return {
-            "data": block + data_stage(nb),
-            "project": block + max(slab + max(vol_stage(nz), scratch), ray_stage(nb) + ar_block),
-            "initial_residual": first if with_x0 else block + ray_stage(nb) + data_stage(nb),
-            "residual": 2 * block + ray_stage(nb),
-            "backproject": slab + max(block + ray_stage(nb), vol_stage(nz) + ar_slab),
-            "update": 2 * slab + vol_stage(nz),
+            "data": block + data_read(nb),
+            "project": project,
+            "initial_residual": first,
+            "residual": max(2 * block + ray_read(nb), block + ray_write(nb)),
+            "backproject": slab + max(block + ray_read(nb), vol_write(nz) + ar_slab),
+            "update": 2 * slab + max(vol_read(nz), vol_write(nz)),
         }
 
     nz, nb = Nz, n
-    while 2 * nz * plane + vol_stage(nz) > budget // 2 and nz > 1:
+    while 2 * nz * plane + vol_write(nz) > budget // 2 and nz > 1:
         nz = -(-nz // 2)
-    while 2 * nb * view + ray_stage(nb) > budget // 2 and nb > 1:
+    while 2 * nb * view + ray_write(nb) > budget // 2 and nb > 1:
         nb = -(-nb // 2)
     while max(passes(nz, nb).values()) > budget:
         if nz > 1 and (nz * plane >= nb * view or nb == 1):
@@ -635,8 +656,10 @@ def make_cgls_plan(grid_shape, detector_shape, *, z_range, view_range, dtype=tor
             raise PlanError(f"memory_budget={format_bytes(budget)} is too small for disk CGLS: one plane and one "
                             f"view need {format_bytes(need)} ({need} bytes); raise memory_budget")
     # Windows aligned to the work stores' chunks, so that every write replaces whole chunks.
+    # (a window covering the whole axis needs no alignment: its last chunk ends the store).
     cz, cv = min(cz, nz), min(cv, nb)
-    nz, nb = nz // cz * cz, nb // cv * cv
+    nz = nz if nz == Nz else nz // cz * cz
+    nb = nb if nb == n else nb // cv * cv
     mem = passes(nz, nb)
     geometry = 4 * 3 * (v1 - v0) * isz + 4 * 3 * (v1 - v0) * 8  # rays in dtype + the float64 trajectory
     pipeline = 2 * conc * 1024  # zarr's per-chunk bookkeeping

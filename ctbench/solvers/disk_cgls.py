@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-import shutil
 from pathlib import Path
 
 import torch
 
-from ..engine.plan import SolverPlan, plan_cgls_for, store_concurrency
+from ..engine.plan import SolverPlan, plan_cgls_for
 from ..storage import ZarrStore, check_store
 from ._checks import check_callable, check_cancel, check_n_iter, check_projector, check_tol
 from .checkpoint import CheckpointError, Checkpoints, agree_on_error, all_min, fingerprints
@@ -77,6 +76,37 @@ def _rank_dir(work_dir: Path, rank: int) -> Path:
     return work_dir / f"rank-{rank:05d}"
 
 
+# ------------------------------------------------------------ chunk-wise I/O
+# One chunk per store call: zarr then stages one chunk while writing and about two while reading,
+# whatever the window, so resident memory follows the plan exactly (engine/plan.py, make_cgls_plan).
+def _pieces(store, window):
+    c = int(store.chunks[0])
+    a0, a1 = window[0].start, window[0].stop
+    for a in range(a0, a1, c):
+        yield a - a0, (slice(a, min(a1, (a // c + 1) * c)), *window[1:])
+
+
+def read_by_chunks(store, window) -> torch.Tensor:
+    """``store.read(window)`` (a z- or view-range window), one chunk row per call."""
+    parts = list(_pieces(store, window))
+    if len(parts) == 1:
+        return store.read(window)
+    shape = [window[0].stop - window[0].start] + [s.stop - s.start if s.stop is not None else n
+                                                  for s, n in zip(window[1:], store.shape[1:])]
+    out = torch.empty(shape, dtype=store.dtype)
+    for off, w in parts:
+        t = store.read(w)
+        out[off:off + t.shape[0]] = t
+        del t
+    return out
+
+
+def write_by_chunks(store, window, value: torch.Tensor) -> None:
+    """``store.write(window, value)``, one chunk row per call."""
+    for off, w in _pieces(store, window):
+        store.write(w, value[off:off + (w[0].stop - w[0].start)])
+
+
 # ------------------------------------------------------------ the state
 class _State:
     """This rank's work stores and windows, and the four passes of an iteration."""
@@ -125,7 +155,10 @@ class _State:
         return (slice(a, b), slice(None), slice(None))
 
     def read(self, name, window) -> torch.Tensor:
-        return self.stores[name].read(window)
+        return read_by_chunks(self.stores[name], window)
+
+    def write(self, name, window, value: torch.Tensor) -> None:
+        write_by_chunks(self.stores[name], window, value)
 
     def copy(self, src: dict, dst: dict, names) -> None:
         """Copy stores window by window (checkpoints and restores)."""
@@ -133,8 +166,8 @@ class _State:
             windows = ([self.vw(s0, s1) for s0, s1 in self.slabs] if name in ("x", "s", "p")
                        else [self.rw(a, b) for a, b in self.batches])
             for w in windows:
-                t = src[name].read(w)
-                dst[name].write(w, t)
+                t = read_by_chunks(src[name], w)
+                write_by_chunks(dst[name], w, t)
                 del t
 
     # ----------------------------------------------------------- the data
@@ -178,7 +211,7 @@ class _State:
                 data = self._data(a, b)
                 blk = torch.sub(data, blk, out=data)
             acc_sum += float(torch.dot(blk.reshape(-1), blk.reshape(-1)))
-            self.stores[out].write(self.rw(a, b), blk)
+            self.write(out, self.rw(a, b), blk)
             del acc, blk
         return acc_sum
 
@@ -188,7 +221,7 @@ class _State:
         for a, b in self.batches:
             blk = self._data(a, b)
             total += float(torch.dot(blk.reshape(-1), blk.reshape(-1)))
-            self.stores[out].write(self.rw(a, b), blk)
+            self.write(out, self.rw(a, b), blk)
             del blk
         return total
 
@@ -201,7 +234,7 @@ class _State:
             r.sub_(q.mul_(alpha))  # the same roundings as r - alpha * q in memory
             del q
             total += float(torch.dot(r.reshape(-1), r.reshape(-1)))
-            self.stores["r"].write(self.rw(a, b), r)
+            self.write("r", self.rw(a, b), r)
             del r
         return total
 
@@ -221,7 +254,7 @@ class _State:
             s = acc[0]
             total += float(torch.dot(s.reshape(-1), s.reshape(-1)))
             for name in ("s", *also):
-                self.stores[name].write(self.vw(s0, s1), s)
+                self.write(name, self.vw(s0, s1), s)
             del acc, s
         return total
 
@@ -232,12 +265,12 @@ class _State:
             p = self.read("p", w)
             x = self.read("x", w)
             x.add_(p, alpha=alpha)
-            self.stores["x"].write(w, x)
+            self.write("x", w, x)
             del x
             s = self.read("s", w)
             p.mul_(beta).add_(s)  # s + beta * p, the same roundings as in memory
             del s
-            self.stores["p"].write(w, p)
+            self.write("p", w, p)
             del p
 
 
@@ -315,11 +348,13 @@ def _prepare(projector, sinogram_store, work_dir, n_iter, *, x0_store, checkpoin
                         tol, callback, cancel, record)
 
 
-def _reduce_rays(P, value: float, dtype) -> float:
+# This rank's window sums of an inner product, reduced as the projector reduces inner products:
+# over the ranks owning other parts, counting replicas once.
+def _reduce_rays(P, value: float) -> float:
     return float(P.inner_projection(torch.tensor(value, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)))
 
 
-def _reduce_volume(P, value: float, dtype) -> float:
+def _reduce_volume(P, value: float) -> float:
     return float(P.inner_volume(torch.tensor(value, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)))
 
 
@@ -328,7 +363,7 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
     st = _State(P, plan, sinogram_store, rank_dir / "state")
     with torch.no_grad():
         bb, digest = st.data_pass()
-        b_norm = math.sqrt(_reduce_rays(P, bb, plan.dtype)) or 1.0
+        b_norm = math.sqrt(_reduce_rays(P, bb)) or 1.0
         expected = fingerprints(P, plan.dtype, digest, (plan.slab_depth, plan.view_batch))
         start, scalars = 0, None
         if resume:
@@ -337,12 +372,12 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
             st.open_work()
             if x0_store is not None:
                 for s0, s1 in st.slabs:
-                    st.stores["x"].write(st.vw(s0, s1), x0_store.read(
-                        (slice(s0, s1), slice(None), slice(None))).to(plan.dtype))
+                    st.write("x", st.vw(s0, s1), x0_store.read((slice(s0, s1), slice(None), slice(None))).to(
+                        plan.dtype))
                 st.project("x", "r", subtract_from_data=True)
             else:
                 st.copy_data("r")
-            gamma = _reduce_volume(P, st.backproject(also=("p",)), plan.dtype)
+            gamma = _reduce_volume(P, st.backproject(also=("p",)))
             scalars = {"gamma": gamma, "residuals": [], "history": []}
         gamma = scalars["gamma"]
         residuals, history = list(scalars["residuals"]), list(scalars["history"])
@@ -355,19 +390,19 @@ def _run(P, plan, sinogram_store, x0_store, rank_dir, ck, n_iter, checkpoint_eve
             return ck.write(it, lambda folder: st.copy(st.stores, st.create(folder, ("x", "r", "p")),
                                                           ("x", "r", "p")), manifest)
 
-        done = gamma == 0.0 and start > 0
+        done = False
         for it in range(start + 1, n_iter + 1):
             if is_cancelled(cancel):
                 return "cancelled"
             if gamma == 0.0:  # exact solution reached
-                res = math.sqrt(_reduce_rays(P, _local_rr(st), plan.dtype))
+                res = math.sqrt(_reduce_rays(P, _local_rr(st)))
                 extra = {"relative_residual": res / b_norm, "gradient_norm": 0.0}
                 done = True
             else:
-                qq = _reduce_rays(P, st.project("p", "q"), plan.dtype)
+                qq = _reduce_rays(P, st.project("p", "q"))
                 alpha = gamma / qq if qq > 0 else 0.0
-                rr = _reduce_rays(P, st.residual(alpha), plan.dtype)
-                gamma_new = _reduce_volume(P, st.backproject(), plan.dtype)
+                rr = _reduce_rays(P, st.residual(alpha))
+                gamma_new = _reduce_volume(P, st.backproject())
                 beta = gamma_new / gamma
                 st.update(alpha, beta)
                 gamma = gamma_new
