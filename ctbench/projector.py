@@ -17,6 +17,7 @@ import torch
 
 from .engine import BACKENDS, Rays, VolumeGrid, get_backend
 from .engine.executor import make_executor
+from .engine.plan import check_chunk_options
 from .engine.ops import backproject_op, project_op
 from .geometry import Trajectory, as_trajectory, resolve_trajectory
 from .geometry.trajectory import check_finite, check_geometry
@@ -136,6 +137,9 @@ class Projector:
         self.grid = VolumeGrid(self.global_volume_shape, self.voxel_spacing)
         self.backend_name = backend
         self.trajectory = self._check_trajectory(trajectory)
+        # Window sizes are checked up front, not at the first call that plans windows.
+        check_chunk_options(self.grid.shape, self.detector_shape, options.get("volume_chunk_shape"),
+                            options.get("view_chunk_size"), options.get("detector_chunk_shape"))
         self.options = options
         # Defaults of a single process; a strategy may narrow them (distributed ranks).
         self.rank, self.world_size = 0, 1

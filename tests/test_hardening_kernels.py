@@ -278,3 +278,27 @@ def test_fdk_padding_beyond_the_bound_fails_up_front():
     with pytest.raises(ValueError, match="padding must be at most 64"):
         fdk(P, sino, padding=1e7)
     assert torch.isfinite(fdk(P, sino, padding=64)).all()
+
+
+def test_window_sizes_chunks_and_meta_are_checked_up_front(tmp_path):
+    """Finding 13: a chunk of 0, a chunk that is not a number, a meta that is not a dict: clear errors
+    when the object is made, before any work (not ZeroDivisionError/TypeError/AttributeError later)."""
+    import torch
+
+    from ctbench import Projector, circular_trajectory_3d
+    from ctbench.storage import ZarrStore
+    from ctbench.workbench.dataset import save_dataset
+
+    t = circular_trajectory_3d(8, 100.0, 200.0)
+    for kw, name in [(dict(view_chunk_size=0), "view_chunk_size"), (dict(detector_chunk_shape=(0, 4)),
+                                                                    "detector_chunk_shape"),
+                     (dict(volume_chunk_shape=0), "volume_chunk_shape")]:
+        with pytest.raises(ValueError, match=name):
+            Projector(t, (8, 8, 8), (8, 8), **kw)
+    for chunks in (0, "a", (0, 4, 4)):
+        with pytest.raises(ValueError, match="chunks must be 3 positive integers"):
+            ZarrStore.create(tmp_path / "z.zarr", (4, 4, 4), torch.float32, chunks=chunks)
+    assert not (tmp_path / "z.zarr").exists()
+    with pytest.raises(TypeError, match="meta must be a dict"):
+        save_dataset(tmp_path / "d.zarr", volume=torch.rand(4, 4, 4), meta="notes")
+    assert not (tmp_path / "d.zarr").exists()

@@ -277,7 +277,12 @@ class ZarrStore:
         shape = tuple(int(n) for n in (shape if isinstance(shape, (tuple, list, torch.Size)) else (shape,)))
         if not shape or any(n <= 0 for n in shape):
             raise ValueError(f"shape must be positive integers, got {shape!r}")
-        chunks = default_chunks(shape) if chunks is None else tuple(int(c) for c in chunks)
+        given = chunks
+        try:
+            chunks = default_chunks(shape) if chunks is None else tuple(int(c) for c in chunks)
+        except (TypeError, ValueError):
+            raise ValueError(f"chunks must be {len(shape)} positive integers (one per axis of {shape}), got "
+                             f"{given!r}") from None
         if len(chunks) != len(shape) or any(c <= 0 for c in chunks):
             raise ValueError(f"chunks must be {len(shape)} positive integers (one per axis of {shape}), got "
                              f"{chunks!r}")

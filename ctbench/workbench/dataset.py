@@ -131,6 +131,14 @@ class DatasetError(StoreIntegrityError):
     """A dataset on disk is damaged or incomplete; the message names the array, chunk or attribute."""
 
 
+def _check_meta(meta) -> dict:
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a dict of JSON values, got {type(meta).__name__}")
+    return dict(meta)
+
+
 def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=None, sinogram=None,
                  geometry: ScanGeometry | None = None, voxel_spacing=None, meta: dict | None = None,
                  overwrite: bool = False, chunks: int = 64) -> Path:
@@ -145,7 +153,7 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
     if dataset is None:
         dataset = Dataset(volume=None if volume is None else _as_numpy(volume),
                           sinogram=None if sinogram is None else _as_numpy(sinogram),
-                          geometry=geometry, voxel_spacing=voxel_spacing, meta=dict(meta or {}))
+                          geometry=geometry, voxel_spacing=voxel_spacing, meta=_check_meta(meta))
     elif any(x is not None for x in (volume, sinogram, geometry, voxel_spacing, meta)):
         raise TypeError("pass either a Dataset or its fields as keywords, not both")
     try:
