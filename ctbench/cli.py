@@ -19,8 +19,6 @@ from pathlib import Path
 
 
 def _demo(args) -> int:
-    import torch
-
     from . import Projector, circular_trajectory_3d
     from .workbench.design import ScanGeometry
     from .phantoms import shepp_logan_3d, shepp_logan_line_integrals

@@ -44,6 +44,8 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+from ..atomic_files import atomic_write_bytes, pid_alive
+
 _LOCK = threading.Lock()
 BASE_FLAGS = ("-O3", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 _STALE_SECONDS = 24 * 3600
@@ -253,16 +255,6 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale_temps(out_dir: Path, family: str) -> list[Path]:
     """Remove temporary files of builders that died (this host, dead pid) or are older than a day."""
     removed = []
@@ -274,7 +266,7 @@ def clean_stale_temps(out_dir: Path, family: str) -> list[Path]:
             old = now - p.lstat().st_mtime > _STALE_SECONDS
         except OSError:
             continue
-        dead = m is not None and m.group(1) == host and not _pid_alive(int(m.group(2)))
+        dead = m is not None and m.group(1) == host and not pid_alive(int(m.group(2)))
         if old or dead:
             try:
                 p.unlink()
@@ -282,21 +274,6 @@ def clean_stale_temps(out_dir: Path, family: str) -> list[Path]:
             except OSError:
                 pass
     return removed
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` crash-safely (temporary file, then rename), mode 0600."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _build(family: str, src_dir: Path, out_dir: Path, cxx: str, tag: str) -> Path:
@@ -326,7 +303,7 @@ def _build(family: str, src_dir: Path, out_dir: Path, cxx: str, tag: str) -> Pat
               "compiler": os.path.realpath(cxx), "compiler_version": _compiler_id(cxx).splitlines()[:1],
               "flags": flags, "cpu": cpu_signature(), "built": time.time()}
     rec = out_dir / f"lib{family}-{tag}.json"
-    _write_private(rec, json.dumps(record, indent=1).encode())
+    atomic_write_bytes(rec, json.dumps(record, indent=1).encode(), fsync=True, suffix=".tmp")
     return rec
 
 

@@ -11,7 +11,6 @@ the four results come back in the rays' dtype, each ``(n_views, 3)``.
 
 from __future__ import annotations
 
-import math
 
 import torch
 

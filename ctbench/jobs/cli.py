@@ -7,7 +7,6 @@ prints JSON lines).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 

@@ -19,7 +19,6 @@ from typing import Iterator
 
 import httpx
 
-from .spec import TERMINAL
 
 
 class BridgeError(RuntimeError):

@@ -19,16 +19,16 @@ checkpoint is left exactly as it was.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
+
+from ..atomic_files import atomic_write_bytes
 
 FORMAT = "ctbench-disk-solver-checkpoint"
 VERSION = 1
@@ -73,22 +73,6 @@ def agree_on_error(message: str | None, group, what: str) -> None:
 
 
 # --------------------------------------------------------------------- files
-def write_file_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a flushed temporary sibling and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -174,7 +158,7 @@ class Checkpoints:
                 shutil.rmtree(tmp)
             tmp.mkdir()
             copy_state(tmp)
-            write_file_atomic(tmp / "part.json", json.dumps({"files": file_table(tmp)}, indent=1).encode())
+            atomic_write_bytes(tmp / "part.json", json.dumps({"files": file_table(tmp)}, indent=1).encode(), fsync=True)
             if final.exists():  # a part without manifest, left by a crash: never complete
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -184,7 +168,7 @@ class Checkpoints:
         agree_on_error(error, self.group, f"writing checkpoint {iteration}")  # barrier: all parts are in place
         doc = dict(manifest, format=FORMAT, version=VERSION, iteration=int(iteration),
                    part_sha256=_sha256(final / "part.json"))
-        write_file_atomic(final / "manifest.json", json.dumps(doc, indent=1).encode())
+        atomic_write_bytes(final / "manifest.json", json.dumps(doc, indent=1).encode(), fsync=True)
         barrier(self.group)  # every rank has the manifest: older checkpoints can go
         for old in self.complete():
             if old < iteration:

@@ -18,7 +18,8 @@ import torch
 from ..engine.fdk_kernels import weighted_backproject
 from ..engine.plan import Plan
 from ..storage import ZarrStore, check_store
-from ..storage.completion import pid_alive, same_location
+from ..atomic_files import pid_alive
+from ..storage.completion import same_location
 from ..storage.streaming import StoreWindows, axis0, plan_into, run_inputs, start_output
 from . import analytic
 from .filtering import check_filter, check_oversample

@@ -17,7 +17,6 @@ written without one.
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import asdict, dataclass, field
 
@@ -140,13 +139,3 @@ class OutputRun:
         self.record.complete = True
         if self.enabled:
             self.store.set_completion_record(self.record)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -29,7 +29,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +36,7 @@ import torch
 import zarr
 from zarr.storage import LocalStore
 
+from ..atomic_files import atomic_write_bytes
 from .base import StoreIntegrityError, check_value, chunks_touched, covers_whole_chunks, normalize_window
 
 #: Largest metadata file (zarr.json) a store reads: metadata is small, a huge one is damage or an attack.
@@ -57,24 +57,6 @@ def numpy_to_torch_dtype(dtype) -> torch.dtype:
         return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
     except TypeError:
         raise TypeError(f"zarr dtype {dtype} has no torch equivalent") from None
-
-
-def atomic_write_bytes(path: Path, data, fsync: bool = False) -> int:
-    """Write ``data`` to ``path`` through a temporary sibling and an atomic rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            n = f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return n
 
 
 def _buffer_bytes(value):

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..storage.base import StoreIntegrityError
-from ..storage.completion import pid_alive
+from ..atomic_files import pid_alive
 from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size
 from .design import ScanGeometry
 
