@@ -1,7 +1,8 @@
-"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV).
+"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV).
 
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
-generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``)
+generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``,
+``os_sirt_iterations``, ``os_tv_iterations``)
 that yields an :class:`IterationState` after every iteration (for progress,
 live previews and cancellation), and a function (``sirt``, ``cgls``,
 ``tv_reconstruction``) that runs it to the end and returns a
@@ -11,6 +12,7 @@ live previews and cancellation), and a function (``sirt``, ``cgls``,
 from .analytic import fbp, fdk, field_of_view, helical_fdk
 from .cgls import cgls, cgls_iterations
 from .filtering import FILTERS, ramp_filter
+from .ordered_subsets import os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
 from .streamed import fdk_into
@@ -20,4 +22,5 @@ __all__ = [
     "fdk", "fbp", "helical_fdk", "field_of_view", "ramp_filter", "FILTERS",
     "sirt", "sirt_iterations", "cgls", "cgls_iterations", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
+    "os_sirt", "os_sirt_iterations", "os_tv_reconstruction", "os_tv_iterations",
 ]
