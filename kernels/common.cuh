@@ -14,6 +14,7 @@
 #define CT_FLOOR(x) floor(x)
 #define CT_SQRT(x) sqrt(x)
 #define CT_ABS(x) fabs(x)
+#define CT_ISFINITE(x) isfinite(x)
 #else
 #include <cmath>
 #define CT_HD inline
@@ -23,6 +24,7 @@
 #define CT_FLOOR(x) std::floor(x)
 #define CT_SQRT(x) std::sqrt(x)
 #define CT_ABS(x) std::fabs(x)
+#define CT_ISFINITE(x) std::isfinite(x)
 #endif
 
 namespace ct {
@@ -46,6 +48,16 @@ CT_HD T tmin(T a, T b) { return a < b ? a : b; }
 
 template <typename T>
 CT_HD T tmax(T a, T b) { return a > b ? a : b; }
+
+// True when all n values are finite.  Every kernel rejects a ray or view whose
+// set-up is not finite before any of it becomes an index: (int)NaN is
+// undefined behaviour and would address arbitrary memory.
+template <typename T>
+CT_HD bool all_finite(const T* v, int n) {
+  bool ok = true;
+  for (int i = 0; i < n; ++i) ok = ok && CT_ISFINITE(v[i]);
+  return ok;
+}
 
 // The volume window a kernel sees: the global grid (for coordinates) and the
 // slab [z0, z1) whose voxels it reads or writes.  The slab's data is a dense

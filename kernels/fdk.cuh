@@ -31,7 +31,8 @@ CT_HD double dot3(const double a[3], const double b[3]) { return a[0] * b[0] + a
 
 // The projective matrix of view k (row-major 3x4, world mm -> pixel indices).
 // Returns false for a degenerate view (detector axes parallel, or a cone-beam
-// source lying in the detector plane, or rays parallel to the detector).
+// source lying in the detector plane, or rays parallel to the detector) and for
+// a view whose geometry or matrix is not finite: such a view contributes nothing.
 template <typename real>
 CT_HD bool fdk_view_matrix(const real* src, const real* ctr, const real* ustep, const real* vstep, int cone, int k,
                            int U, int V, double P[12]) {
@@ -42,6 +43,7 @@ CT_HD bool fdk_view_matrix(const real* src, const real* ctr, const real* ustep, 
     u[q] = (double)ustep[3 * k + q];
     v[q] = (double)vstep[3 * k + q];
   }
+  if (!all_finite(s, 3) || !all_finite(c, 3) || !all_finite(u, 3) || !all_finite(v, 3)) return false;
   double n[3], au[3], av[3];
   cross3(u, v, n);
   const double nn = dot3(n, n);
@@ -85,7 +87,7 @@ CT_HD bool fdk_view_matrix(const real* src, const real* ctr, const real* ustep, 
     P[7] = -dot3(av, c) + vd * cn + ov;
     P[11] = 1.0;
   }
-  return true;
+  return all_finite(P, 12);
 }
 
 // Compose the view matrix with the voxel grid: M [ix, iy, iz, 1] = P [x; 1] for
@@ -101,6 +103,15 @@ CT_HD void fdk_index_matrix(const double P[12], const VolumeWindow<real>& vw, do
     M[4 * r + 2] = p[2] * dz;
     M[4 * r + 3] = p[3] - p[0] * dx * hx - p[1] * dy * hy - p[2] * dz * hz;
   }
+}
+
+// The index matrix is usable in the kernel's precision: every entry finite
+// once rounded to real (a float32 kernel would otherwise see inf).
+template <typename real>
+CT_HD bool fdk_index_matrix_ok(const double M[12]) {
+  bool ok = all_finite(M, 12);
+  for (int i = 0; i < 12; ++i) ok = ok && CT_ISFINITE((real)M[i]);
+  return ok;
 }
 
 // Bilinear sample of a filtered projection at continuous pixel indices (fi, fj),

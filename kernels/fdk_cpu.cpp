@@ -31,9 +31,10 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
   std::vector<char> ok((size_t)nv, 0);
   for (int k = 0; k < nv; ++k) {
     double P[12];
-    if (ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k0 + k, U, V, P) && view_weight[k0 + k] != real(0)) {
+    const real wk = view_weight[k0 + k];
+    if (ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k0 + k, U, V, P) && wk != real(0) && CT_ISFINITE(wk)) {
       ct::fdk_index_matrix(P, vw, &mats[(size_t)k * 12]);
-      ok[k] = 1;
+      ok[k] = ct::fdk_index_matrix_ok<real>(&mats[(size_t)k * 12]) ? 1 : 0;
     }
   }
   const i64 rows = (i64)nz * vw.H;

@@ -17,8 +17,11 @@ __global__ void fdk_view_matrices(const real* __restrict__ src, const real* __re
   if (k >= n_views) return;
   ct::VolumeWindow<real> vw{D, H, W, 0, D, (real)dx, (real)dy, (real)dz};
   double P[12], M[12];
-  const bool ok = ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P);
-  if (ok) ct::fdk_index_matrix(P, vw, M);
+  bool ok = ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P) && isfinite(view_weight[k]);
+  if (ok) {
+    ct::fdk_index_matrix(P, vw, M);
+    ok = ct::fdk_index_matrix_ok<real>(M);
+  }
   for (int r = 0; r < 12; ++r) mats[13 * k + r] = ok ? (real)M[r] : real(0);
   mats[13 * k + 12] = ok ? view_weight[k] : real(0);
 }

@@ -28,16 +28,16 @@ struct Ray {
 };
 
 // Restrict the plane interval (nlo, nhi) to planes where A + n*B lies in (lo-1, hi):
-// outside it the bilinear stencil touches no voxel of [lo, hi).
-template <typename real>
-CT_HD void restrict_planes(real A, real B, int lo, int hi, real& nlo, real& nhi) {
-  if (B == real(0)) {
-    if (!(A > real(lo - 1) && A < real(hi))) { nlo = real(1); nhi = real(-1); }
+// outside it the bilinear stencil touches no voxel of [lo, hi).  Evaluated in
+// double (per ray, not per sample) from the ray's stored coefficients.
+CT_HD void restrict_planes(double A, double B, int lo, int hi, double& nlo, double& nhi) {
+  if (B == 0.0) {
+    if (!(A > double(lo - 1) && A < double(hi))) { nlo = 1.0; nhi = -1.0; }
     return;
   }
-  real t1 = (real(lo - 1) - A) / B;
-  real t2 = (real(hi) - A) / B;
-  if (t1 > t2) { real t = t1; t1 = t2; t2 = t; }
+  double t1 = (double(lo - 1) - A) / B;
+  double t2 = (double(hi) - A) / B;
+  if (t1 > t2) { double t = t1; t1 = t2; t2 = t; }
   nlo = tmax(nlo, t1);
   nhi = tmin(nhi, t2);
 }
@@ -45,46 +45,61 @@ CT_HD void restrict_planes(real A, real B, int lo, int hi, real& nlo, real& nhi)
 // Narrow (nlo, nhi) to planes where A + n*B lies in [lo + m, hi - m].  The
 // margin m is far above the rounding of A + n*B, so in that range floor()
 // cannot step outside [lo, hi] and the stencil needs no bounds checks.
-template <typename real>
-CT_HD void interior_planes(real A, real B, int lo, int hi, real& nlo, real& nhi) {
-  const real m = real(1.0 / 64.0);
-  if (hi - lo < 1) { nlo = real(1); nhi = real(-1); return; }  // window too thin for a full stencil
-  if (B == real(0)) {
-    if (!(A >= real(lo) + m && A <= real(hi) - m)) { nlo = real(1); nhi = real(-1); }
+CT_HD void interior_planes(double A, double B, int lo, int hi, double& nlo, double& nhi) {
+  const double m = 1.0 / 64.0;
+  if (hi - lo < 1) { nlo = 1.0; nhi = -1.0; return; }  // window too thin for a full stencil
+  if (B == 0.0) {
+    if (!(A >= double(lo) + m && A <= double(hi) - m)) { nlo = 1.0; nhi = -1.0; }
     return;
   }
-  real t1 = (real(lo) + m - A) / B;
-  real t2 = (real(hi) - m - A) / B;
-  if (t1 > t2) { real t = t1; t1 = t2; t2 = t; }
+  double t1 = (double(lo) + m - A) / B;
+  double t2 = (double(hi) - m - A) / B;
+  if (t1 > t2) { double t = t1; t1 = t2; t2 = t; }
   nlo = tmax(nlo, t1);
   nhi = tmin(nhi, t2);
 }
 
 // Build the ray with origin o and direction d (world, mm) against the volume
 // window, restricted to voxels whose z index lies in [zlo, zhi).  Returns
-// false when the ray touches no voxel there.
+// false when the ray touches no voxel there, or when its set-up is not finite
+// (NaN/inf geometry, overflow): such a ray contributes nothing.
+//
+// The set-up runs in double: with a far source the origin sits ~1e6-1e8 voxels
+// away and A = fo_b - fo_a * B cancels almost all of it; in float32 that
+// cancellation alone cost 5% (source at 1e5 mm, 0.1 mm voxels).  The stored
+// coefficients (A within a few grid sizes of the window for any ray that hits
+// it, |B| <= 1) are then exact enough in the kernel's own precision.
 template <typename real>
-CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, real ddx, real ddy, real ddz,
-                    int zlo, int zhi, Ray<real>& r) {
+CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const double d[3], int zlo, int zhi,
+                    Ray<real>& r) {
   if (zlo >= zhi) return false;
-  real fo[3] = {ox / vw.dx + real(0.5) * real(vw.W - 1), oy / vw.dy + real(0.5) * real(vw.H - 1),
-                oz / vw.dz + real(0.5) * real(vw.D - 1)};
-  real fd[3] = {ddx / vw.dx, ddy / vw.dy, ddz / vw.dz};
+  const double sp[3] = {(double)vw.dx, (double)vw.dy, (double)vw.dz};
+  const int nn[3] = {vw.W, vw.H, vw.D};
+  double fo[3], fd[3];
+  for (int q = 0; q < 3; ++q) {
+    fo[q] = o[q] / sp[q] + 0.5 * double(nn[q] - 1);
+    fd[q] = d[q] / sp[q];
+  }
+  if (!all_finite(fo, 3) || !all_finite(fd, 3)) return false;
   int a = 0;
   if (CT_ABS(fd[1]) > CT_ABS(fd[a])) a = 1;
   if (CT_ABS(fd[2]) > CT_ABS(fd[a])) a = 2;
-  if (fd[a] == real(0)) return false;
+  if (fd[a] == 0.0) return false;
   int b = (a == 0) ? 1 : 0;
   int c = (a == 2) ? 1 : 2;
   int lo[3] = {0, 0, zlo};
   int hi[3] = {vw.W, vw.H, zhi};
   i64 stride[3] = {1, (i64)vw.W, (i64)vw.W * vw.H};
   r.a = a; r.b = b; r.c = c;
-  r.Bb = fd[b] / fd[a];
-  r.Ab = fo[b] - fo[a] * r.Bb;
-  r.Bc = fd[c] / fd[a];
-  r.Ac = fo[c] - fo[a] * r.Bc;
-  r.w = CT_SQRT(ddx * ddx + ddy * ddy + ddz * ddz) / CT_ABS(fd[a]);
+  const double Bb = fd[b] / fd[a], Bc = fd[c] / fd[a];
+  // w = |d| / |fd_a| = sp_a * |d / d_a|, written with ratios so that it cannot overflow.
+  const double rb = d[b] / d[a], rc = d[c] / d[a];
+  const double setup[5] = {fo[b] - fo[a] * Bb, Bb, fo[c] - fo[a] * Bc, Bc, sp[a] * CT_SQRT(1.0 + rb * rb + rc * rc)};
+  r.Ab = (real)setup[0]; r.Bb = (real)setup[1];
+  r.Ac = (real)setup[2]; r.Bc = (real)setup[3];
+  r.w = (real)setup[4];
+  const real stored[5] = {r.Ab, r.Bb, r.Ac, r.Bc, r.w};
+  if (!all_finite(setup, 5) || !all_finite(stored, 5)) return false;
   r.lob = lo[b]; r.hib = hi[b]; r.loc = lo[c]; r.hic = hi[c];
   r.sa = stride[a]; r.sb = stride[b]; r.sc = stride[c];
   r.offset = (i64)vw.z0 * stride[2];
@@ -99,16 +114,17 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
   r.planar = (r.Bc == real(0) && r.Ac == CT_FLOOR(r.Ac)) ? 1 : 0;
   r.pc = 0;
   if (r.planar) {
+    // Range check before the conversion: Ac may be any finite value here.
+    if (!(r.Ac >= real(r.loc) && r.Ac < real(r.hic))) return false;
     r.pc = (int)r.Ac;
-    if (r.pc < r.loc || r.pc >= r.hic) return false;
   }
-  real nlo = real(lo[a]), nhi = real(hi[a] - 1);
-  restrict_planes(r.Ab, r.Bb, r.lob, r.hib, nlo, nhi);
-  restrict_planes(r.Ac, r.Bc, r.loc, r.hic, nlo, nhi);
-  if (!(nlo <= nhi + real(1))) return false;
+  double nlo = double(lo[a]), nhi = double(hi[a] - 1);
+  restrict_planes((double)r.Ab, (double)r.Bb, r.lob, r.hib, nlo, nhi);
+  restrict_planes((double)r.Ac, (double)r.Bc, r.loc, r.hic, nlo, nhi);
+  if (!(nlo <= nhi + 1.0)) return false;
   // Conservative integer bounds (one spare plane each side absorbs rounding;
   // the stencil's own bounds checks zero any sample outside the window).
-  const real big = real(1.0e8);
+  const double big = 1.0e8;
   int n0 = (int)CT_FLOOR(clampd(nlo, -big, big));
   int n1 = (int)CT_FLOOR(clampd(nhi, -big, big)) + 2;
   r.n0 = n0 > lo[a] ? n0 : lo[a];
@@ -116,9 +132,9 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, real ox, real oy, real oz, rea
   if (r.n0 >= r.n1) return false;
   // Interior planes [i0, i1): floor(f) in [lo, hi-2] for b (and c), so both
   // neighbours of the stencil exist.
-  real ilo = real(r.n0), ihi = real(r.n1 - 1);
-  interior_planes(r.Ab, r.Bb, r.lob, r.hib - 1, ilo, ihi);
-  if (!r.planar) interior_planes(r.Ac, r.Bc, r.loc, r.hic - 1, ilo, ihi);
+  double ilo = double(r.n0), ihi = double(r.n1 - 1);
+  interior_planes((double)r.Ab, (double)r.Bb, r.lob, r.hib - 1, ilo, ihi);
+  if (!r.planar) interior_planes((double)r.Ac, (double)r.Bc, r.loc, r.hic - 1, ilo, ihi);
   r.i0 = r.n0; r.i1 = r.n0;
   if (ilo <= ihi) {
     const int c0 = -(int)CT_FLOOR(clampd(-ilo, -big, big));     // ceil(ilo)
@@ -269,18 +285,20 @@ CT_HD void ray_backward(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
   for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) scatter_checked<real, ATOMIC>(vol, r, n, v);
 }
 
-// World-space origin and direction of the ray through pixel (iu, iv) of view k.
-// Geometry arrays are (n_views, 3): src holds the source (cone) or the ray
-// direction (parallel); ustep/vstep are the detector axes times pixel pitch.
+// World-space origin and direction of the ray through pixel (iu, iv) of view k,
+// in double (see make_ray).  Geometry arrays are (n_views, 3): src holds the
+// source (cone) or the ray direction (parallel); ustep/vstep are the detector
+// axes times pixel pitch.
 template <typename real>
 CT_HD void pixel_ray(const real* src, const real* ctr, const real* ustep, const real* vstep, int cone,
-                     int k, int iu, int iv, int U, int V, real o[3], real d[3]) {
-  const real su = real(iu) - real(0.5) * real(U - 1);
-  const real sv = real(iv) - real(0.5) * real(V - 1);
+                     int k, int iu, int iv, int U, int V, double o[3], double d[3]) {
+  const double su = double(iu) - 0.5 * double(U - 1);
+  const double sv = double(iv) - 0.5 * double(V - 1);
   for (int q = 0; q < 3; ++q) {
-    const real p = ctr[3 * k + q] + su * ustep[3 * k + q] + sv * vstep[3 * k + q];
-    if (cone) { o[q] = src[3 * k + q]; d[q] = p - src[3 * k + q]; }
-    else { o[q] = p; d[q] = src[3 * k + q]; }
+    const double s = (double)src[3 * k + q];
+    const double p = (double)ctr[3 * k + q] + su * (double)ustep[3 * k + q] + sv * (double)vstep[3 * k + q];
+    if (cone) { o[q] = s; d[q] = p - s; }
+    else { o[q] = p; d[q] = s; }
   }
 }
 
@@ -299,6 +317,8 @@ CT_HD void slab_pixel_bounds(const VolumeWindow<real>& vw, const real* src, cons
   const double ev[3] = {vstep[3 * k], vstep[3 * k + 1], vstep[3 * k + 2]};
   const double c[3] = {ctr[3 * k], ctr[3 * k + 1], ctr[3 * k + 2]};
   const double s[3] = {src[3 * k], src[3 * k + 1], src[3 * k + 2]};
+  // Non-finite geometry: keep the whole detector (make_ray then rejects every ray).
+  if (!all_finite(eu, 3) || !all_finite(ev, 3) || !all_finite(c, 3) || !all_finite(s, 3)) return;
   const double nrm[3] = {eu[1] * ev[2] - eu[2] * ev[1], eu[2] * ev[0] - eu[0] * ev[2], eu[0] * ev[1] - eu[1] * ev[0]};
   const double guu = eu[0] * eu[0] + eu[1] * eu[1] + eu[2] * eu[2];
   const double gvv = ev[0] * ev[0] + ev[1] * ev[1] + ev[2] * ev[2];

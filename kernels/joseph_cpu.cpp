@@ -45,10 +45,10 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
     for (int inner = 0; inner < n_inner; ++inner) {
       const int ju = u_inner ? inner : outer, jv = u_inner ? outer : inner;  // tile-local pixel
       const int iu = dw.u0 + ju, iv = dw.v0 + jv;
-      real o[3], d[3];
+      double o[3], d[3];
       ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
       ct::Ray<real> r{};
-      const bool hit = ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r);
+      const bool hit = ct::make_ray(vw, o, d, vw.z0, vw.z1, r);
       const real* base = vol;
       i64 bstride = vol_batch_stride;
       if (hit && r.a == 1 && !swapped.empty()) {
@@ -79,10 +79,10 @@ inline void scatter_pixel(const real* sino, int batch, const ct::VolumeWindow<re
   bool any = false;
   for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
   if (!any) return;
-  real o[3], d[3];
+  double o[3], d[3];
   ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
   ct::Ray<real> r{};
-  if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], zlo, zhi, r)) return;
+  if (!ct::make_ray(vw, o, d, zlo, zhi, r)) return;
   for (int q = 0; q < batch; ++q) ct::ray_backward<real, false>(out + q * out_stride, r, sino[q * sino_batch_stride + si]);
 }
 

@@ -11,7 +11,7 @@ using ct::i64;
 template <typename real>
 __device__ __forceinline__ void thread_ray(i64 tid, const real* src, const real* ctr, const real* ustep,
                                            const real* vstep, int cone, int U, int V, int u0, int u1, int v0, int v1,
-                                           real o[3], real d[3]) {
+                                           double o[3], double d[3]) {
   const int nu = u1 - u0, nv = v1 - v0;
   const int iv = v0 + (int)(tid % nv);
   const int iu = u0 + (int)((tid / nv) % nu);
@@ -29,10 +29,10 @@ __global__ void joseph_forward(const real* __restrict__ vol, i64 vol_batch_strid
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (tid >= n_rays) return;
   ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
-  real o[3], d[3];
+  double o[3], d[3];
   thread_ray(tid, src, ctr, ustep, vstep, cone, U, V, u0, u1, v0, v1, o, d);
   ct::Ray<real> r{};
-  const bool hit = ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], z0, z1, r);
+  const bool hit = ct::make_ray(vw, o, d, z0, z1, r);
   for (int q = 0; q < batch; ++q) {
     const real val = hit ? ct::ray_forward(vol + q * vol_batch_stride, r) : real(0);
     real* dst = out + q * n_rays + tid;
@@ -50,10 +50,10 @@ __global__ void joseph_backward(const real* __restrict__ sino, int batch, int D,
   const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (tid >= n_rays) return;
   ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};
-  real o[3], d[3];
+  double o[3], d[3];
   thread_ray(tid, src, ctr, ustep, vstep, cone, U, V, u0, u1, v0, v1, o, d);
   ct::Ray<real> r{};
-  if (!ct::make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], z0, z1, r)) return;
+  if (!ct::make_ray(vw, o, d, z0, z1, r)) return;
   for (int q = 0; q < batch; ++q) {
     const real val = sino[q * n_rays + tid];
     if (val != real(0)) ct::ray_backward<real, true>(vol + q * vol_batch_stride, r, val);

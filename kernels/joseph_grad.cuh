@@ -25,18 +25,19 @@ struct RaySums {
 };
 
 // Origin coordinate along the dominant axis in voxel units, exactly as make_ray computes it.
+// Kept in double: with a far source it is ~1e6-1e8 and n - fo_a cancels most of it.
 template <typename real>
-CT_HD real origin_voxel_coord(const VolumeWindow<real>& vw, int axis, const real o[3]) {
-  const real sp = axis == 0 ? vw.dx : (axis == 1 ? vw.dy : vw.dz);
+CT_HD double origin_voxel_coord(const VolumeWindow<real>& vw, int axis, const double o[3]) {
+  const double sp = axis == 0 ? (double)vw.dx : (axis == 1 ? (double)vw.dy : (double)vw.dz);
   const int n = axis == 0 ? vw.W : (axis == 1 ? vw.H : vw.D);
-  return o[axis] / sp + real(0.5) * real(n - 1);
+  return o[axis] / sp + 0.5 * double(n - 1);
 }
 
 // Add y * (the five sums of ray r through the slab array vol) to acc.  The
 // stencil and its bounds checks mirror ray_forward line by line.
 template <typename real>
 CT_HD void stencil_terms(const real* CT_RESTRICT vol, const Ray<real>& r, int n, int ib, int ic, real xb, real xc,
-                         bool interior, real fo_a, real& s, real& hb, real& tb, real& hc,
+                         bool interior, double fo_a, real& s, real& hb, real& tb, real& hc,
                          real& tc) {
   const i64 base = (i64)n * r.sa + (i64)ib * r.sb + (i64)ic * r.sc - r.offset;
   real v00, v10, v01, v11;
@@ -55,7 +56,7 @@ CT_HD void stencil_terms(const real* CT_RESTRICT vol, const Ray<real>& r, int n,
   const real hi_c = (real(1) - xb) * v01 + xb * v11;  // ... at c = ic + 1
   const real db = (real(1) - xc) * (v10 - v00) + xc * (v11 - v01);
   const real dc = hi_c - lo_c;
-  const real tn = real(n) - fo_a;
+  const real tn = real(double(n) - fo_a);
   s += (real(1) - xc) * lo_c + xc * hi_c;
   hb += db; tb += tn * db;
   hc += dc; tc += tn * dc;
@@ -67,7 +68,7 @@ CT_HD void stencil_terms(const real* CT_RESTRICT vol, const Ray<real>& r, int n,
 // truncation is floor) without checks.  Rays on one voxel plane (2D scans)
 // keep the checked stencil: their c+1 neighbour may lie outside the window.
 template <typename real>
-CT_HD void ray_stencil_sums(const real* CT_RESTRICT vol, const Ray<real>& r, real fo_a, real y,
+CT_HD void ray_stencil_sums(const real* CT_RESTRICT vol, const Ray<real>& r, double fo_a, real y,
                             RaySums<real>& acc) {
   real s = real(0), hb = real(0), tb = real(0), hc = real(0), tc = real(0);
   const int i0 = r.planar ? r.n0 : r.i0, i1 = r.planar ? r.n0 : (r.i1 > r.i0 ? r.i1 : r.i0);
@@ -92,11 +93,11 @@ CT_HD void ray_stencil_sums(const real* CT_RESTRICT vol, const Ray<real>& r, rea
 // Chain the sums of ray r (origin o, direction d in world mm) to the world
 // gradients of the projection with respect to o and d.
 template <typename real>
-CT_HD void ray_world_grad(const VolumeWindow<real>& vw, const Ray<real>& r, const real o[3], const real d[3],
+CT_HD void ray_world_grad(const VolumeWindow<real>& vw, const Ray<real>& r, const double o[3], const double d[3],
                           const RaySums<real>& g, real go[3], real gd[3]) {
   (void)o;
   const real sp[3] = {vw.dx, vw.dy, vw.dz};
-  const real fd_a = d[r.a] / sp[r.a];
+  const real fd_a = real(d[r.a] / (double)sp[r.a]);
   real gfo[3], gfd[3];
   // Plane positions: d f/d fo_b = 1, d f/d fo_a = -B_b; d f/d B_b = n - fo_a.
   gfo[r.b] = r.w * g.hb;
@@ -107,12 +108,11 @@ CT_HD void ray_world_grad(const VolumeWindow<real>& vw, const Ray<real>& r, cons
   gfd[r.b] = gBb / fd_a;
   gfd[r.c] = gBc / fd_a;
   gfd[r.a] = -(r.Bb * gBb + r.Bc * gBc + g.s * r.w) / fd_a;
-  real dd = real(0);
-  for (int q = 0; q < 3; ++q) dd += d[q] * d[q];
-  const real gnorm = g.s * r.w / dd;  // d w / d d_q = w d_q / |d|^2
+  // d w / d d_q = w d_q / |d|^2 = w u_q / |d| with u = d / |d| (no overflow of |d|^2).
+  const double dn = CT_SQRT(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
   for (int q = 0; q < 3; ++q) {
     go[q] = gfo[q] / sp[q];
-    gd[q] = gfd[q] / sp[q] + gnorm * d[q];
+    gd[q] = gfd[q] / sp[q] + real(double(g.s * r.w) * (d[q] / dn) / dn);
   }
 }
 
@@ -152,11 +152,11 @@ CT_HD void ray_geometry_vjp(const real* CT_RESTRICT vol, i64 vol_batch_stride, i
   bool any = false;
   for (int q = 0; q < batch; ++q) any |= grad[q * grad_batch_stride] != real(0);
   if (!any) return;
-  real o[3], d[3];
+  double o[3], d[3];
   pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, U, V, o, d);
   Ray<real> r{};
-  if (!make_ray(vw, o[0], o[1], o[2], d[0], d[1], d[2], vw.z0, vw.z1, r)) return;
-  const real fo_a = origin_voxel_coord(vw, r.a, o);
+  if (!make_ray(vw, o, d, vw.z0, vw.z1, r)) return;
+  const double fo_a = origin_voxel_coord(vw, r.a, o);
   if (vol_xy != nullptr && r.a == 1) {
     ray_use_strides(r, (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
     vol = vol_xy;
