@@ -157,16 +157,23 @@ def _clip(x: torch.Tensor, bounds) -> torch.Tensor:
 
 
 def _os_pass(parts, W: _Weights, b, x, relax, bounds):
-    """One pass over the subsets; returns the new volume and the squared pass residual."""
+    """One pass over the subsets; returns a new volume (x itself is not modified) and the
+    squared pass residual.  Updates run in place on one copy per pass: each whole-volume
+    operation costs a parallel region and fresh buffers cost page faults, which add up
+    over many small subset calls.  The arithmetic is SIRT's, operation for operation."""
+    x = x.clone()
     rr = 0.0
     for i, ((Ps, idx), Rs) in enumerate(zip(parts, W.R)):
         bs = b if idx is None else b[idx]
-        r = bs - Ps.project(x)
+        r = torch.sub(bs, Ps.project(x))
         rr += float(Ps.inner_projection(r, r))
         C = W.column(i, Ps, Rs)
         if relax != 1.0:
             C = relax * C
-        x = _clip(x + C * Ps.backproject(Rs * r), bounds)
+        step = Ps.backproject(r.mul_(Rs)).mul_(C)
+        x.add_(step)
+        if bounds is not None:
+            x.clamp_(min=bounds[0], max=bounds[1])
     return x, rr
 
 
