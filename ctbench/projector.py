@@ -10,6 +10,7 @@ gradients for the trajectory tensors as well.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence
 
 import torch
@@ -18,19 +19,43 @@ from .engine import BACKENDS, Rays, VolumeGrid, get_backend
 from .engine.executor import make_executor
 from .engine.ops import backproject_op, project_op
 from .geometry import Trajectory
+from .geometry.trajectory import check_finite, check_geometry
 
 _DTYPES = (torch.float32, torch.float64)
 
 
-def _positive_ints(value, name: str, n: int | None = None) -> tuple[int, ...]:
+# The kernels take sizes as 32-bit ints (ctypes and CUDA would wrap larger ones silently).
+_MAX_DIM = 2**31 - 1
+# Spacings must survive float32 (the kernels' precision for float32 data) as normal numbers.
+_MIN_SPACING, _MAX_SPACING = float(torch.finfo(torch.float32).tiny), float(torch.finfo(torch.float32).max)
+
+
+def _integer(v, name: str, value) -> int:
+    """``v`` as an int: ints, integer tensors/numpy scalars and integral floats (16.0); never 16.7 or True."""
+    if isinstance(v, bool):
+        raise ValueError(f"{name} must contain integers, got {value!r}")
     try:
-        t = tuple(int(v) for v in (value if isinstance(value, (tuple, list, torch.Size)) else (value,)))
+        return operator.index(v)
+    except TypeError:
+        pass
+    try:
+        f = float(v)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a tuple of positive integers, got {value!r}") from None
+    if not math.isfinite(f) or f != int(f):
+        raise ValueError(f"{name} must contain integers, got {value!r} ({v!r} is not whole)")
+    return int(f)
+
+
+def _positive_ints(value, name: str, n: int | None = None) -> tuple[int, ...]:
+    seq = value if isinstance(value, (tuple, list, torch.Size)) else (value,)
+    t = tuple(_integer(v, name, value) for v in seq)
     if n is not None and len(t) != n:
         raise ValueError(f"{name} must have {n} entries, got {value!r}")
     if any(v <= 0 for v in t):
         raise ValueError(f"{name} must contain positive integers (zero-length axes are invalid), got {value!r}")
+    if any(v > _MAX_DIM for v in t):
+        raise ValueError(f"{name} entries must be below 2**31 (the kernels index with 32-bit sizes), got {value!r}")
     return t
 
 
@@ -43,7 +68,17 @@ def _spacing(value, name: str, n: int) -> tuple[float, ...]:
             raise ValueError(f"{name} must be a scalar or {n} values, got {value!r}")
     if any(not math.isfinite(v) or v <= 0 for v in vals):
         raise ValueError(f"{name} must be positive and finite (mm), got {value!r}")
+    if any(not _MIN_SPACING <= v <= _MAX_SPACING for v in vals):
+        raise ValueError(f"{name} must lie in [{_MIN_SPACING:.3g}, {_MAX_SPACING:.3g}] mm so that float32 "
+                         f"kernels see it unchanged (not 0 or inf), got {value!r}")
     return vals
+
+
+def _check_detector_size(detector_shape) -> None:
+    """One projection is indexed with 32-bit offsets by the FDK kernels."""
+    U, V = detector_shape
+    if U * V > _MAX_DIM:
+        raise ValueError(f"detector_shape {tuple(detector_shape)} has {U * V} pixels; at most 2**31 - 1 are supported")
 
 
 class Projector:
@@ -98,6 +133,7 @@ class Projector:
             self.voxel_spacing = _spacing(voxel_spacing, "voxel_spacing", 3)
             self.detector_spacing = _spacing(detector_spacing, "detector_spacing", 2)
 
+        _check_detector_size(self.detector_shape)
         self.grid = VolumeGrid(self.global_volume_shape, self.voxel_spacing)
         self.backend_name = backend
         self.trajectory = self._check_trajectory(trajectory)
@@ -150,8 +186,7 @@ class Projector:
             if (norms == 0).any():
                 raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
         else:
-            half = torch.tensor([self.grid.W * self.grid.spacing[2], self.grid.H * self.grid.spacing[1],
-                                 self.grid.D * self.grid.spacing[0]], dtype=torch.float64) / 2
+            half = torch.tensor(self._box_half(), dtype=torch.float64)
             src = trajectory.source.detach().to(torch.float64).cpu()
             inside = (src.abs() < half).all(dim=1)
             if self.is_2d:
@@ -159,9 +194,31 @@ class Projector:
             if inside.any():
                 raise ValueError(f"the source lies inside the volume in views {inside.nonzero()[:, 0].tolist()[:10]}; "
                                  "move the source outside (larger sid) or use a smaller volume")
+        check_geometry(trajectory, self.beam, self._box_half(), min(self.grid.spacing))
         return trajectory
 
+    def _box_half(self) -> tuple[float, float, float]:
+        """Half extent (x, y, z) in mm of the global voxel grid (centred on the origin)."""
+        (D, H, W), (dz, dy, dx) = self.grid.shape, self.grid.spacing
+        return (W * dx / 2, H * dy / 2, D * dz / 2)
+
+    def _check_current_geometry(self) -> None:
+        """Call-time check of the held trajectory: its tensors are held by reference and may have
+        been edited in place (a learnable parameter gone NaN) since construction.  CPU tensors are
+        checked at every call (tens of microseconds); CUDA tensors when their version counter moved,
+        so that unchanged geometry costs no device synchronisation."""
+        ts = self.trajectory.tensors()
+        if ts[0].device.type == "cpu":
+            check_finite(ts)
+            return
+        key = tuple((t.data_ptr(), t._version) for t in ts)
+        if key != getattr(self, "_checked_geometry_key", None):
+            check_finite(ts)
+            self._checked_geometry_key = key
+
     def _rays(self, trajectory: Trajectory | None, dtype, device) -> Rays:
+        if trajectory is None:
+            self._check_current_geometry()
         tr = self.trajectory if trajectory is None else self._check_override(trajectory)
         du, dv = self.detector_spacing
         src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in tr.tensors())

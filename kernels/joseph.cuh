@@ -30,13 +30,14 @@ struct Ray {
 // Restrict the plane interval (nlo, nhi) to planes where A + n*B lies in (lo-1, hi):
 // outside it the bilinear stencil touches no voxel of [lo, hi).  Evaluated in
 // double (per ray, not per sample) from the ray's stored coefficients.
-CT_HD void restrict_planes(double A, double B, int lo, int hi, double& nlo, double& nhi) {
+// invB = 1 / B (one division per ray and axis, shared with interior_planes).
+CT_HD void restrict_planes(double A, double B, double invB, int lo, int hi, double& nlo, double& nhi) {
   if (B == 0.0) {
     if (!(A > double(lo - 1) && A < double(hi))) { nlo = 1.0; nhi = -1.0; }
     return;
   }
-  double t1 = (double(lo - 1) - A) / B;
-  double t2 = (double(hi) - A) / B;
+  double t1 = (double(lo - 1) - A) * invB;
+  double t2 = (double(hi) - A) * invB;
   if (t1 > t2) { double t = t1; t1 = t2; t2 = t; }
   nlo = tmax(nlo, t1);
   nhi = tmin(nhi, t2);
@@ -45,15 +46,15 @@ CT_HD void restrict_planes(double A, double B, int lo, int hi, double& nlo, doub
 // Narrow (nlo, nhi) to planes where A + n*B lies in [lo + m, hi - m].  The
 // margin m is far above the rounding of A + n*B, so in that range floor()
 // cannot step outside [lo, hi] and the stencil needs no bounds checks.
-CT_HD void interior_planes(double A, double B, int lo, int hi, double& nlo, double& nhi) {
+CT_HD void interior_planes(double A, double B, double invB, int lo, int hi, double& nlo, double& nhi) {
   const double m = 1.0 / 64.0;
   if (hi - lo < 1) { nlo = 1.0; nhi = -1.0; return; }  // window too thin for a full stencil
   if (B == 0.0) {
     if (!(A >= double(lo) + m && A <= double(hi) - m)) { nlo = 1.0; nhi = -1.0; }
     return;
   }
-  double t1 = (double(lo) + m - A) / B;
-  double t2 = (double(hi) - m - A) / B;
+  double t1 = (double(lo) + m - A) * invB;
+  double t2 = (double(hi) - m - A) * invB;
   if (t1 > t2) { double t = t1; t1 = t2; t2 = t; }
   nlo = tmax(nlo, t1);
   nhi = tmin(nhi, t2);
@@ -73,12 +74,14 @@ template <typename real>
 CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const double d[3], int zlo, int zhi,
                     Ray<real>& r) {
   if (zlo >= zhi) return false;
-  const double sp[3] = {(double)vw.dx, (double)vw.dy, (double)vw.dz};
+  // Few divisions: the set-up runs once per ray and slab (the backprojector
+  // sets a ray up once per z-chunk), so it shows in short rays' cost.
+  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
   const int nn[3] = {vw.W, vw.H, vw.D};
   double fo[3], fd[3];
   for (int q = 0; q < 3; ++q) {
-    fo[q] = o[q] / sp[q] + 0.5 * double(nn[q] - 1);
-    fd[q] = d[q] / sp[q];
+    fo[q] = o[q] * isp[q] + 0.5 * double(nn[q] - 1);
+    fd[q] = d[q] * isp[q];
   }
   if (!all_finite(fo, 3) || !all_finite(fd, 3)) return false;
   int a = 0;
@@ -91,10 +94,11 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
   int hi[3] = {vw.W, vw.H, zhi};
   i64 stride[3] = {1, (i64)vw.W, (i64)vw.W * vw.H};
   r.a = a; r.b = b; r.c = c;
-  const double Bb = fd[b] / fd[a], Bc = fd[c] / fd[a];
-  // w = |d| / |fd_a| = sp_a * |d / d_a|, written with ratios so that it cannot overflow.
-  const double rb = d[b] / d[a], rc = d[c] / d[a];
-  const double setup[5] = {fo[b] - fo[a] * Bb, Bb, fo[c] - fo[a] * Bc, Bc, sp[a] * CT_SQRT(1.0 + rb * rb + rc * rc)};
+  const double ifa = 1.0 / fd[a];
+  const double Bb = fd[b] * ifa, Bc = fd[c] * ifa;
+  // w = |d| / |fd_a|; |d|^2 overflows only for |d| > 1e154 mm, then w = inf and the ray is rejected.
+  const double w = CT_SQRT(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]) * CT_ABS(ifa);
+  const double setup[5] = {fo[b] - fo[a] * Bb, Bb, fo[c] - fo[a] * Bc, Bc, w};
   r.Ab = (real)setup[0]; r.Bb = (real)setup[1];
   r.Ac = (real)setup[2]; r.Bc = (real)setup[3];
   r.w = (real)setup[4];
@@ -118,9 +122,11 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
     if (!(r.Ac >= real(r.loc) && r.Ac < real(r.hic))) return false;
     r.pc = (int)r.Ac;
   }
+  const double Ab_ = (double)r.Ab, Bb_ = (double)r.Bb, Ac_ = (double)r.Ac, Bc_ = (double)r.Bc;
+  const double iBb = 1.0 / Bb_, iBc = 1.0 / Bc_;  // inf for B == 0: that branch does not use it
   double nlo = double(lo[a]), nhi = double(hi[a] - 1);
-  restrict_planes((double)r.Ab, (double)r.Bb, r.lob, r.hib, nlo, nhi);
-  restrict_planes((double)r.Ac, (double)r.Bc, r.loc, r.hic, nlo, nhi);
+  restrict_planes(Ab_, Bb_, iBb, r.lob, r.hib, nlo, nhi);
+  restrict_planes(Ac_, Bc_, iBc, r.loc, r.hic, nlo, nhi);
   if (!(nlo <= nhi + 1.0)) return false;
   // Conservative integer bounds (one spare plane each side absorbs rounding;
   // the stencil's own bounds checks zero any sample outside the window).
@@ -133,8 +139,8 @@ CT_HD bool make_ray(const VolumeWindow<real>& vw, const double o[3], const doubl
   // Interior planes [i0, i1): floor(f) in [lo, hi-2] for b (and c), so both
   // neighbours of the stencil exist.
   double ilo = double(r.n0), ihi = double(r.n1 - 1);
-  interior_planes((double)r.Ab, (double)r.Bb, r.lob, r.hib - 1, ilo, ihi);
-  if (!r.planar) interior_planes((double)r.Ac, (double)r.Bc, r.loc, r.hic - 1, ilo, ihi);
+  interior_planes(Ab_, Bb_, iBb, r.lob, r.hib - 1, ilo, ihi);
+  if (!r.planar) interior_planes(Ac_, Bc_, iBc, r.loc, r.hic - 1, ilo, ihi);
   r.i0 = r.n0; r.i1 = r.n0;
   if (ilo <= ihi) {
     const int c0 = -(int)CT_FLOOR(clampd(-ilo, -big, big));     // ceil(ilo)

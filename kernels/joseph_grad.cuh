@@ -30,7 +30,7 @@ template <typename real>
 CT_HD double origin_voxel_coord(const VolumeWindow<real>& vw, int axis, const double o[3]) {
   const double sp = axis == 0 ? (double)vw.dx : (axis == 1 ? (double)vw.dy : (double)vw.dz);
   const int n = axis == 0 ? vw.W : (axis == 1 ? vw.H : vw.D);
-  return o[axis] / sp + 0.5 * double(n - 1);
+  return o[axis] * (1.0 / sp) + 0.5 * double(n - 1);
 }
 
 // Add y * (the five sums of ray r through the slab array vol) to acc.  The

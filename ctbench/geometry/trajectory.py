@@ -19,6 +19,9 @@ import torch
 
 BEAMS = ("cone", "parallel")
 _FIELDS = ("source", "detector_center", "detector_u", "detector_v")
+# The kernels compute in float32 or float64; a half-precision trajectory would
+# be widened silently from coordinates already rounded to ~0.1% (a mm at 1 m).
+GEOMETRY_DTYPES = (torch.float32, torch.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,8 +56,8 @@ class Trajectory:
                 raise TypeError(f"trajectory {name} must be a torch.Tensor, got {type(t).__name__}")
             if t.ndim != 2 or t.shape[1] != 3:
                 raise ValueError(f"trajectory {name} must have shape (n_views, 3), got {tuple(t.shape)}")
-            if not t.is_floating_point():
-                raise TypeError(f"trajectory {name} must be floating point, got {t.dtype}")
+            if t.dtype not in GEOMETRY_DTYPES:
+                raise TypeError(f"trajectory {name} must be float32 or float64, got {t.dtype}")
             if n is None:
                 n, ref = t.shape[0], t
             elif t.shape[0] != n:
@@ -64,6 +67,8 @@ class Trajectory:
                 raise ValueError(
                     f"trajectory {name} is {t.dtype} on {t.device} but source is "
                     f"{ref.dtype} on {ref.device}; all four tensors must match")
+        if not isinstance(self.meta, dict):
+            raise TypeError(f"trajectory meta must be a dict, got {type(self.meta).__name__}")
 
     # ------------------------------------------------------------------ basics
     @property
@@ -121,11 +126,8 @@ class Trajectory:
         return self.replace(**{f: torch.cat([getattr(self, f), getattr(other, f)]) for f in _FIELDS}, meta={})
 
     def validate_finite(self) -> None:
-        for f in _FIELDS:
-            t = getattr(self, f)
-            if not torch.isfinite(t).all():
-                bad = (~torch.isfinite(t)).any(dim=1).nonzero()[:, 0].tolist()
-                raise ValueError(f"trajectory {f} has non-finite values in views {bad[:10]}")
+        """Raise ValueError naming the tensor and the views that hold NaN or inf."""
+        check_finite(self.tensors(), _FIELDS)
 
     # ------------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
@@ -182,6 +184,93 @@ class Trajectory:
         kind = self.meta.get("kind", "custom")
         return (f"Trajectory({kind}, beam={self.beam!r}, ndim={self.ndim}, n_views={self.n_views}, "
                 f"dtype={self.dtype}, device={self.device})")
+
+
+# ------------------------------------------------------------- validation
+def check_finite(tensors, names=_FIELDS) -> None:
+    """Raise ValueError for the first ``(n_views, 3)`` tensor holding NaN or inf.
+
+    The message names the tensor and (up to ten of) its views, e.g.
+    ``trajectory.source has non-finite values at views [3]``.  One fused
+    reduction over all tensors keeps the common (all finite) case cheap.
+    """
+    tensors = tuple(t.detach() for t in tensors)
+    if all(bool(torch.isfinite(t).all()) for t in tensors):
+        return
+    for name, t in zip(names, tensors):
+        bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(dim=1).nonzero()[:, 0].tolist()
+        if bad:
+            more = f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""
+            raise ValueError(f"trajectory.{name} has non-finite values at views {bad[:10]}{more}")
+
+
+def _views(mask: torch.Tensor) -> str:
+    bad = mask.nonzero()[:, 0].tolist()
+    return f"{bad[:10]}" + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else "")
+
+
+# Largest ratio of a geometry coordinate to a voxel size that the kernels'
+# double-precision ray set-up resolves to ~1e-4 voxel (double has 16 digits).
+MAX_COORDINATE_TO_VOXEL = 1e12
+
+
+def check_geometry(trajectory: "Trajectory", beam: str, box_half, voxel: float) -> None:
+    """Raise ValueError for geometry whose projections would be meaningless.
+
+    ``box_half`` is the volume's half extent ``(x, y, z)`` in mm (the grid is
+    centred on the origin), ``voxel`` its smallest voxel spacing.  Checked per view, in float64:
+
+    - the detector axes are not parallel (the detector spans a plane);
+    - parallel beams: the ray direction is not parallel to the detector plane;
+    - cone beams: the source is not on the detector plane, the volume is not
+      entirely behind the source (detector behind the source), and no part of
+      the volume reaches the detector plane (detector cutting through the
+      volume, or between source and volume).  The kernels integrate the full
+      line through the volume, so these give meaningless values and FDK
+      weights vanish.  (A volume reaching behind the source plane is refused
+      by the projector's "source inside the volume" check only when the source
+      lies inside the box.)
+    - every coordinate is within ``MAX_COORDINATE_TO_VOXEL`` voxels of the origin.
+    """
+    src, ctr, u, v = (t.detach().to(device="cpu", dtype=torch.float64) for t in trajectory.tensors())
+    half = torch.as_tensor(box_half, dtype=torch.float64)
+    points = (ctr, src) if beam == "cone" else (ctr,)
+    reach = max(float(p.abs().max()) for p in points) if src.numel() else 0.0
+    if reach > MAX_COORDINATE_TO_VOXEL * float(voxel):
+        raise ValueError(f"the geometry reaches {reach:.3g} mm from the volume centre, more than "
+                         f"{MAX_COORDINATE_TO_VOXEL:.0e} voxels of {voxel:.3g} mm: rays cannot be set up to a "
+                         "fraction of a voxel there")
+    n = torch.linalg.cross(u, v)
+    nn = n.norm(dim=1)
+    flat = nn <= 1e-6 * u.norm(dim=1) * v.norm(dim=1)
+    if flat.any():
+        raise ValueError(f"trajectory.detector_u is parallel to trajectory.detector_v in views {_views(flat)}; "
+                         "the detector axes must span a plane")
+    nh = n / nn[:, None]
+    if beam == "parallel":
+        dn = (src * nh).sum(dim=1).abs()
+        grazing = dn <= 1e-6 * src.norm(dim=1)
+        if grazing.any():
+            raise ValueError(f"parallel-beam ray directions (trajectory.source) lie in the detector plane in views "
+                             f"{_views(grazing)}; they must cross it")
+        return
+    depth = ((ctr - src) * nh).sum(dim=1)  # signed source-to-detector distance along the normal
+    on_plane = depth.abs() <= 1e-9 * (ctr - src).norm(dim=1).clamp_min(1e-300)
+    if on_plane.any():
+        raise ValueError(f"the source lies on the detector plane in views {_views(on_plane)}")
+    signs = torch.tensor([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], dtype=torch.float64)
+    corners = signs * half  # (8, 3)
+    # Position of each corner between the source plane (0) and the detector plane (1).
+    t = ((corners[None, :, :] - src[:, None, :]) * nh[:, None, :]).sum(dim=2) / depth[:, None]
+    behind = (t < 0).all(dim=1)
+    if behind.any():
+        raise ValueError(f"the detector is behind the source in views {_views(behind)}: the volume must lie "
+                         "between the source and the detector")
+    cut = (t >= 1).any(dim=1)
+    if cut.any():
+        raise ValueError(f"the detector plane cuts through (or lies in front of) the volume in views {_views(cut)}: "
+                         "the volume must lie between the source and the detector (larger sdd - sid or a "
+                         "smaller volume)")
 
 
 def _jsonable(obj):

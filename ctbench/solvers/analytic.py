@@ -27,9 +27,10 @@ import math
 import torch
 
 from ..engine.base import Rays, VolumeGrid
+from ..geometry.trajectory import check_finite
 from ..engine.fdk_kernels import detector_coordinates, voxel_centres, weighted_backproject
 from ._checks import check_sinogram
-from .filtering import check_filter, check_oversample, ramp_filter
+from .filtering import check_filter, check_oversample, check_padding, ramp_filter
 from .weights import F64, Orbit, cosine_weights, linear_arc_weights, orbit_of, redundancy_weights
 
 __all__ = ["fdk", "fbp", "helical_fdk", "field_of_view"]
@@ -131,6 +132,8 @@ def _filtered_backprojection(projector, sinogram, who: str, *, filter, cutoff, p
     sinogram = check_sinogram(projector, sinogram, allow_batch=True)
     filter = check_filter(filter)
     oversample = check_oversample(oversample)
+    check_padding(padding)
+    check_finite(projector.trajectory.tensors())  # before the orbit fit reads the geometry
     orbit = orbit_of(projector, require="circular", who=who)
     arc, parker = redundancy_weights(orbit, short_scan, who=who)
     weights = arc * view_scale(orbit)
@@ -204,6 +207,8 @@ def helical_fdk(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", c
     sinogram = check_sinogram(projector, sinogram, allow_batch=True)
     filter = check_filter(filter)
     oversample = check_oversample(oversample)
+    check_padding(padding)
+    check_finite(projector.trajectory.tensors())
     orbit = orbit_of(projector, require="helical", who="helical_fdk")
     k0, k1 = _local_views(projector)
     batch, sino4 = _layout(projector, sinogram)

@@ -57,13 +57,21 @@ def _check_cutoff(cutoff) -> float:
     return c
 
 
-def _check_padding(padding) -> float:
+# Upper bound of the padding factor: checked before any work, so that a typo
+# (padding=1e7) fails at once instead of after minutes of spectrum set-up.
+MAX_PADDING = 64.0
+
+
+def check_padding(padding) -> float:
     try:
         p = float(padding)
     except (TypeError, ValueError):
         raise ValueError(f"padding must be a number >= 1, got {padding!r}") from None
     if not (p >= 1) or not math.isfinite(p):
         raise ValueError(f"padding must be >= 1 (padded length / row length; 2 avoids wrap-around), got {padding!r}")
+    if p > MAX_PADDING:
+        raise ValueError(f"padding must be at most {MAX_PADDING:g} (2 already avoids wrap-around; the padded rows "
+                         f"take padding times the memory of the data), got {padding!r}")
     return p
 
 
@@ -131,7 +139,7 @@ def ramp_filter(projections: torch.Tensor, spacing: float, *, dim: int = -1, fil
     """
     if not isinstance(projections, torch.Tensor) or not projections.is_floating_point():
         raise TypeError("projections must be a floating-point torch.Tensor")
-    padding = _check_padding(padding)
+    padding = check_padding(padding)
     m = check_oversample(oversample)
     n = projections.shape[dim]
     n_fft = padded_length(n, padding)

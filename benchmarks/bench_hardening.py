@@ -1,0 +1,163 @@
+"""Hardening benchmark (issue 10): what the safety checks cost on W1.
+
+Workload W1 (benchmarks/workloads.py): circular cone beam, 128^3 volume of 2 mm
+voxels, 180 views, 128x128 detector of 4 mm pixels, float32, ``backend="cpu"``.
+
+1. ``ray_setup``: the CPU Joseph forward and backprojection with today's
+   kernels (double-precision ray set-up, non-finite guards) against the
+   kernels of a baseline git revision (``--baseline``, default the commit
+   before the change), both compiled with the same flags through the same
+   cache code and called through the same Python path; calls alternate
+   (baseline, current, baseline, ...) so drifting load hits both alike.
+2. ``call_check``: ``Projector.project`` / ``backproject`` with the call-time
+   NaN/inf check of the held trajectory against the same calls with the check
+   switched off, interleaved; plus the check alone.
+
+Every figure is min and median over ``--repeat`` timed calls after a warm-up.
+The machine may be shared and noisy: the header records the load average.
+Output: JSON lines on stdout, appended to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter, machine_info  # noqa: E402
+from workloads import w1_projector  # noqa: E402
+
+from ctbench.engine import cpu_build  # noqa: E402
+from ctbench.geometry.trajectory import check_finite  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_hardening.jsonl"
+DEFAULT_BASELINE = "15c5a91"  # main before issue 10's kernel change
+
+
+def _stats(times: list[float], cpu: list[float]) -> dict:
+    return {"min_s": round(min(times), 6), "median_s": round(statistics.median(times), 6),
+            "cpu_min_s": round(min(cpu), 6), "cpu_median_s": round(statistics.median(cpu), 6), "n": len(times)}
+
+
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Time each callable ``repeat`` times, alternating between them call by call (after one warm-up each).
+
+    Wall seconds and the process's CPU seconds (all threads): on an oversubscribed
+    machine the CPU time is the steadier measure of the work a call does.
+    """
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    cpus = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+            cpus[k].append(time.process_time() - c0)
+    return {k: _stats(times[k], cpus[k]) for k in fns}
+
+
+def baseline_sources(rev: str, dest: Path) -> Path:
+    """The kernels/ folder of git revision ``rev``, written to ``dest``."""
+    names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{rev}:kernels"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    dest.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        data = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:kernels/{n}"], check=True,
+                              capture_output=True).stdout
+        (dest / n).write_bytes(data)
+    return dest
+
+
+def _kernels_revision() -> str:
+    """HEAD's short hash, with "+dirty" when kernels/ has uncommitted changes."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "kernels"]).returncode != 0
+    return head + ("+dirty" if dirty else "")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE, help="git revision of the baseline kernels")
+    ap.add_argument("--scale", type=float, default=1.0, help="W1 scale (<1 for a quick run)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--sections", default="ray_setup,call_check", help="comma-separated sections to run")
+    args = ap.parse_args(argv)
+    run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    emit = Emitter(args.out, run_id, bench="hardening")
+    emit(kind="header", machine=machine_info(), workload="W1", scale=args.scale, repeat=args.repeat,
+         baseline=args.baseline, kernels=_kernels_revision(),
+         note="shared machine: figures are noisy; calls interleaved")
+
+    P = w1_projector("cpu", scale=args.scale)
+    vol = torch.rand(P.volume_shape, dtype=torch.float32)
+    sino = P.project(vol)
+
+    sections = set(args.sections.split(","))
+    # 1. ray set-up: baseline kernels vs current, same Python path
+    if "ray_setup" in sections:
+        ray_setup(P, vol, sino, args, emit)
+    if "call_check" in sections:
+        call_check(P, vol, sino, args, emit)
+    return 0
+
+
+def ray_setup(P, vol, sino, args, emit) -> None:
+    current = cpu_build.load_cpu_library("joseph")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = baseline_sources(args.baseline, Path(tmp) / "kernels")
+        base = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
+    original = cpu_build.load_cpu_library
+
+    def with_lib(lib, fn):
+        def call():
+            cpu_build.load_cpu_library = lambda family: lib if family == "joseph" else original(family)
+            try:
+                return fn()
+            finally:
+                cpu_build.load_cpu_library = original
+        return call
+
+    for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
+        res = interleaved({"baseline": with_lib(base, fn), "current": with_lib(current, fn)}, args.repeat)
+        c, b = res["current"], res["baseline"]
+        emit(kind="ray_setup", op=op, **res, median_ratio=round(c["median_s"] / b["median_s"], 4),
+             min_ratio=round(c["min_s"] / b["min_s"], 4),
+             cpu_median_ratio=round(c["cpu_median_s"] / b["cpu_median_s"], 4),
+             cpu_min_ratio=round(c["cpu_min_s"] / b["cpu_min_s"], 4))
+
+
+def call_check(P, vol, sino, args, emit) -> None:
+    """The call-time check of the held trajectory: on against off, and alone."""
+    def unchecked(fn):
+        def call():
+            P._check_current_geometry = lambda: None  # instance attribute shadows the method
+            try:
+                return fn()
+            finally:
+                del P._check_current_geometry
+        return call
+
+    for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
+        res = interleaved({"unchecked": unchecked(fn), "checked": fn}, args.repeat)
+        emit(kind="call_check", op=op, **res,
+             median_ratio=round(res["checked"]["median_s"] / res["unchecked"]["median_s"], 4))
+    ts = P.trajectory.tensors()
+    check = interleaved({"check_finite": lambda: check_finite(ts)}, max(args.repeat, 200))
+    emit(kind="call_check", op="check_only", n_views=P.n_views, **check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
