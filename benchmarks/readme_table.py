@@ -124,11 +124,21 @@ def fmt_rate(x) -> str:
     return f"{v:.3g} /s"
 
 
+def fmt_time(line: dict) -> str:
+    """``min`` or, for benches that report a median too, ``min / median``."""
+    text = fmt_seconds(line.get("seconds"))
+    med = _num(line.get("median_s"))
+    return f"{text} / med {fmt_seconds(med)}" if text and med is not None else text
+
+
 def fmt_ratio(line: dict) -> str:
     v = _num(line.get("value"))
     if v is None:
         return ""
     text = f"{v:.3g}x"
+    med = _num(line.get("value_median"))
+    if med is not None:
+        text = f"{text} (median {med:.3g}x)"
     cpu = _num(line.get("value_cpu_s"))
     if cpu is not None:
         text += f" (CPU-s {cpu:.3g}x)"
@@ -186,11 +196,11 @@ def headline_table(runs: dict[str, dict]) -> str:
             ours = [t for t in g["timings"] if _is_ctbench(t.get("impl")) and _num(t.get("seconds")) is not None]
             if not ours:
                 continue
-            peers = "; ".join(f"{_label(t, t['impl'])} {fmt_seconds(t.get('seconds'))}" for t in g["timings"]
+            peers = "; ".join(f"{_label(t, t['impl'])} {fmt_time(t)}" for t in g["timings"]
                               if not _is_ctbench(t.get("impl")) and _num(t.get("seconds")) is not None)
             ratios = "; ".join(f"{_label(r, r['ratio'])} {fmt_ratio(r)}" for r in g["ratios"])
             for t in ours:
-                rows.append([bench, workload or "", op, f"{_label(t, t['impl'])} {fmt_seconds(t['seconds'])}", peers,
+                rows.append([bench, workload or "", op, f"{_label(t, t['impl'])} {fmt_time(t)}", peers,
                              ratios,
                              fmt_rate(t.get("samples_per_s"))])
     if not rows:
@@ -221,12 +231,13 @@ def _generic_row(x: dict) -> list[str]:
     else:
         value = ""
     seconds = _first_number(x, ("seconds", "seconds_per_iteration", "wall_s", "time_s"))
+    seconds_text = fmt_time(x) if _num(x.get("seconds")) is not None else fmt_seconds(seconds)
     rate = ""
     for key, unit in (("samples_per_s", "samples"), ("rays_per_s", "rays"), ("voxels_per_s", "voxels")):
         if _num(x.get(key)) is not None:
             rate = fmt_rate(x[key]).replace("/s", f" {unit}/s")
             break
-    return [x.get("workload") or "", x.get("op") or "", _label(x, str(what)), fmt_seconds(seconds), value, rate]
+    return [x.get("workload") or "", x.get("op") or "", _label(x, str(what)), seconds_text, value, rate]
 
 
 def bench_table(bench: str, run: dict) -> str:
@@ -240,6 +251,10 @@ def bench_table(bench: str, run: dict) -> str:
         bits = [f"run {h.get('run_id', '')}"]
         if isinstance(m, dict) and m.get("cpu"):
             bits.append(f"{m['cpu']}, {m.get('nproc', '?')} CPUs, torch threads {m.get('torch_threads', '?')}")
+            if m.get("caches"):
+                bits.append("caches " + " ".join(f"{k} {v}" for k, v in m["caches"].items()))
+            if m.get("loadavg"):
+                bits.append(f"load {m['loadavg'][0]:.1f}")
         elif isinstance(m, str):
             bits.append(f"{m}, {h.get('cpu_count', '?')} CPUs")
         title += f" ({'; '.join(bits)})"

@@ -1,7 +1,8 @@
-"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV).
+"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV).
 
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
-generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``)
+generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``,
+``os_sirt_iterations``, ``os_tv_iterations``)
 that yields an :class:`IterationState` after every iteration (for progress,
 live previews and cancellation; ``disk_cgls_iterations`` keeps its vectors in
 zarr stores and writes rank-local checkpoints), and a function (``sirt``, ``cgls``,
@@ -14,6 +15,7 @@ from .cgls import cgls, cgls_iterations
 from .checkpoint import CheckpointError
 from .disk_cgls import disk_cgls, disk_cgls_iterations, plan_disk_cgls
 from .filtering import FILTERS, ramp_filter
+from .ordered_subsets import os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
 from .streamed import fdk_into
@@ -24,4 +26,5 @@ __all__ = [
     "sirt", "sirt_iterations", "cgls", "cgls_iterations", "disk_cgls", "disk_cgls_iterations", "plan_disk_cgls",
     "CheckpointError", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
+    "os_sirt", "os_sirt_iterations", "os_tv_reconstruction", "os_tv_iterations",
 ]
