@@ -261,6 +261,6 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert ran == [True]                                         # it blocks in napari.run()
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
-    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget"}
+    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget"}
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)

@@ -116,7 +116,8 @@ def install(viewer) -> None:
     ref, _ = _HANDLERS.get(key, (None, None))
     if ref is not None and ref() is real:
         return
-    _HANDLERS[key] = (weakref.ref(real, lambda _r, k=key: _HANDLERS.pop(k, None)), _Handler(viewer))
+    # the callback holds the dict itself: at interpreter exit the module global may already be None
+    _HANDLERS[key] = (weakref.ref(real, lambda _r, k=key, h=_HANDLERS: h.pop(k, None)), _Handler(viewer))
 
 
 _HANDLERS: dict = {}
