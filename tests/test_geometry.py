@@ -170,3 +170,15 @@ def test_trajectory_validation():
         circular_trajectory_3d(0, 500.0, 1000.0)
     with pytest.raises(ValueError, match="beam"):
         custom_trajectory_3d(torch.zeros(3, 3), torch.zeros(3, 3), torch.zeros(3, 3), torch.zeros(3, 3), beam="fan")
+
+
+def test_the_package_exports_every_generator_lazily():
+    """ctbench's top level loads on first use; its __all__ lists every generator of ctbench.geometry."""
+    import ctbench
+    import ctbench.geometry
+
+    assert set(ctbench.geometry.GENERATORS) <= set(ctbench.__all__)
+    for name in ctbench.__all__:
+        assert getattr(ctbench, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ctbench.nope

@@ -288,7 +288,8 @@ RSS_SCRIPT = textwrap.dedent("""
     view = np.asarray(scan.projections[sys.argv[2] and int(sys.argv[2])].compute())
     after = proc.memory_info().rss
     print(json.dumps({"before": before, "after": after, "shape": list(scan.projections.shape),
-                      "sum": int(view.astype(np.int64).sum()), "first": int(view[0, 0])}))
+                      "sum": int(view.astype(np.int64).sum()), "first": int(view[0, 0]),
+                      "torch_loaded": "torch" in sys.modules}))
 """)
 
 
@@ -312,6 +313,9 @@ def test_reading_one_view_of_a_2gb_tiff_stays_far_below_its_size(tmp_path):
           f"(+{grew:.1f} MiB) for a {path.stat().st_size / 2**30:.2f} GiB file")
     assert grew < 300, f"reading one view of a 2 GiB stack grew resident memory by {grew:.0f} MiB"
     assert grew < 64                             # one view is 2 MiB; far below the file either way
+    # the whole process, not only the growth: the readers do not load torch or the engine
+    assert not r["torch_loaded"]
+    assert r["after"] < 300 * 2 ** 20, f"resident memory {r['after'] / 2**20:.0f} MiB after reading one view"
 
 
 def test_raw_scan_with_raw_flats_and_darks(tmp_path):

@@ -25,12 +25,12 @@ FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr")
 
 def detect_format(path) -> str:
     """The format :func:`read_scan` would use for ``path`` ("auto" is resolved); ScanFileError if none fits."""
-    from ..workbench.dataset import is_dataset
-
     path = Path(path)
     if not path.exists():
         raise ScanFileError(path, "does not exist")
     if path.is_dir():
+        from ..workbench.dataset import is_dataset  # only folders can be datasets: files need no engine
+
         if is_dataset(path):
             return "zarr"
         if find_scanner_json(path) is not None:
