@@ -34,8 +34,10 @@ system-deps:
 run: venv
 	$(VENV)/bin/ctbench demo --out $(OUTDIR)
 
+# Mesa's on-disk shader cache is memory-mapped and shared by every GL process of the user;
+# the GUI tests (Xvfb, llvmpipe) run without it so that no test depends on its state.
 test: dev-deps system-deps
-	$(VPY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS)
+	MESA_SHADER_CACHE_DISABLE=true $(VPY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS)
 
 gui: dev-deps
 	$(VENV)/bin/ctbench gui
