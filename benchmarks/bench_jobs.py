@@ -138,11 +138,26 @@ def main(argv=None) -> int:
            "target_overhead_s": 2.0, "machine": machine_info(),
            "note": "wall-clock on the machine described; a shared machine adds noise"}
     rec["meets_target"] = rec["overhead_s"] < rec["target_overhead_s"]
-    line = json.dumps(rec)
-    print(line)
+    # Lines in the common schema (a header, then one line per op and side) for the README table.
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    workload = rec["workload"]
+    out = [{"bench": "jobs", "run_id": run_id, "kind": "header", "machine": rec["machine"],
+            "args": {k: str(v) for k, v in vars(args).items()}}]
+    for op, sides in (("total", (("torchrun direct", d_tot), ("bridge job", b_tot))),
+                      ("first_event", (("torchrun direct", [x["first_event_s"] for x in direct]),
+                                       ("bridge job", [x["first_event_s"] for x in via])))):
+        for impl, ts in sides:
+            out.append({"bench": "jobs", "run_id": run_id, "workload": workload, "op": op, "impl": impl,
+                        "seconds": round(min(ts), 4), "min_s": round(min(ts), 4),
+                        "median_s": round(statistics.median(ts), 4), "times": [round(t, 4) for t in ts]})
+    verdict = "met" if rec["meets_target"] else "NOT met"
+    out.append({**rec, "run_id": run_id, "op": "total", "seconds": rec["overhead_s"],
+                "impl": f"overhead: median bridge - median direct (target < 2 s: {verdict})"})
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
-        f.write(line + "\n")
+        for line in out:
+            print(json.dumps(line))
+            f.write(json.dumps(line) + "\n")
     return 0
 
 
