@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 
@@ -12,3 +13,15 @@ class ScanFileError(ValueError):
         self.path = Path(path) if path is not None else None
         self.problem = problem
         super().__init__(f"{path}: {problem}")
+
+
+def read_json_object(path) -> dict:
+    """The JSON object in file ``path``; ScanFileError when it is not valid JSON or not an object."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError as e:
+        raise ScanFileError(path, f"is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ScanFileError(path, "must hold a JSON object")
+    return doc

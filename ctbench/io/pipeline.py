@@ -37,7 +37,7 @@ from typing import Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import ScanFileError
+from .errors import ScanFileError, read_json_object
 from .readers import FORMATS, read_scan
 from .scan import RawScan, images_to_sinogram
 
@@ -133,13 +133,7 @@ def load_config(path) -> ReconConfig:
     path = Path(path)
     if not path.is_file():
         raise ScanFileError(path, "does not exist")
-    try:
-        doc = json.loads(path.read_text())
-    except ValueError as e:
-        raise ScanFileError(path, f"is not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise ScanFileError(path, "must hold a JSON object")
-    cfg = parse_config(doc, str(path))
+    cfg = parse_config(read_json_object(path), str(path))
     base = path.resolve().parent
 
     def rel(p):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ScanFileError
+from .errors import ScanFileError, read_json_object
 from .scan import RawScan
 from .tiff import read_tiff_folder
 
@@ -70,12 +70,7 @@ def read_scanner_folder(folder) -> RawScan:
     jpath = find_scanner_json(folder)
     if jpath is None:
         raise ScanFileError(folder, f"has no {SCANNER_JSON} (the scanner's parameters)")
-    try:
-        doc = json.loads(jpath.read_text())
-    except ValueError as e:
-        raise ScanFileError(jpath, f"is not valid JSON ({e})") from None
-    if not isinstance(doc, dict):
-        raise ScanFileError(jpath, "must hold a JSON object")
+    doc = read_json_object(jpath)
     geo = doc.get("geometry", {})
     files = doc.get("files", {})
     if not isinstance(geo, dict) or not isinstance(files, dict):
