@@ -111,3 +111,10 @@ def check_bounds(bounds) -> tuple[float | None, float | None] | None:
     if vals[0] is not None and vals[1] is not None and vals[0] > vals[1]:
         raise ValueError(f"bounds lower ({vals[0]}) must not exceed upper ({vals[1]})")
     return vals[0], vals[1]
+
+
+def check_flag(value, name: str) -> bool:
+    """A True/False option (not 0/1 or a string)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value

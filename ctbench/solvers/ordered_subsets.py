@@ -37,8 +37,8 @@ import numbers
 
 import torch
 
-from ._checks import (check_bounds, check_callable, check_cancel, check_n_iter, check_sinogram, check_tol,
-                      initial_volume)
+from ._checks import (check_bounds, check_callable, check_cancel, check_flag, check_n_iter, check_sinogram,
+                      check_tol, initial_volume)
 from ..engine.finite_differences import divergence, gradient
 from .sirt import path_eps, safe_reciprocal
 from .state import IterationState, ReconResult, iterate, run_to_end
@@ -286,8 +286,7 @@ def _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_i
     tol = check_tol(tol)
     callback = check_callable(callback, "callback")
     cancel = check_cancel(cancel)
-    if not isinstance(nonneg, bool):
-        raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
+    nonneg = check_flag(nonneg, "nonneg")
     if isinstance(tv_iter, bool) or not isinstance(tv_iter, numbers.Integral) or tv_iter < 1:
         raise ValueError(f"tv_iter must be a positive integer, got {tv_iter!r}")
     parts = _subsets(projector, n_subsets)

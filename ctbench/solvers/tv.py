@@ -28,8 +28,8 @@ import math
 
 import torch
 
-from ._checks import (check_callable, check_cancel, check_n_iter, check_projector, check_sinogram, check_tol,
-                      initial_volume)
+from ._checks import (check_callable, check_cancel, check_flag, check_n_iter, check_projector, check_sinogram,
+                      check_tol, initial_volume)
 from .sirt import path_eps, safe_reciprocal
 from ..engine.finite_differences import divergence, gradient
 from .state import IterationState, ReconResult, iterate, run_to_end
@@ -113,8 +113,7 @@ def _prepare(projector, sinogram, n_iter, lam, nonneg, x0, tol, callback, cancel
     tol = check_tol(tol)
     callback = check_callable(callback, "callback")
     cancel = check_cancel(cancel)
-    if not isinstance(nonneg, bool):
-        raise TypeError(f"nonneg must be True or False, got {nonneg!r}")
+    nonneg = check_flag(nonneg, "nonneg")
     x = initial_volume(projector, b, x0)
     if nonneg:
         x = x.clamp(min=0)
