@@ -174,7 +174,7 @@ def test_streamed_equals_direct_on_a_smaller_zarr_case(tmp_path):
     N = 64
     traj = circular_trajectory_3d(9, 300.0, 600.0)
     direct = Projector(traj, (N, N, N), (40, 36), detector_spacing=3.0)
-    streamed = Projector(traj, (N, N, N), (40, 36), detector_spacing=3.0, memory_budget=256 * 1024)
+    streamed = Projector(traj, (N, N, N), (40, 36), detector_spacing=3.0, memory_budget=512 * 1024)
     vol = torch.rand(N, N, N)
     vs = ZarrStore.create(tmp_path / "v.zarr", (N, N, N), chunks=(8, 32, 32))
     vs.write(None, vol)
@@ -206,7 +206,7 @@ def test_fdk_into_equals_in_memory_fdk(tmp_path, case):
     sino = direct.project(torch.rand(vshape, dtype=f64))
     expect = solver(direct, sino, filter="hann")
     windows = []
-    for budget, m in ((None, 1), (60_000, 1), (30_000, 1), (90_000, 2)):
+    for budget, m in ((None, 1), (60_000, 1), (40_000, 1), (120_000, 2)):
         if m > 1:
             expect = solver(direct, sino, filter="hann", oversample=m)
         p = Projector(traj, vshape, dshape, memory_budget=budget)

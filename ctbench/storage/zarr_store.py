@@ -363,14 +363,18 @@ class ZarrStore:
 
         zarr decodes/encodes up to ``async.concurrency`` chunks at once, each a
         whole chunk even when the window covers only part of it; a write into
-        part of a chunk also holds the stored chunk it merges into.
+        part of a chunk also holds the stored chunk it merges into, and a
+        checksummed write holds the encoded chunk (bytes plus crc32c, a copy)
+        beside the chunk it encodes (measured: tests/test_plan.py).
         """
         in_flight = min(int(zarr.config.get("async.concurrency") or 10), chunks_touched(window_shape, self.chunks))
         chunk_bytes = self.array.dtype.itemsize
         for c in self.chunks:
             chunk_bytes *= int(c)
-        merge = write and not covers_whole_chunks(window_shape, self.chunks, self.shape)
-        return in_flight * chunk_bytes * (2 if merge else 1)
+        copies = 1
+        if write:
+            copies += int(not covers_whole_chunks(window_shape, self.chunks, self.shape)) + int(self.checksummed)
+        return in_flight * chunk_bytes * copies
 
     @property
     def checksummed(self) -> bool:
