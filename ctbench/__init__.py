@@ -41,6 +41,7 @@ _LAZY = {
     "helical_view_weights": "compat_weighted",
     "helical_weighted_backproject": "compat_weighted",
     "parallel_weighted_backproject": "compat_weighted",
+    "ParameterizedSurface": "detector_surface",
     "GENERATORS": "geometry",
     "Trajectory": "geometry",
     "circular_trajectory_2d_fan": "geometry",
@@ -69,7 +70,7 @@ _GENERATOR_NAMES = ("circular_trajectory_3d", "spiral_trajectory_3d", "saddle_tr
 
 
 _SUBPACKAGES = ("geometry", "engine", "distributed", "storage", "solvers", "workbench", "io", "preprocessing",
-                "jobs", "phantoms", "datasets", "compat", "compat_functions", "compat_weighted", "projector")
+                "jobs", "phantoms", "datasets", "compat", "compat_functions", "compat_weighted", "detector_surface", "projector")
 
 
 def __getattr__(name: str):
@@ -97,5 +98,5 @@ __all__ = [
     "parker_weights", "ramp_filter_1d",
     "ParallelProjectorFunction", "ParallelBackprojectorFunction", "FanProjectorFunction", "FanBackprojectorFunction",
     "ConeProjectorFunction", "ConeBackprojectorFunction", "parallel_weighted_backproject", "fan_weighted_backproject",
-    "cone_weighted_backproject", "helical_view_weights", "helical_weighted_backproject",
+    "cone_weighted_backproject", "helical_view_weights", "helical_weighted_backproject", "ParameterizedSurface",
 ]

@@ -25,7 +25,8 @@ GC = dict(eps=1e-6, atol=1e-6, rtol=1e-4)
 
 def test_every_diffct_top_level_name_exists_in_ctbench():
     missing = [n for n in diffct.__all__ if not hasattr(ctbench, n)]
-    assert missing == ["ParameterizedSurface"]  # next commit
+    assert missing == []
+    assert set(diffct.__all__) <= set(ctbench.__all__)
 
 
 # ------------------------------------------------------------ perturbed scans
@@ -229,3 +230,117 @@ def test_helical_weights_and_gather_compose_into_helical_fdk():
         lambda x, ww: ctbench.helical_weighted_backproject(x, f64, (2, 3, 3), ww, isocenter=(0, 0, 0),
                                                            detector_spacing=4.0, voxel_spacing=4.0),
         (small_q, small_w))
+
+
+# ------------------------------------------------------------- curved detectors
+def _flat(u, v):
+    return torch.stack([u, v, torch.zeros_like(u)], dim=-1)
+
+
+def _cylinder(u, v, view_indices, radius):
+    """A detector bent around the source on a cylinder of ``radius`` about the v axis (u is arc length)."""
+    g = u / radius
+    return torch.stack([radius * torch.sin(g), v, radius * (torch.cos(g) - 1)], dim=-1)
+
+
+def _surface_points(frames, offsets):
+    s, c, u, v = frames
+    n = torch.linalg.cross(u, v, dim=1)
+    t, w, h = offsets.unbind(-1)
+    return s, c[:, None, None] + t[..., None] * u[:, None, None] + w[..., None] * v[:, None, None] \
+        + h[..., None] * n[:, None, None]
+
+
+def test_flat_surface_equals_the_plain_projector():
+    frames = diffct.circular_trajectory_3d(12, 60.0, 120.0, device="cpu", dtype=F64)
+    x = torch.rand(8, 10, 10, dtype=F64)
+    P = ctbench.Projector(frames, (8, 10, 10), (14, 10))
+    S = ctbench.Projector(frames, (8, 10, 10), (14, 10), detector_surface=_flat)
+    y = torch.rand(P.projection_shape, dtype=F64)
+    torch.testing.assert_close(S.project(x), P.project(x), rtol=0, atol=1e-12)
+    torch.testing.assert_close(S.backproject(y), P.backproject(y), rtol=0, atol=1e-12)
+    fan = diffct.circular_trajectory_2d_fan(9, 60.0, 120.0, device="cpu", dtype=F64)
+    Pf = ctbench.Projector(fan, (12, 12), 16, beam="fan")
+    Sf = ctbench.Projector(fan, (12, 12), 16, beam="fan", detector_surface=_flat)
+    img = torch.rand(12, 12, dtype=F64)
+    torch.testing.assert_close(Sf.project(img), Pf.project(img), rtol=0, atol=1e-12)
+
+
+def _wavy(u, v, view_indices, amplitude):
+    """A non-planar detector: pixels shifted along u and along the normal by waves of ``amplitude`` mm."""
+    return torch.stack([u + amplitude * torch.sin(2 * math.pi * v / 20), v,
+                        amplitude * torch.cos(2 * math.pi * u / 28)], dim=-1)
+
+
+@pytest.mark.parametrize("sampler,value", [(_cylinder, 30.0), (_wavy, 3.0)], ids=["cylinder", "wavy"])
+def test_curved_detector_against_exact_integrals_and_diffct(sampler, value):
+    frames = diffct.circular_trajectory_3d(12, 60.0, 120.0, device="cpu", dtype=F64)
+    vshape, dshape = (16, 20, 20), (28, 20)
+    p = torch.tensor(value, dtype=F64)
+    S = ctbench.Projector(frames, vshape, dshape, detector_surface=ctbench.ParameterizedSurface(sampler, (p,)))
+    iu = (torch.arange(dshape[0], dtype=F64) - (dshape[0] - 1) / 2)
+    iv = (torch.arange(dshape[1], dtype=F64) - (dshape[1] - 1) / 2)
+    uu, vv = torch.meshgrid(iu, iv, indexing="ij")
+    src, pix = _surface_points(frames, sampler(uu, vv, None, p))
+    truth = _gauss_lines(src[:, None, None].expand_as(pix), pix - src[:, None, None], CENTRE, SIGMA)
+    vol = _gauss_volume(vshape, CENTRE, SIGMA)
+    ours = S.project(vol)
+    theirs = diffct.Projector(frames, vshape, dshape, beam="cone",
+                              detector_surface=diffct.ParameterizedSurface(sampler, (p,))).project(vol.float())
+    flat = ctbench.Projector(frames, vshape, dshape).project(vol)
+    n = truth.norm()
+    err_ours, err_theirs = float((ours - truth).norm() / n), float((theirs.double() - truth).norm() / n)
+    err_flat = float((flat - truth).norm() / n)
+    # measured: ctbench 1.9 % / 1.8 %, diffct 6.2 % / 6.4 %; the flat detector 2.0 % / 28 % (cylinder / wavy)
+    assert err_ours < 0.03 and err_theirs < 0.08
+    if sampler is _wavy:
+        assert err_flat > 0.15
+
+
+def test_surface_parameter_and_trajectory_gradients():
+    frames = _cone()
+    g = torch.Generator().manual_seed(5)
+    vol = torch.rand(4, 5, 6, generator=g, dtype=F64)
+    radius = torch.tensor(90.0, dtype=F64, requires_grad=True)
+
+    def project(r, det):
+        surface = ctbench.ParameterizedSurface(_cylinder, (r,))
+        P = ctbench.Projector((frames[0], det, *frames[2:]), (4, 5, 6), (7, 6), detector_surface=surface)
+        return P.project(vol)
+
+    det = frames[1].clone().requires_grad_()
+    assert torch.autograd.gradcheck(project, (radius, det), **GC)
+    # the adjoint, with a per-view surface and a trajectory override
+    def per_view(u, v, ids):
+        return _cylinder(u, v, ids, radius.detach())[None].repeat(len(ids), 1, 1, 1)
+
+    S = ctbench.Projector(frames, (4, 5, 6), (7, 6), detector_surface=ctbench.ParameterizedSurface(per_view))
+    y = torch.rand(S.projection_shape, generator=g, dtype=F64)
+    moved = _jitter(frames, 9, 0.1)
+    lhs = (S.project(vol, trajectory=moved) * y).sum()
+    rhs = (vol * S.backproject(y, trajectory=moved)).sum()
+    torch.testing.assert_close(lhs, rhs, rtol=1e-12, atol=0)
+
+
+def test_bad_detector_surfaces_are_refused_naming_the_argument():
+    frames = diffct.circular_trajectory_3d(4, 60.0, 120.0, device="cpu")
+    args = (frames, (4, 5, 6), (7, 6))
+    with pytest.raises(ValueError, match=r"detector_surface must return offsets of shape \(7, 6, 3\)"):
+        ctbench.Projector(*args, detector_surface=lambda u, v: torch.zeros(6, 7, 3))
+    with pytest.raises(ValueError, match="detector_surface returned non-finite offsets"):
+        ctbench.Projector(*args, detector_surface=lambda u, v: torch.full((7, 6, 3), float("nan")))
+    with pytest.raises(TypeError, match="detector_surface must return a floating-point tensor"):
+        ctbench.Projector(*args, detector_surface=lambda u, v: 0)
+    with pytest.raises(TypeError, match="detector_surface must be callable"):
+        ctbench.Projector(*args, detector_surface=3)
+    with pytest.raises(TypeError, match=r"parameters\[0\] must be a floating-point tensor"):
+        ctbench.ParameterizedSurface(_cylinder, (3,))
+    r = torch.tensor(100.0)
+    P = ctbench.Projector(*args, detector_surface=ctbench.ParameterizedSurface(_cylinder, (r,)))
+    with torch.no_grad():
+        r.fill_(float("inf"))  # a learnable parameter gone bad after construction
+    with pytest.raises(ValueError, match=r"detector_surface parameters\[0\] must be finite"):
+        P.project(torch.rand(4, 5, 6))
+    fan = diffct.circular_trajectory_2d_fan(4, 60.0, 120.0, device="cpu")
+    with pytest.raises(ValueError, match="zero middle"):
+        ctbench.Projector(fan, (5, 5), 7, beam="fan", detector_surface=lambda u, v: torch.ones(7, 3))
