@@ -344,3 +344,73 @@ def test_bad_detector_surfaces_are_refused_naming_the_argument():
     fan = diffct.circular_trajectory_2d_fan(4, 60.0, 120.0, device="cpu")
     with pytest.raises(ValueError, match="zero middle"):
         ctbench.Projector(fan, (5, 5), 7, beam="fan", detector_surface=lambda u, v: torch.ones(7, 3))
+
+
+# ------------------------------------------------- checkpointed CGLS (disk CGLS)
+@pytest.fixture(scope="module")
+def cgls_problem():
+    P = ctbench.Projector(ctbench.circular_trajectory_3d(10, 40.0, 80.0), (6, 10, 10), (16, 10))
+    x = _gauss_volume((6, 10, 10), (1.0, -1.0, 0.0), 2.0)
+    return P, P.project(x)  # float64: resumed runs are compared bit for bit
+
+
+def _stop_at(k):
+    return lambda it, res, x: it < k
+
+
+def test_cgls_checkpoints_and_resume_are_bit_identical(cgls_problem, tmp_path):
+    P, b = cgls_problem
+    full = ctbench.cgls(P, b, 6, checkpoint_directory=tmp_path / "full")
+    memory = ctbench.cgls(P, b, 6)  # the in-memory CGLS: the same iteration
+    assert full.iterations == 6 and full.reason == memory.reason == "iteration limit reached"
+    torch.testing.assert_close(full.volume, memory.volume, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(torch.tensor(full.residual_history), torch.tensor(memory.residual_history),
+                               rtol=1e-9, atol=0)
+    part = ctbench.cgls(P, b, 6, checkpoint_directory=tmp_path / "run", callback=_stop_at(3))
+    assert part.iterations == 3 and part.reason == "callback stopped"
+    seen = []
+    resumed = ctbench.cgls(P, b, 6, resume=tmp_path / "run", checkpoint_directory=tmp_path / "run",
+                           callback=lambda k, res, x: seen.append(k))
+    assert seen == [4, 5, 6] and resumed.iterations == 6
+    assert torch.equal(resumed.volume, full.volume)
+    assert resumed.residual_history == full.residual_history
+    # resuming from one directory into another leaves the first as it was and gives the same result
+    before = sorted(p.name for p in (tmp_path / "run").rglob("*"))
+    again = ctbench.cgls(P, b, 6, resume=tmp_path / "run", checkpoint_directory=tmp_path / "copy")
+    assert torch.equal(again.volume, full.volume)
+    assert sorted(p.name for p in (tmp_path / "run").rglob("*")) == before
+    with pytest.raises(FileExistsError, match="checkpoint_directory .* holds checkpoints.*resume="):
+        ctbench.cgls(P, b, 6, checkpoint_directory=tmp_path / "full")
+    with pytest.raises(FileNotFoundError, match="resume: no ctbench CGLS checkpoint"):
+        ctbench.cgls(P, b, 6, resume=tmp_path / "nothing")
+
+
+def test_cgls_into_runs_disk_cgls_and_resumes(cgls_problem, tmp_path):
+    P, b = cgls_problem
+    want = ctbench.cgls(P, b, 5, checkpoint_directory=tmp_path / "ref")
+    out = ctbench.NpyStore.create(tmp_path / "x.npy", P.volume_shape, dtype=F64)
+    src = ctbench.TensorStore(b.clone())
+    stores = []
+    r = ctbench.cgls_into(P, src, out, 5, workspace=tmp_path / "ws", callback=lambda k, res, x: stores.append(x))
+    assert r.volume is out and r.iterations == 5 and r.residual_history == want.residual_history
+    assert torch.equal(out.read((slice(None),)), want.volume)
+    assert (tmp_path / "ws" / "rank-00000").is_dir()  # the CGLS vectors were on disk there
+    assert all(hasattr(x, "chunks") for x in stores)  # the callback sees the work x store, not a tensor
+    # interrupted with checkpoints, resumed into a new workspace
+    out2 = torch.zeros(P.volume_shape, dtype=F64)
+    part = ctbench.cgls_into(P, b, out2, 5, workspace=tmp_path / "ws2", checkpoint_directory=tmp_path / "ck",
+                             callback=_stop_at(2))
+    assert part.iterations == 2
+    out3 = torch.zeros(P.volume_shape, dtype=F64)
+    done = ctbench.cgls_into(P, b, out3, 5, workspace=tmp_path / "ws3", resume=tmp_path / "ck")
+    assert done.volume is out3 and torch.equal(out3, want.volume)
+
+
+def test_checkpoints_of_other_solvers_are_refused_naming_cgls(cgls_problem, tmp_path):
+    P, b = cgls_problem
+    for solver in (ctbench.sirt, ctbench.tv_reconstruction):
+        with pytest.raises(NotImplementedError, match="cgls and cgls_into support them"):
+            solver(P, b, 2, checkpoint_directory=tmp_path / "ck")
+    P2 = ctbench.Projector(ctbench.circular_trajectory_2d_fan(8, 40.0, 80.0), (8, 8), 12)
+    with pytest.raises(ValueError, match="disk-backed CGLS, which is for 3D volumes"):
+        ctbench.cgls(P2, P2.project(torch.rand(8, 8)), 2, checkpoint_directory=tmp_path / "ck2")
