@@ -98,6 +98,9 @@ def disk_cgls_request(operator, measurements, iterations, *, work_dir, checkpoin
     if getattr(operator, "is_2d", False):
         raise ValueError("checkpoint_directory/resume and cgls_into use ctbench's disk-backed CGLS, which is for 3D "
                          "volumes; a 2D problem fits in memory: call cgls without them")
+    if getattr(operator, "world_size", 1) > 1:
+        raise NotImplementedError("checkpointed cgls and cgls_into take one process here; under torchrun call "
+                                  "ctbench.solvers.disk_cgls(projector, global_sinogram_store, work_dir, ...)")
     b = _store(measurements, "measurements")
     n = int(b.shape[0])
     norm_b = math.sqrt(_squared_norm(b, n))

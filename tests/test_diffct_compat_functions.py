@@ -166,8 +166,8 @@ def test_weighted_backprojection_composes_into_fdk_and_fbp(beam, make, vshape, d
         theirs = diffct.fbp(sino, frames, vshape, angles, beam=beam)
     truth = _gauss_volume(vshape, CENTRE[:len(vshape)], SIGMA)
     assert ours.shape == tuple(vshape) and ours.dtype == torch.float32
-    assert float((ours - ref).norm() / ref.norm()) < 1e-5
-    # measured: between the libraries 0.0-0.9 %, each against the blob < 2.6 % (docs/FROM_DIFFCT.md)
+    assert float((ours - ref).norm() / ref.norm()) < 1e-5  # measured 0.7-1.9e-6 (float32)
+    # measured: between the libraries 0.0-0.9 %, each against the blob 0.6-2.6 % (docs/FROM_DIFFCT.md)
     assert float((ours.double() - theirs.double()).norm() / truth.norm()) < 0.015
     assert float((ours.double() - truth).norm() / truth.norm()) < 0.03
 
@@ -221,15 +221,17 @@ def test_helical_weights_and_gather_compose_into_helical_fdk():
     ours = ctbench.helical_weighted_backproject(q, frames, vshape, w, isocenter=(0.0, 0.0, 0.0))
     P = ctbench.Projector(frames, vshape, (U, V))
     ref = ctbench.solvers.helical_fdk(P, sino, padding=2.0)
-    assert float((ours - ref).norm() / ref.norm()) < 2e-3
+    assert float((ours - ref).norm() / ref.norm()) < 1e-5  # measured 9e-7 (float32)
     # gradients reach the filtered data and the weights
-    f64 = tuple(t.double() for t in frames)
-    small_q = q[:, ::4, ::4].double().detach().requires_grad_()
-    small_w = w[:2].double().detach().requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda x, ww: ctbench.helical_weighted_backproject(x, f64, (2, 3, 3), ww, isocenter=(0, 0, 0),
-                                                           detector_spacing=4.0, voxel_spacing=4.0),
-        (small_q, small_w))
+    f64 = tuple(t[42:54].double() for t in frames)  # 12 views near z = 0 and 4x3 pixels: small enough for gradcheck
+    small_q = torch.rand(12, 4, 3, dtype=F64, requires_grad=True)
+    small_w = torch.rand(2, 12, dtype=F64, requires_grad=True)
+    def gather(x, ww):
+        return ctbench.helical_weighted_backproject(x, f64, (2, 3, 3), ww, isocenter=(0, 0, 0),
+                                                    detector_spacing=8.0, voxel_spacing=4.0)
+
+    assert bool((gather(small_q, small_w) != 0).all())  # every voxel sees the data: the check is not vacuous
+    assert torch.autograd.gradcheck(gather, (small_q, small_w))
 
 
 # ------------------------------------------------------------- curved detectors
