@@ -4,7 +4,8 @@ A diffct script runs with ``from diffct import ...`` replaced by ``from ctbench 
 
 - solvers with diffct's signatures and :class:`SolverResult`: :func:`cgls`, :func:`sirt`,
   :func:`tv_reconstruction` (Adam on half the mean squared error plus weighted mean TV, as
-  diffct), :func:`cgls_into`, :func:`total_variation`;
+  diffct), :func:`cgls_into`, :func:`total_variation`; ``cgls_into`` and ``cgls`` with
+  ``checkpoint_directory=``/``resume=`` run ctbench's disk-backed CGLS (:mod:`ctbench.compat_disk`);
 - the functional analytic reconstructions ``fdk(sinogram, trajectory, volume_shape, angles, ...)``,
   ``fbp(...)``, ``helical_fdk(...)``, ``fdk_into(source, output, trajectory, ...)``, ``fbp_into``.
   Called with a :class:`~ctbench.Projector` first they are ctbench's own
@@ -115,6 +116,8 @@ def cgls(operator, measurements, iterations=30, *, x0=None, rtol=1e-6, atol=0., 
          checkpoint_directory=None, resume=None, **ctbench_kwargs):
     """CGLS on ``A x = b`` (diffct's signature): stops after ``iterations`` or once
     ``||A x - b|| <= atol + rtol ||b||``; ``callback(k, residual, x)`` returning False stops it.
+    With ``checkpoint_directory=`` (checkpoint every iteration there) or ``resume=`` (continue
+    from a checkpoint directory) it runs ctbench's disk-backed CGLS (:mod:`ctbench.compat_disk`).
 
     With ctbench's keywords (``n_iter``, ``tol``, ``cancel``) this is :func:`ctbench.solvers.cgls`.
     """

@@ -295,6 +295,7 @@ def test_curved_detector_against_exact_integrals_and_diffct(sampler, value):
     err_flat = float((flat - truth).norm() / n)
     # measured: ctbench 1.9 % / 1.8 %, diffct 6.2 % / 6.4 %; the flat detector 2.0 % / 28 % (cylinder / wavy)
     assert err_ours < 0.03 and err_theirs < 0.08
+    assert float((ours - theirs.double()).norm() / n) < 0.08  # measured 6.2 % / 6.3 %: diffct's model error
     if sampler is _wavy:
         assert err_flat > 0.15
 
