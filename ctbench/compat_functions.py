@@ -73,8 +73,8 @@ class _Base(torch.autograd.Function):
 
     @classmethod
     def _run(cls, ctx, data, geometry, shapes, direction):
-        # Keep the inputs: backward rebuilds the projector graph from them.
-        ctx.save_for_backward(data, *geometry)
+        # Backward rebuilds the projector graph from the inputs; the data only for geometry gradients.
+        ctx.save_for_backward(data if any(ctx.needs_input_grad[1:1 + len(geometry)]) else None, *geometry)
         ctx.shapes = shapes
         dtype = _work_dtype(data)
         P = _projector(cls.beam, geometry, *shapes[:2], shapes[2], shapes[3], dtype, data.device)
