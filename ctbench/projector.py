@@ -107,6 +107,8 @@ class Projector:
     def __init__(self, trajectory: Trajectory, volume_shape: Sequence[int], detector_shape, *,
                  beam: str | None = None, detector_spacing=1.0, voxel_spacing=1.0, backend: str = "auto",
                  detector_surface=None, **options):
+        if detector_surface is not None:  # only a subclass gets here: Projector itself builds a SurfaceProjector
+            raise TypeError(f"detector_surface= is not supported by {type(self).__name__}; use ctbench.Projector")
         trajectory, beam = resolve_trajectory(trajectory, beam)  # diffct tuples and beam names (issue 17)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
