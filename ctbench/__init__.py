@@ -30,6 +30,18 @@ _LAZY = {
     "sirt": "compat",
     "total_variation": "compat",
     "tv_reconstruction": "compat",
+    "ConeBackprojectorFunction": "compat_functions",
+    "ConeProjectorFunction": "compat_functions",
+    "FanBackprojectorFunction": "compat_functions",
+    "FanProjectorFunction": "compat_functions",
+    "ParallelBackprojectorFunction": "compat_functions",
+    "ParallelProjectorFunction": "compat_functions",
+    "cone_weighted_backproject": "compat_weighted",
+    "fan_weighted_backproject": "compat_weighted",
+    "helical_view_weights": "compat_weighted",
+    "helical_weighted_backproject": "compat_weighted",
+    "parallel_weighted_backproject": "compat_weighted",
+    "ParameterizedSurface": "detector_surface",
     "GENERATORS": "geometry",
     "Trajectory": "geometry",
     "circular_trajectory_2d_fan": "geometry",
@@ -58,7 +70,7 @@ _GENERATOR_NAMES = ("circular_trajectory_3d", "spiral_trajectory_3d", "saddle_tr
 
 
 _SUBPACKAGES = ("geometry", "engine", "distributed", "storage", "solvers", "workbench", "io", "preprocessing",
-                "jobs", "phantoms", "datasets", "compat", "projector")
+                "jobs", "phantoms", "datasets", "compat", "compat_functions", "compat_weighted", "detector_surface", "projector")
 
 
 def __getattr__(name: str):
@@ -84,4 +96,7 @@ __all__ = [
     "fdk", "fbp", "helical_fdk", "fdk_into", "fbp_into", "TensorStore", "NpyStore",
     "detector_coordinates_1d", "angular_integration_weights", "fan_cosine_weights", "cone_cosine_weights",
     "parker_weights", "ramp_filter_1d",
+    "ParallelProjectorFunction", "ParallelBackprojectorFunction", "FanProjectorFunction", "FanBackprojectorFunction",
+    "ConeProjectorFunction", "ConeBackprojectorFunction", "parallel_weighted_backproject", "fan_weighted_backproject",
+    "cone_weighted_backproject", "helical_view_weights", "helical_weighted_backproject", "ParameterizedSurface",
 ]

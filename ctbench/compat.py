@@ -4,7 +4,8 @@ A diffct script runs with ``from diffct import ...`` replaced by ``from ctbench 
 
 - solvers with diffct's signatures and :class:`SolverResult`: :func:`cgls`, :func:`sirt`,
   :func:`tv_reconstruction` (Adam on half the mean squared error plus weighted mean TV, as
-  diffct), :func:`cgls_into`, :func:`total_variation`;
+  diffct), :func:`cgls_into`, :func:`total_variation`; ``cgls_into`` and ``cgls`` with
+  ``checkpoint_directory=``/``resume=`` run ctbench's disk-backed CGLS (:mod:`ctbench.compat_disk`);
 - the functional analytic reconstructions ``fdk(sinogram, trajectory, volume_shape, angles, ...)``,
   ``fbp(...)``, ``helical_fdk(...)``, ``fdk_into(source, output, trajectory, ...)``, ``fbp_into``.
   Called with a :class:`~ctbench.Projector` first they are ctbench's own
@@ -73,9 +74,15 @@ def _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoin
     if x0 is not None and (not isinstance(x0, torch.Tensor) or tuple(x0.shape) != tuple(operator.volume_shape)
                            or not torch.isfinite(x0).all()):
         raise ValueError(f"x0 must be a finite tensor of volume_shape {tuple(operator.volume_shape)}")
+    for name, value in (("checkpoint_directory", checkpoint_directory), ("resume", resume)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{name} must be a directory path or None, got {type(value).__name__}")
+
+
+def _no_checkpoints(solver, checkpoint_directory, resume):
     if checkpoint_directory is not None or resume is not None:
-        raise NotImplementedError("checkpoint_directory/resume of diffct's in-memory solvers are not supported; "
-                                  "use ctbench's disk-backed CGLS for checkpointed runs (docs/FROM_DIFFCT.md)")
+        raise NotImplementedError(f"checkpoint_directory/resume are not supported by {solver} in ctbench; cgls and "
+                                  "cgls_into support them (through ctbench's disk-backed CGLS, 3D volumes)")
 
 
 def _dot_rays(operator, a, b) -> float:
@@ -109,12 +116,21 @@ def cgls(operator, measurements, iterations=30, *, x0=None, rtol=1e-6, atol=0., 
          checkpoint_directory=None, resume=None, **ctbench_kwargs):
     """CGLS on ``A x = b`` (diffct's signature): stops after ``iterations`` or once
     ``||A x - b|| <= atol + rtol ||b||``; ``callback(k, residual, x)`` returning False stops it.
+    With ``checkpoint_directory=`` (checkpoint every iteration there) or ``resume=`` (continue
+    from a checkpoint directory) it runs ctbench's disk-backed CGLS (:mod:`ctbench.compat_disk`).
 
     With ctbench's keywords (``n_iter``, ``tol``, ``cancel``) this is :func:`ctbench.solvers.cgls`.
     """
     if ctbench_kwargs:
         return _ctbench_solver(_s.cgls, "cgls", operator, measurements, iterations, x0, callback, ctbench_kwargs)
     _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume)
+    if checkpoint_directory is not None or resume is not None:
+        from .compat_disk import disk_cgls_request, plan_directories
+
+        work, every, again = plan_directories(None, checkpoint_directory, resume)
+        return SolverResult(*disk_cgls_request(operator, measurements, iterations, work_dir=work,
+                                               checkpoint_every=every, resume=again, x0=x0, rtol=rtol, atol=atol,
+                                               callback=callback))
     b = measurements.detach()
     x = torch.zeros(operator.volume_shape, dtype=b.dtype, device=b.device) if x0 is None else x0.detach().to(b).clone()
     r = b.clone() if x0 is None else b - operator.project(x)
@@ -163,6 +179,7 @@ def sirt(operator, measurements, iterations=100, *, x0=None, rtol=1e-6, atol=0.,
     if ctbench_kwargs:
         return _ctbench_solver(_s.sirt, "sirt", operator, measurements, iterations, x0, callback, ctbench_kwargs)
     _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume)
+    _no_checkpoints("sirt", checkpoint_directory, resume)
     if not math.isfinite(float(relaxation)) or float(relaxation) <= 0:
         raise ValueError(f"relaxation must be a finite number > 0, got {relaxation!r}")
     if not isinstance(nonnegative, bool):
@@ -243,6 +260,7 @@ def tv_reconstruction(operator, measurements, iterations=100, weight=1., lr=.1, 
         return _ctbench_solver(_s.tv_reconstruction, "tv_reconstruction", operator, measurements, iterations, x0,
                                callback, ctbench_kwargs)
     _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume)
+    _no_checkpoints("tv_reconstruction", checkpoint_directory, resume)
     for name, v, pos in (("weight", weight, False), ("lr", lr, True)):
         if not math.isfinite(float(v)) or (pos and float(v) <= 0):
             raise ValueError(f"{name} must be a finite number{' > 0' if pos else ''}, got {v!r}")
@@ -292,24 +310,58 @@ def _ctbench_solver(fn, name, operator, measurements, iterations, x0, callback, 
 
 def cgls_into(operator, measurements, output, iterations, *, workspace, block_elements=1048576, rtol=1e-6,
               atol=0., callback=None, checkpoint_directory=None, resume=None):
-    """diffct's ``cgls_into``: CGLS of ``measurements`` (a tensor or a store) written into ``output``
-    (a store or a tensor, returned as given).  ``workspace`` must be a new directory (diffct's rule);
-    it is created.  Unlike diffct's, the CGLS vectors stay in memory (docs/FROM_DIFFCT.md); the
-    output is written in blocks of at most ``block_elements`` values."""
+    """diffct's ``cgls_into``: CGLS of ``measurements`` (a tensor or a block store) written into
+    ``output`` (a block store or a tensor, returned as given), with the CGLS vectors on disk:
+    ctbench's disk-backed CGLS works in ``workspace`` (a new directory, diffct's rule), or in
+    ``checkpoint_directory`` when checkpointing (see :mod:`ctbench.compat_disk`).
+    ``callback(k, residual, x)`` gets the work x store.  ``block_elements`` bounds the blocks of the
+    initial norm and the tensor output's copies; the disk solver sizes its own windows (its memory
+    budget).  2D operators run in memory (disk CGLS is for 3D volumes) unless checkpointing."""
+    from .compat_disk import disk_cgls_request, plan_directories
+
     if isinstance(block_elements, bool) or not isinstance(block_elements, int) or block_elements < 1:
         raise ValueError(f"block_elements must be a positive integer, got {block_elements!r}")
+    if not _is_projector(operator):
+        raise TypeError(f"operator must be a ctbench Projector, got {type(operator).__name__}")
     ws = Path(workspace)
     if ws.exists():
         raise ValueError(f"workspace must be a new directory; {ws} exists")
-    b = _read_all(measurements, "measurements")
     out_shape = tuple(output.shape)
     if out_shape != tuple(operator.volume_shape):
         raise ValueError(f"output has shape {out_shape}; this projector's volume_shape is {tuple(operator.volume_shape)}")
-    result = cgls(operator, b, iterations, rtol=rtol, atol=atol, callback=callback,
-                  checkpoint_directory=checkpoint_directory, resume=resume)
-    ws.mkdir(parents=True)
-    _write_blocks(output, result.volume, block_elements)
-    return SolverResult(output, result.iterations, result.residual_history, result.converged, result.reason)
+    if not hasattr(output, "write") and not isinstance(output, torch.Tensor):
+        raise TypeError(f"output must be a block store or a tensor, got {type(output).__name__}")
+    if operator.is_2d and checkpoint_directory is None and resume is None:
+        b = _read_all(measurements, "measurements")
+        result = cgls(operator, b, iterations, rtol=rtol, atol=atol, callback=callback)
+        ws.mkdir(parents=True)
+        _write_blocks(output, result.volume, block_elements)
+        return SolverResult(output, result.iterations, result.residual_history, result.converged, result.reason)
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not math.isfinite(float(value)) or float(value) < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
+        raise ValueError(f"iterations must be a nonnegative integer, got {iterations!r}")
+    # resuming without checkpoint_directory: the resumed state is copied into the new workspace
+    work, every, again = plan_directories(ws, checkpoint_directory if checkpoint_directory is not None
+                                          else (ws if resume is not None else None), resume)
+    if checkpoint_directory is None:
+        every = 0
+    if isinstance(output, torch.Tensor):
+        from .storage import TensorStore as _Plain
+
+        target = _Plain(output.detach()) if output.is_contiguous() else None
+    else:
+        target = output
+    volume, k, history, converged, reason = disk_cgls_request(
+        operator, measurements, iterations, work_dir=work, checkpoint_every=every, resume=again, rtol=rtol,
+        atol=atol, callback=callback, volume_store=target, callback_x="store")
+    ws.mkdir(parents=True, exist_ok=True)
+    if target is None:  # a non-contiguous output tensor: copy in blocks
+        _write_blocks(output, volume.read(None) if hasattr(volume, "read") else volume, block_elements)
+    elif hasattr(output, "flush"):
+        output.flush()
+    return SolverResult(output, k, history, converged, reason)
 
 
 def _read_all(source, name):

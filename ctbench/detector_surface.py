@@ -1,0 +1,201 @@
+"""Curved (non-planar) detectors: diffct 2.5's ``detector_surface=`` and :class:`ParameterizedSurface`.
+
+A detector surface moves every pixel of a view off the flat detector.  It is sampled on the
+centred physical pixel coordinates ``u`` (U, V) and ``v`` (U, V) (2D scans: ``(U,)`` each, ``v``
+zeros), float64 on the CPU, and returns local offsets ``(t, w, h)`` per pixel, shared by all
+views ``(*pixels, 3)`` or per view ``(n_views, *pixels, 3)``: the pixel sits at
+
+    det_center + t * det_u + w * det_v + h * (det_u x det_v)
+
+(2D: the normal is ``(u_y, -u_x)`` and ``w`` must be zero).  The flat detector is
+``(u, v, 0)``.  ``detector_surface`` is either a callable ``surface(u, v)`` (its captured tensors
+get gradients) or a :class:`ParameterizedSurface` ``(sampler, parameters)`` called as
+``sampler(u, v, view_indices, *parameters)``.
+
+:class:`SurfaceProjector` (what ``Projector(..., detector_surface=...)`` builds) runs ctbench's
+engine unchanged: at each call every pixel becomes its own one-pixel view (same source, detector
+centre at the pixel, the view's axes), so the Joseph projection, its exact adjoint and the
+geometry gradients, through the pixel positions to the trajectory tensors and to the surface
+parameters, are the flat projector's.  The result is reshaped to ``(n_views, U, V)``.  The
+per-pixel trajectory holds 12 numbers per pixel and view: fine for test-sized and moderate
+scans; for very large detectors split the views.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .geometry import Trajectory
+
+__all__ = ["ParameterizedSurface", "SurfaceProjector"]
+
+
+class ParameterizedSurface:
+    """A detector surface with explicit learnable tensors: ``sampler(u, v, view_indices, *parameters)``
+    returns ``(*pixels, 3)`` or ``(len(view_indices), *pixels, 3)`` local offsets (module docstring)."""
+
+    def __init__(self, sampler, parameters=()):
+        if not callable(sampler):
+            raise TypeError(f"ParameterizedSurface sampler must be callable, got {type(sampler).__name__}")
+        self.sampler = sampler
+        self.parameters = tuple(parameters)
+        for i, p in enumerate(self.parameters):
+            if not isinstance(p, torch.Tensor) or not p.is_floating_point():
+                raise TypeError(f"ParameterizedSurface parameters[{i}] must be a floating-point tensor, got "
+                                f"{type(p).__name__}")
+            if not torch.isfinite(p.detach()).all():
+                raise ValueError(f"ParameterizedSurface parameters[{i}] must be finite")
+
+    def __call__(self, u, v, view_indices):
+        return self.sampler(u, v, view_indices, *self.parameters)
+
+    def __repr__(self):
+        return f"ParameterizedSurface({getattr(self.sampler, '__name__', self.sampler)!r}, " \
+               f"{len(self.parameters)} parameters)"
+
+
+def _pixel_grids(detector_shape, spacing, is_2d):
+    U, V = detector_shape
+    du, dv = spacing
+    iu = (torch.arange(U, dtype=torch.float64) - (U - 1) / 2) * du
+    if is_2d:
+        return iu, torch.zeros_like(iu)
+    iv = (torch.arange(V, dtype=torch.float64) - (V - 1) / 2) * dv
+    return torch.meshgrid(iu, iv, indexing="ij")
+
+
+def sample_offsets(surface, detector_shape, spacing, is_2d: bool, n_views: int) -> torch.Tensor:
+    """The surface's offsets as ``(n_views or 1, *pixels, 3)``, checked (errors name ``detector_surface``)."""
+    u, v = _pixel_grids(detector_shape, spacing, is_2d)
+    if isinstance(surface, ParameterizedSurface):
+        for i, p in enumerate(surface.parameters):
+            if not torch.isfinite(p.detach()).all():
+                raise ValueError(f"detector_surface parameters[{i}] must be finite")
+        off = surface(u, v, torch.arange(n_views, dtype=torch.int64))
+    else:
+        off = surface(u, v)
+    if not isinstance(off, torch.Tensor) or not off.is_floating_point():
+        raise TypeError(f"detector_surface must return a floating-point tensor of local (t, w, h) offsets, got "
+                        f"{type(off).__name__}" + (f" of {off.dtype}" if isinstance(off, torch.Tensor) else ""))
+    pixels = tuple(u.shape)
+    if tuple(off.shape) == (*pixels, 3):
+        off = off.unsqueeze(0)
+    elif tuple(off.shape) != (n_views, *pixels, 3):
+        raise ValueError(f"detector_surface must return offsets of shape {(*pixels, 3)} (shared by all views) or "
+                         f"{(n_views, *pixels, 3)} (per view), got {tuple(off.shape)}")
+    if not torch.isfinite(off.detach()).all():
+        bad = (~torch.isfinite(off.detach())).reshape(off.shape[0], -1).any(1).nonzero()[:, 0].tolist()
+        raise ValueError(f"detector_surface returned non-finite offsets (in {'views' if off.shape[0] > 1 else 'the shared map'} "
+                         f"{bad[:10]})")
+    if is_2d and bool((off.detach()[..., 1] != 0).any()):
+        raise ValueError("detector_surface offsets of a 2D scan must have a zero middle (w) coordinate")
+    return off
+
+
+def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device) -> Trajectory:
+    """One one-pixel view per (view, pixel): the view's source (or ray direction) and axes, the
+    detector centre at the pixel's position on the surface."""
+    src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
+    n = src.shape[0]
+    off = offsets.to(device=device, dtype=dtype)
+    extra = off.ndim - 2  # pixel axes
+    shape = (n,) + (1,) * extra + (3,)
+    normal = torch.linalg.cross(u, v, dim=1)
+    t, w, h = off.unbind(-1)
+    points = (ctr.reshape(shape) + t[..., None] * u.reshape(shape) + w[..., None] * v.reshape(shape)
+              + h[..., None] * normal.reshape(shape))
+    per_view = math.prod(points.shape[1:-1])
+    points = points.expand(n, *points.shape[1:]).reshape(n * per_view, 3)
+
+    def repeat(a):
+        return a.repeat_interleave(per_view, dim=0)
+
+    return Trajectory(repeat(src), points, repeat(u), repeat(v), beam=trajectory.beam, ndim=trajectory.ndim,
+                      meta={"kind": "detector_surface"})
+
+
+class SurfaceProjector:
+    """A :class:`~ctbench.Projector` whose detector pixels lie on ``detector_surface`` (module docstring).
+
+    Same arguments as the Projector; ``project``, ``backproject`` (both differentiable, each
+    other's exact adjoint, with ``trajectory=`` overrides), ``inner_volume``,
+    ``inner_projection`` and the shape attributes work; the block-store, planning and
+    distributed options of the flat projector do not (they raise)."""
+
+    _UNSUPPORTED = {"devices", "distributed", "process_group", "partition", "partition_grid"}
+
+    def __init__(self, trajectory, volume_shape, detector_shape, *, detector_surface, beam=None, detector_spacing=1.0,
+                 voxel_spacing=1.0, backend="auto", **options):
+        from .projector import Projector
+
+        if not callable(detector_surface):
+            raise TypeError(f"detector_surface must be callable or a ParameterizedSurface, got "
+                            f"{type(detector_surface).__name__}")
+        used = sorted(k for k in self._UNSUPPORTED if options.get(k) not in (None, False))
+        if used:
+            raise NotImplementedError(f"detector_surface= does not combine with {used} in ctbench; run one process "
+                                      "per device without a curved detector, or split the views yourself")
+        self.detector_surface = detector_surface
+        self.flat = Projector(trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
+                              voxel_spacing=voxel_spacing, backend=backend, **options)
+        self._voxel_spacing_arg = voxel_spacing
+        self._backend = backend
+        self._options = options
+        n = self.flat.n_views
+        # sample once now, so that a bad surface fails at construction, naming the argument
+        sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d, n)
+
+    # attributes of the flat projector that describe shapes and the grid
+    _SHARED = ("trajectory", "beam", "is_2d", "grid", "global_volume_shape", "volume_shape", "local_volume_shape",
+               "projection_shape", "detector_shape", "detector_spacing", "voxel_spacing", "n_views", "rank",
+               "world_size", "view_slice", "volume_slice", "partition", "partition_grid", "view_world_size",
+               "space_world_size", "process_group", "view_rank", "space_rank", "view_group", "space_group",
+               "backend_name", "options")
+
+    def __getattr__(self, name):
+        if name in SurfaceProjector._SHARED:
+            return getattr(self.__dict__["flat"], name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r} (a projector with a detector_surface "
+                             "supports project, backproject and the inner products)")
+
+    def _inner(self, trajectory, dtype, device):
+        from .projector import Projector
+
+        flat = self.flat
+        tr = flat.trajectory if trajectory is None else flat._check_override(trajectory)
+        off = sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
+                             tr.n_views)
+        pix = pixel_trajectory(tr, off, dtype, device)
+        vs = self._voxel_spacing_arg
+        return Projector(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
+                         voxel_spacing=vs, backend=self._backend,
+                         **{k: v for k, v in self._options.items() if k == "memory_budget"})
+
+    def project(self, volume: torch.Tensor, trajectory=None) -> torch.Tensor:
+        """Line integrals to the surface's pixels: ``(*batch, *volume_shape) -> (*batch, *projection_shape)``."""
+        volume = self.flat._check_input(volume, "volume", self.flat.volume_shape)
+        inner = self._inner(trajectory, volume.dtype, volume.device)
+        y = inner.project(volume)
+        batch = volume.shape[:volume.ndim - len(self.flat.volume_shape)]
+        return y.reshape(*batch, *self.flat.projection_shape)
+
+    def backproject(self, sinogram: torch.Tensor, trajectory=None) -> torch.Tensor:
+        """The exact adjoint of :meth:`project`."""
+        sinogram = self.flat._check_input(sinogram, "sinogram", self.flat.projection_shape)
+        inner = self._inner(trajectory, sinogram.dtype, sinogram.device)
+        batch = sinogram.shape[:sinogram.ndim - len(self.flat.projection_shape)]
+        return inner.backproject(sinogram.reshape(*batch, *inner.projection_shape))
+
+    __call__ = project
+
+    def inner_volume(self, a, b):
+        return (a * b).sum()
+
+    def inner_projection(self, a, b):
+        return (a * b).sum()
+
+    def __repr__(self):
+        return f"SurfaceProjector({self.flat!r}, detector_surface={self.detector_surface!r})"
+
