@@ -104,13 +104,16 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
 // [zlo, zhi) of `out` (batch items `out_stride` apart).  A pixel that is zero
 // in every item is skipped; its ray is set up once for all items.  `small`:
 // the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
+// flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
 template <typename real>
-inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& vw, const real* src,
-                        const real* ctr, const real* ustep, const real* vstep, int cone, const DetectorWindow& dw,
-                        int k, bool u_inner, int outer, int inner_lo, int inner_hi, int zlo, int zhi, real* out,
-                        i64 out_stride, bool small) {
+__attribute__((flatten)) inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& vw,
+                                                 const real* src, const real* ctr, const real* ustep,
+                                                 const real* vstep, int cone, const DetectorWindow& dw, int k,
+                                                 bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
+                                                 int zhi, real* out, i64 out_stride, bool small) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
+  const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
   for (int inner = inner_lo; inner < inner_hi; ++inner) {
     const int iu = u_inner ? inner : outer, iv = u_inner ? outer : inner;
     const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
@@ -120,7 +123,7 @@ inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& v
     double o[3], d[3];
     pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
     Ray<real> r{};
-    if (!make_ray(vw, o, d, zlo, zhi, r)) continue;
+    if (!make_ray(vwl, o, d, zlo, zhi, r)) continue;
     for (int q = 0; q < batch; ++q) {
       const real val = sino[q * sino_batch_stride + si];
       if (small) scatter_ray(out + q * out_stride, r, val);
