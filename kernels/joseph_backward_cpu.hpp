@@ -71,7 +71,9 @@ inline void block_scatter(real* CT_RESTRICT plane, i64 sb, i64 sc, const Scatter
 
 // Spread value * w along one ray into a slab array of fewer than 2^31 voxels:
 // checked edge planes, interior planes in blocks.  The same additions, in the
-// same order per voxel, as ray_backward<real, false> (joseph.cuh).
+// same order per voxel, as ray_backward<real, false> (joseph.cuh); the weights
+// may differ from it in the last bit where the compiler contracts the
+// vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
 template <typename real>
 inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
   const real v = value * r.w;
