@@ -1,0 +1,254 @@
+// CPU backprojection of the Joseph family: the exact transpose of the forward
+// in joseph_cpu.cpp, with the same per-ray set-up (joseph.cuh).  Threads own
+// z-chunks of the output (no atomics); see docs/INTERNALS.md, "Backprojection:
+// where the time goes".
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cpu_helpers.hpp"
+#include "joseph.cuh"
+
+namespace ct {
+
+// The interior planes of a ray are scattered in blocks of kScatterBlock: first
+// the stencils of all planes of the block (offsets and four weights) in a loop
+// without stores, which the compiler vectorises, then the read-modify-writes,
+// which are all that is left in the scalar loop.  A ray touches each voxel at
+// most once (one plane per sample, four distinct neighbours per plane), so
+// splitting the work this way does not change the order of the additions into
+// any voxel.
+constexpr int kScatterBlock = 64;  // 16 and 32 were 12% and 5% slower (W1, 1 thread)
+constexpr int kStencilLanes = 16;  // the vectorised loop's trip count
+
+template <typename real>
+struct ScatterBlock {
+  alignas(64) unsigned off[kScatterBlock];  // voxel index relative to the block's first plane (mod 2^32)
+  alignas(64) real w[4][kScatterBlock];     // value * weight of (b, c), (b+1, c), (b, c+1), (b+1, c+1)
+};
+
+// Stencils of planes n .. n + m - 1 (m <= kScatterBlock), computed in groups of
+// kStencilLanes planes (lanes past m are computed and never dereferenced).  The
+// arithmetic is the forward's (ray_forward) term by term.  Offsets wrap modulo
+// 2^32, exact for slabs of fewer than 2^31 voxels (the caller checks).
+template <typename real>
+inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBlock<real>& s) {
+  const unsigned sa = (unsigned)r.sa, sb = (unsigned)r.sb, sc = (unsigned)r.sc;
+  const real Ab = r.Ab, Bb = r.Bb, Ac = r.Ac, Bc = r.Bc;
+  for (int j0 = 0; j0 < m; j0 += kStencilLanes) {
+    for (int l = 0; l < kStencilLanes; ++l) {
+      const int j = j0 + l;
+      const real fn = real(n + j);
+      const real fb = Ab + fn * Bb;
+      const real fc = Ac + fn * Bc;
+      const int ib = (int)fb, ic = (int)fc;  // interior: positive, truncation is floor
+      const real tb = fb - real(ib), tc = fc - real(ic);
+      s.off[j] = (unsigned)j * sa + (unsigned)ib * sb + (unsigned)ic * sc;
+      const real vb = (real(1) - tc) * v, vc = tc * v;
+      s.w[0][j] = (real(1) - tb) * vb;
+      s.w[1][j] = tb * vb;
+      s.w[2][j] = (real(1) - tb) * vc;
+      s.w[3][j] = tb * vc;
+    }
+  }
+}
+
+// The read-modify-writes of the first m planes of a block.
+template <typename real>
+inline void block_scatter(real* CT_RESTRICT plane, i64 sb, i64 sc, const ScatterBlock<real>& s, int m) {
+#pragma GCC unroll 4
+  for (int j = 0; j < m; ++j) {
+    real* p = plane + (i64)(int)s.off[j];
+    const real x0 = p[0], x1 = p[sb], x2 = p[sc], x3 = p[sb + sc];
+    p[0] = x0 + s.w[0][j];
+    p[sb] = x1 + s.w[1][j];
+    p[sc] = x2 + s.w[2][j];
+    p[sb + sc] = x3 + s.w[3][j];
+  }
+}
+
+// Spread value * w along one ray into a slab array of fewer than 2^31 voxels:
+// checked edge planes, interior planes in blocks.  The same additions, in the
+// same order per voxel, as ray_backward<real, false> (joseph.cuh); the weights
+// may differ from it in the last bit where the compiler contracts the
+// vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
+template <typename real>
+inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
+  const real v = value * r.w;
+  for (int n = r.n0; n < r.i0; ++n) scatter_checked<real, false>(vol, r, n, v);
+  const i64 sa = r.sa, sb = r.sb, sc = r.sc;
+  if (r.planar) {
+    real* plane = vol + ((i64)r.pc * sc + (i64)r.i0 * sa - r.offset);
+    for (int n = r.i0; n < r.i1; ++n, plane += sa) {
+      const real fb = r.Ab + real(n) * r.Bb;
+      const int ib = (int)fb;
+      const real tb = fb - real(ib);
+      real* p = plane + (i64)ib * sb;
+      const real x0 = p[0], x1 = p[sb];
+      p[0] = x0 + (real(1) - tb) * v;
+      p[sb] = x1 + tb * v;
+    }
+  } else {
+    ScatterBlock<real> s;
+    for (int n = r.i0; n < r.i1; n += kScatterBlock) {
+      const int m = std::min(kScatterBlock, r.i1 - n);
+      block_stencils(r, n, m, v, s);
+      block_scatter(vol + ((i64)n * sa - r.offset), sb, sc, s, m);
+    }
+  }
+  for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) scatter_checked<real, false>(vol, r, n, v);
+}
+
+// Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
+// of u when u_inner, else a column of v) of view k into the z-range
+// [zlo, zhi) of `out` (batch items `out_stride` apart).  A pixel that is zero
+// in every item is skipped; its ray is set up once for all items.  `small`:
+// the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
+// flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
+template <typename real>
+__attribute__((flatten)) inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& vw,
+                                                 const real* src, const real* ctr, const real* ustep,
+                                                 const real* vstep, int cone, const DetectorWindow& dw, int k,
+                                                 bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
+                                                 int zhi, real* out, i64 out_stride, bool small) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
+  const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
+  // Set the rays of a group of pixels up first, then scatter them: the set-ups
+  // (divisions and a square root in double) of independent rays overlap.
+  constexpr int kGroup = 16;
+  Ray<real> rays[kGroup];
+  i64 sis[kGroup];
+  for (int g0 = inner_lo; g0 < inner_hi; g0 += kGroup) {
+    const int g1 = std::min(inner_hi, g0 + kGroup);
+    int cnt = 0;
+    for (int inner = g0; inner < g1; ++inner) {
+      const int iu = u_inner ? inner : outer, iv = u_inner ? outer : inner;
+      const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
+      bool any = false;
+      for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
+      if (!any) continue;
+      double o[3], d[3];
+      pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
+      rays[cnt] = Ray<real>{};
+      if (!make_ray(vwl, o, d, zlo, zhi, rays[cnt])) continue;
+      sis[cnt++] = si;
+    }
+    for (int g = 0; g < cnt; ++g) {
+      for (int q = 0; q < batch; ++q) {
+        const real val = sino[q * sino_batch_stride + sis[g]];
+        if (small) scatter_ray(out + q * out_stride, rays[g], val);
+        else ray_backward<real, false>(out + q * out_stride, rays[g], val);
+      }
+    }
+  }
+}
+
+// Split the slab's planes [z0, z1) into `parts` contiguous z-chunks of about
+// equal work, one per thread.  The work of plane z is estimated by the number
+// of detector pixels (within the window) whose rays can touch it, summed over
+// up to 32 evenly spaced views.  One chunk per thread: a ray that crosses
+// several chunks is set up (make_ray, in double) once per chunk, and with 4
+// chunks per thread that cost 40% more CPU time on W1 than 1 per thread.
+template <typename real>
+inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real* src, const real* ctr,
+                                        const real* ustep, const real* vstep, int cone, const DetectorWindow& dw,
+                                        int parts) {
+  const int nz = vw.z1 - vw.z0;
+  parts = std::max(1, std::min(parts, nz));
+  std::vector<int> edge(parts + 1);
+  edge[0] = vw.z0;
+  edge[parts] = vw.z1;
+  if (parts == 1) return edge;
+  std::vector<double> cum(nz + 1, 0.0);
+  const int step = std::max(1, dw.n_views / 32);
+  for (int z = 0; z < nz; ++z) {
+    double wz = 0.0;
+    for (int k = 0; k < dw.n_views; k += step) {
+      int ulo, uhi, vlo, vhi;
+      slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, vw.z0 + z, vw.z0 + z + 1, dw.U, dw.V, ulo, uhi, vlo,
+                        vhi);
+      const int nu = std::min(uhi, dw.u1) - std::max(ulo, dw.u0), nv = std::min(vhi, dw.v1) - std::max(vlo, dw.v0);
+      if (nu > 0 && nv > 0) wz += (double)nu * nv;
+    }
+    cum[z + 1] = cum[z] + wz + 1.0;  // + 1: planes that no ray touches still split evenly
+  }
+  int z = 0;
+  for (int t = 1; t < parts; ++t) {
+    const double goal = cum[nz] * t / parts;
+    while (z < nz && cum[z + 1] <= goal) ++z;
+    // at least one plane per chunk, and room for the chunks after this one
+    const int lo = edge[t - 1] - vw.z0 + 1, hi = nz - (parts - t);
+    edge[t] = vw.z0 + std::max(lo, std::min(hi, z));
+  }
+  return edge;
+}
+
+// Backward without atomics: each thread owns a z-chunk of the output slab and,
+// per view, visits only the detector pixels whose rays cross that chunk.
+template <typename real>
+void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, const real* src, const real* ctr,
+                         const real* ustep, const real* vstep, int cone, DetectorWindow dw, real* vol,
+                         i64 vol_batch_stride, int nthreads) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const int nz = vw.z1 - vw.z0;
+  if (nz <= 0 || nu <= 0 || nv <= 0) return;
+  const i64 slab = (i64)nz * vw.H * vw.W;
+  const bool small = slab < (i64(1) << 31);
+  const bool u_inner = inner_is_u(ustep, vstep, dw.n_views);
+  // A thin slab (2D scans) cannot feed every thread with z-chunks: then threads
+  // take views instead and each accumulates into a private copy of the slab,
+  // summed at the end (still no atomics).
+  const bool thin = nz < 2 * nthreads && nthreads > 1 &&
+                    (double)slab * batch * nthreads * sizeof(real) < 512.0 * (1 << 20);
+  if (thin) {
+    std::vector<std::vector<real>> priv(nthreads);
+#pragma omp parallel num_threads(nthreads)
+    {
+      const int tid = omp_get_thread_num();
+      std::vector<real>& acc = priv[tid];
+      acc.assign((size_t)(slab * batch), real(0));
+      // static: a fixed view -> thread map keeps the summation order, so repeated
+      // and batched calls agree bitwise (gradcheck reentrancy, batch == per item).
+#pragma omp for schedule(static, 1)
+      for (int k = 0; k < dw.n_views; ++k) {
+        const int o0 = u_inner ? dw.v0 : dw.u0, o1 = u_inner ? dw.v1 : dw.u1;
+        const int i0 = u_inner ? dw.u0 : dw.v0, i1 = u_inner ? dw.u1 : dw.v1;
+        for (int outer = o0; outer < o1; ++outer)
+          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, vw.z0, vw.z1,
+                      acc.data(), slab, small);
+      }
+      // implicit barrier of omp for; then reduce the private slabs
+#pragma omp for schedule(static)
+      for (i64 i = 0; i < slab * batch; ++i) {
+        real sum = real(0);
+        for (int t = 0; t < nthreads; ++t)
+          if (!priv[t].empty()) sum += priv[t][i];
+        const i64 q = i / slab;
+        vol[q * vol_batch_stride + (i % slab)] += sum;
+      }
+    }
+    return;
+  }
+  const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
+  const int nchunks = (int)edge.size() - 1;
+#pragma omp parallel for schedule(static, 1) num_threads(nthreads)
+  for (int ch = 0; ch < nchunks; ++ch) {
+    const int zlo = edge[ch], zhi = edge[ch + 1];
+    for (int k = 0; k < dw.n_views; ++k) {
+      int ulo, uhi, vlo, vhi;
+      slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
+      ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+      vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+      const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
+      const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
+      for (int outer = o0; outer < o1; ++outer)
+        scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
+                    vol_batch_stride, small);
+    }
+  }
+}
+
+}  // namespace ct
