@@ -151,14 +151,26 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
       const real* base[kGroup];
       i64 bstride[kGroup], oi[kGroup];
       bool beam = cnt == kBeam;
+      int ius[kGroup], ivs[kGroup];
       for (int g = 0; g < cnt; ++g) {
         const int inner = inner0 + g;
-        const int ju = u_inner ? inner : outer, jv = u_inner ? outer : inner;  // tile-local pixel
-        const int iu = dw.u0 + ju, iv = dw.v0 + jv;
-        double o[3], d[3];
-        ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
-        r[g] = ct::Ray<real>{};
-        hit[g] = ct::make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+        ius[g] = dw.u0 + (u_inner ? inner : outer);
+        ivs[g] = dw.v0 + (u_inner ? outer : inner);
+      }
+      unsigned ready = 0;  // lanes set up together (float32 lanes)
+      if constexpr (lanes) {
+        if (use_lanes)
+          ready = ct::fwd::setup_lanes(vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw.U, dw.V, cnt, vw.z0, vw.z1,
+                                       r, hit);
+      }
+      for (int g = 0; g < cnt; ++g) {
+        const int ju = ius[g] - dw.u0, jv = ivs[g] - dw.v0;  // tile-local pixel
+        if (!((ready >> g) & 1u)) {
+          double o[3], d[3];
+          ct::pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
+          r[g] = ct::Ray<real>{};
+          hit[g] = ct::make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+        }
         base[g] = vol;
         bstride[g] = vol_batch_stride;
         if (hit[g] && r[g].a == 0 && copy) {
