@@ -30,8 +30,12 @@ constexpr int kForwardLanes = 8;
 constexpr int kForwardLanes = 0;
 #endif
 
+// Software prefetch of the outer lanes' stencil rows this many planes ahead
+// (0: none).  It helped the 4-ray scalar beams; with 16 lanes the gathers keep
+// enough loads in flight and it cost 3-5% on W1 (AVX-512, interleaved), so it
+// is off unless a build asks for it (-DCT_SIMD_PREFETCH=16).
 #ifndef CT_SIMD_PREFETCH
-#define CT_SIMD_PREFETCH 16
+#define CT_SIMD_PREFETCH 0
 #endif
 
 // Ray state of one lane group (structure of arrays) and the strides it shares.
