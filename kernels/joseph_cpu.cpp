@@ -182,25 +182,31 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         beam = beam && hit[g] && !r[g].planar && r[g].a == r[0].a && base[g] == base[0] &&
                r[g].sb == r[0].sb && r[g].sc == r[0].sc;
       }
-      // Lanes: the rays compatible with the first hit ray (same axes, strides and array) go
-      // in the vector lanes, the others (misses, planar rays, other axes) one by one.
-      unsigned part = 0;
-      int lead = -1;
-      if (use_lanes) {
-        for (int g = 0; g < cnt; ++g) {
-          if (!hit[g] || r[g].planar) continue;
-          if (lead < 0) lead = g;
-          if (base[g] == base[lead] && ct::fwd::lane_compatible(r[g], r[lead])) part |= 1u << g;
-        }
-      }
+      // Lanes: rays that can run in a lane (hit, not planar, b contiguous); each pass
+      // traces the ones compatible with the first left (same axes, strides and array),
+      // so a row where the dominant axis changes takes two passes.  The others (misses,
+      // planar rays, b strided) are traced one by one.
+      unsigned laneable = 0;
+      if (use_lanes)
+        for (int g = 0; g < cnt; ++g)
+          if (hit[g] && !r[g].planar && r[g].sb == 1) laneable |= 1u << g;
       for (int q = 0; q < batch; ++q) {
         real val[kGroup];
         if (use_lanes) {
           if constexpr (lanes) {
-            if (part) ct::fwd::trace_group(base[lead] + q * bstride[lead], r, cnt, part, val);
+            unsigned left = laneable;
+            while (left) {
+              const int lead = __builtin_ctz(left);
+              unsigned part = 0;
+              for (int g = lead; g < cnt; ++g)
+                if (((left >> g) & 1u) && base[g] == base[lead] && ct::fwd::lane_compatible(r[g], r[lead]))
+                  part |= 1u << g;
+              ct::fwd::trace_group(base[lead] + q * bstride[lead], r, cnt, part, val);
+              left &= ~part;
+            }
           }
           for (int g = 0; g < cnt; ++g)
-            if (!((part >> g) & 1u)) val[g] = hit[g] ? ct::ray_forward(base[g] + q * bstride[g], r[g]) : real(0);
+            if (!((laneable >> g) & 1u)) val[g] = hit[g] ? ct::ray_forward(base[g] + q * bstride[g], r[g]) : real(0);
         } else if (beam) {
           beam_forward(base[0] + q * bstride[0], r, val);
         } else {
