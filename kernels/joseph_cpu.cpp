@@ -9,11 +9,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_helpers.hpp"
 #include "joseph.cuh"
 #include "joseph_backward_cpu.hpp"
+#include "joseph_forward_cpu.hpp"
 
 namespace {
 
@@ -132,25 +134,44 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
   const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
   const i64 nrows = (i64)dw.n_views * n_outer;
+  // float32 with AVX-512/AVX2: groups of kForwardLanes rays in vector lanes
+  // (joseph_forward_cpu.hpp); otherwise beams of kBeam scalar rays.  The lane
+  // code addresses a plane with 32-bit offsets: slabs below 2^31 elements.
+  constexpr bool lanes = std::is_same<real, float>::value && ct::fwd::kForwardLanes > 0;
+  constexpr int kGroup = lanes ? ct::fwd::kForwardLanes : kBeam;
+  const bool use_lanes = lanes && slab < (i64(1) << 31) - 1;
+  const int group = use_lanes ? kGroup : kBeam;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
     const int k = (int)(row / n_outer);
     const int outer = (int)(row % n_outer);
-    for (int inner0 = 0; inner0 < n_inner; inner0 += kBeam) {
-      const int cnt = std::min(kBeam, n_inner - inner0);
-      ct::Ray<real> r[kBeam];
-      bool hit[kBeam];
-      const real* base[kBeam];
-      i64 bstride[kBeam], oi[kBeam];
+    for (int inner0 = 0; inner0 < n_inner; inner0 += group) {
+      const int cnt = std::min(group, n_inner - inner0);
+      ct::Ray<real> r[kGroup];
+      bool hit[kGroup];
+      const real* base[kGroup];
+      i64 bstride[kGroup], oi[kGroup];
       bool beam = cnt == kBeam;
+      int ius[kGroup], ivs[kGroup];
       for (int g = 0; g < cnt; ++g) {
         const int inner = inner0 + g;
-        const int ju = u_inner ? inner : outer, jv = u_inner ? outer : inner;  // tile-local pixel
-        const int iu = dw.u0 + ju, iv = dw.v0 + jv;
-        double o[3], d[3];
-        ct::pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
-        r[g] = ct::Ray<real>{};
-        hit[g] = ct::make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+        ius[g] = dw.u0 + (u_inner ? inner : outer);
+        ivs[g] = dw.v0 + (u_inner ? outer : inner);
+      }
+      unsigned ready = 0;  // lanes set up together (float32 lanes)
+      if constexpr (lanes) {
+        if (use_lanes)
+          ready = ct::fwd::setup_lanes(vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw.U, dw.V, cnt, vw.z0, vw.z1,
+                                       r, hit);
+      }
+      for (int g = 0; g < cnt; ++g) {
+        const int ju = ius[g] - dw.u0, jv = ivs[g] - dw.v0;  // tile-local pixel
+        if (!((ready >> g) & 1u)) {
+          double o[3], d[3];
+          ct::pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
+          r[g] = ct::Ray<real>{};
+          hit[g] = ct::make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+        }
         base[g] = vol;
         bstride[g] = vol_batch_stride;
         if (hit[g] && r[g].a == 0 && copy) {
@@ -162,9 +183,32 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         beam = beam && hit[g] && !r[g].planar && r[g].a == r[0].a && base[g] == base[0] &&
                r[g].sb == r[0].sb && r[g].sc == r[0].sc;
       }
+      // Lanes: rays that can run in a lane (hit, not planar, b contiguous); each pass
+      // traces the ones compatible with the first left (same axes, strides and array),
+      // so a row where the dominant axis changes takes two passes.  The others (misses,
+      // planar rays, b strided) are traced one by one.
+      unsigned laneable = 0;
+      if (use_lanes)
+        for (int g = 0; g < cnt; ++g)
+          if (hit[g] && !r[g].planar && r[g].sb == 1) laneable |= 1u << g;
       for (int q = 0; q < batch; ++q) {
-        real val[kBeam];
-        if (beam) {
+        real val[kGroup];
+        if (use_lanes) {
+          if constexpr (lanes) {
+            unsigned left = laneable;
+            while (left) {
+              const int lead = __builtin_ctz(left);
+              unsigned part = 0;
+              for (int g = lead; g < cnt; ++g)
+                if (((left >> g) & 1u) && base[g] == base[lead] && ct::fwd::lane_compatible(r[g], r[lead]))
+                  part |= 1u << g;
+              ct::fwd::trace_group(base[lead] + q * bstride[lead], r, cnt, part, val);
+              left &= ~part;
+            }
+          }
+          for (int g = 0; g < cnt; ++g)
+            if (!((laneable >> g) & 1u)) val[g] = hit[g] ? ct::ray_forward(base[g] + q * bstride[g], r[g]) : real(0);
+        } else if (beam) {
           beam_forward(base[0] + q * bstride[0], r, val);
         } else {
           for (int g = 0; g < cnt; ++g) val[g] = hit[g] ? ct::ray_forward(base[g] + q * bstride[g], r[g]) : real(0);
