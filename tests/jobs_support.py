@@ -16,8 +16,11 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
            PYTHONPATH=str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
 
 
-def make_dataset(path: Path, n: int = 16, n_views: int = 24):
-    """A cone-beam scan of the Shepp-Logan phantom on an n^3 grid, saved as a ctbench dataset."""
+def make_dataset(path: Path, n: int = 16, n_views: int = 24, dtype=None):
+    """A cone-beam scan of the Shepp-Logan phantom on an n^3 grid, saved as a ctbench dataset
+    (float32, or ``dtype``)."""
+    import torch
+
     from ctbench import circular_trajectory_3d
     from ctbench.phantoms import shepp_logan_3d
     from ctbench.workbench.dataset import save_dataset
@@ -25,7 +28,7 @@ def make_dataset(path: Path, n: int = 16, n_views: int = 24):
 
     traj = circular_trajectory_3d(n_views, 4.0 * n, 8.0 * n)
     geo = ScanGeometry(traj, (n + n // 2, n + n // 4), (2.0, 2.0), (n, n, n), (1.0, 1.0, 1.0))
-    vol = shepp_logan_3d((n, n, n), 1.0, modified=True, scale=n / 2 - 1).float()
+    vol = shepp_logan_3d((n, n, n), 1.0, modified=True, scale=n / 2 - 1).to(dtype or torch.float32)
     sino = geo.projector("cpu").project(vol.contiguous())
     save_dataset(path, volume=vol, sinogram=sino, geometry=geo, overwrite=True)
     return geo, sino

@@ -194,14 +194,20 @@ def test_fifty_concurrent_submissions_with_two_job_slots(tmp_path):
         assert db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall() == [("succeeded", 50)]
 
 
-def test_checkpointed_job_resumes_after_bridge_and_ranks_are_killed(tmp_path, data):
+def test_checkpointed_job_resumes_after_bridge_and_ranks_are_killed(tmp_path):
     """kill -9 of the bridge and of every rank (a host crash): the restarted bridge resumes the job from
-    its last checkpoint (disk-backed CGLS) and the result equals an uninterrupted in-process cgls."""
+    its last checkpoint (disk-backed CGLS) and the result equals, bit for bit, the same job run without
+    interruption, and an in-process cgls within the chaos of 40 CGLS iterations.
+
+    (Measured on this problem in float64: in-process disk CGLS equals cgls to 4e-14 of the maximum
+    up to 20 iterations, then rounding differences grow to 2.5e-3 at 40; float32 runs at 1 and 2
+    threads differ by 1e-3.  So only the same computation, uninterrupted, is a tight reference.)"""
     from ctbench.jobs.launcher import job_processes
     from ctbench.solvers import cgls
     from ctbench.workbench.dataset import load_dataset
 
-    path, geo, sino = data
+    path = tmp_path / "scan64.zarr"
+    geo, sino = make_dataset(path, dtype=torch.float64)
     n_iter = 40
     state = tmp_path / "state"
     b = BridgeProcess(state, "--grace", "2")
@@ -221,6 +227,10 @@ def test_checkpointed_job_resumes_after_bridge_and_ranks_are_killed(tmp_path, da
             assert st["attempts"] == 2
             evs = list(c.follow(job))
             dest = c.fetch(job, tmp_path / "resumed.zarr")
+            again = c.submit({"request": {"algorithm": "cgls", "params": {"n_iter": n_iter}}, "dataset": str(path),
+                              "nproc": 2, "partition": "space", "checkpoint_every": 2, "preview_interval": 60})["id"]
+            assert c.wait(again, timeout=240)["state"] == "succeeded"
+            uninterrupted = c.fetch(again, tmp_path / "uninterrupted.zarr")
     finally:
         b.stop()
     types = [e["type"] for e in evs]
@@ -230,5 +240,7 @@ def test_checkpointed_job_resumes_after_bridge_and_ranks_are_killed(tmp_path, da
     assert [e["seq"] for e in evs] == list(range(len(evs)))
     ref = cgls(geo.projector("cpu"), sino, n_iter)
     got = load_dataset(dest).volume
-    np.testing.assert_allclose(got, ref.volume.numpy(), rtol=1e-3, atol=1e-3 * float(ref.volume.abs().max()))
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, load_dataset(uninterrupted).volume)
+    np.testing.assert_allclose(got, ref.volume.numpy(), rtol=1e-2, atol=1e-2 * float(ref.volume.abs().max()))
     assert not (Path(st["job_dir"]) / "work").exists()
