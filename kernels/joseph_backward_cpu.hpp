@@ -1,7 +1,10 @@
 // CPU backprojection of the Joseph family: the exact transpose of the forward
 // in joseph_cpu.cpp, with the same per-ray set-up (joseph.cuh).  Threads own
-// z-chunks of the output (no atomics); see docs/INTERNALS.md, "Backprojection:
-// where the time goes".
+// z-chunks of the output (no atomics).  float32: rays are set up 16 at a time
+// by the forward's vectorised fwd::setup_lanes, and a sample's four voxels are
+// updated as two (b, b+1) pairs, x-dominant rays going into an x/y-swapped
+// accumulator so that b is contiguous for every ray.  See docs/INTERNALS.md,
+// "Backprojection: where the time goes".
 #pragma once
 #include <omp.h>
 #if defined(__SSE2__)
@@ -250,7 +253,10 @@ inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real
 }
 
 // Backward without atomics: each thread owns a z-chunk of the output slab and,
-// per view, visits only the detector pixels whose rays cross that chunk.
+// per view, visits only the detector pixels whose rays cross that chunk.  The
+// order of the additions into a voxel is fixed (views, rows, pixels; with the
+// swapped accumulator the x-dominant rays' sum is added last), so repeated and
+// batched calls agree bitwise.
 template <typename real>
 void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, const real* src, const real* ctr,
                          const real* ustep, const real* vstep, int cone, DetectorWindow dw, real* vol,
