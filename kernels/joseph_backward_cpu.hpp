@@ -1,15 +1,24 @@
 // CPU backprojection of the Joseph family: the exact transpose of the forward
 // in joseph_cpu.cpp, with the same per-ray set-up (joseph.cuh).  Threads own
-// z-chunks of the output (no atomics); see docs/INTERNALS.md, "Backprojection:
-// where the time goes".
+// z-chunks of the output (no atomics).  float32: rays are set up 16 at a time
+// by the forward's vectorised fwd::setup_lanes, and a sample's four voxels are
+// updated as two (b, b+1) pairs, x-dominant rays going into an x/y-swapped
+// accumulator so that b is contiguous for every ray.  See docs/INTERNALS.md,
+// "Backprojection: where the time goes".
 #pragma once
 #include <omp.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <vector>
 
+#include <type_traits>
+
 #include "cpu_helpers.hpp"
 #include "joseph.cuh"
+#include "joseph_forward_cpu.hpp"
 
 namespace ct {
 
@@ -27,13 +36,14 @@ template <typename real>
 struct ScatterBlock {
   alignas(64) unsigned off[kScatterBlock];  // voxel index relative to the block's first plane (mod 2^32)
   alignas(64) real w[4][kScatterBlock];     // value * weight of (b, c), (b+1, c), (b, c+1), (b+1, c+1)
+  alignas(64) real w4[kScatterBlock][4];    // the same, sample by sample (pair path, b contiguous)
 };
 
 // Stencils of planes n .. n + m - 1 (m <= kScatterBlock), computed in groups of
 // kStencilLanes planes (lanes past m are computed and never dereferenced).  The
 // arithmetic is the forward's (ray_forward) term by term.  Offsets wrap modulo
 // 2^32, exact for slabs of fewer than 2^31 voxels (the caller checks).
-template <typename real>
+template <bool AOS, typename real>
 inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBlock<real>& s) {
   const unsigned sa = (unsigned)r.sa, sb = (unsigned)r.sb, sc = (unsigned)r.sc;
   const real Ab = r.Ab, Bb = r.Bb, Ac = r.Ac, Bc = r.Bc;
@@ -47,10 +57,12 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
       const real tb = fb - real(ib), tc = fc - real(ic);
       s.off[j] = (unsigned)j * sa + (unsigned)ib * sb + (unsigned)ic * sc;
       const real vb = (real(1) - tc) * v, vc = tc * v;
-      s.w[0][j] = (real(1) - tb) * vb;
-      s.w[1][j] = tb * vb;
-      s.w[2][j] = (real(1) - tb) * vc;
-      s.w[3][j] = tb * vc;
+      const real w0 = (real(1) - tb) * vb, w1 = tb * vb, w2 = (real(1) - tb) * vc, w3 = tb * vc;
+      if (AOS) {
+        s.w4[j][0] = w0; s.w4[j][1] = w1; s.w4[j][2] = w2; s.w4[j][3] = w3;
+      } else {
+        s.w[0][j] = w0; s.w[1][j] = w1; s.w[2][j] = w2; s.w[3][j] = w3;
+      }
     }
   }
 }
@@ -68,6 +80,28 @@ inline void block_scatter(real* CT_RESTRICT plane, i64 sb, i64 sc, const Scatter
     p[sb + sc] = x3 + s.w[3][j];
   }
 }
+
+#if defined(__SSE2__)
+constexpr bool kPairScatter = true;
+#else
+constexpr bool kPairScatter = false;
+#endif
+
+#if defined(__SSE2__)
+// b contiguous (sb == 1), float32: the four voxels of a sample are two pairs,
+// (b, b+1) of rows c and c+1; one 128-bit add updates them (same additions).
+inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterBlock<float>& s, int m) {
+#pragma GCC unroll 4
+  for (int j = 0; j < m; ++j) {
+    float* p = plane + (i64)(int)s.off[j];
+    const __m128d lo = _mm_load_sd((const double*)p);
+    const __m128 x = _mm_castpd_ps(_mm_loadh_pd(lo, (const double*)(p + sc)));
+    const __m128 y = _mm_add_ps(x, _mm_load_ps(s.w4[j]));
+    _mm_storel_pd((double*)p, _mm_castps_pd(y));
+    _mm_storeh_pd((double*)(p + sc), _mm_castps_pd(y));
+  }
+}
+#endif
 
 // Spread value * w along one ray into a slab array of fewer than 2^31 voxels:
 // checked edge planes, interior planes in blocks.  The same additions, in the
@@ -94,7 +128,16 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
     ScatterBlock<real> s;
     for (int n = r.i0; n < r.i1; n += kScatterBlock) {
       const int m = std::min(kScatterBlock, r.i1 - n);
-      block_stencils(r, n, m, v, s);
+#if defined(__SSE2__)
+      if constexpr (std::is_same<real, float>::value) {
+        if (sb == 1) {
+          block_stencils<true>(r, n, m, v, s);
+          block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
+          continue;
+        }
+      }
+#endif
+      block_stencils<false>(r, n, m, v, s);
       block_scatter(vol + ((i64)n * sa - r.offset), sb, sc, s, m);
     }
   }
@@ -112,35 +155,58 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* src, const real* ctr, const real* ustep,
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
-                                                 int zhi, real* out, i64 out_stride, bool small) {
+                                                 int zhi, real* out, i64 out_stride, bool small,
+                                                 real* swp = nullptr, i64 swp_stride = 0) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
   // Set the rays of a group of pixels up first, then scatter them: the set-ups
   // (divisions and a square root in double) of independent rays overlap.
   constexpr int kGroup = 16;
-  Ray<real> rays[kGroup];
-  i64 sis[kGroup];
+  // float32 with SIMD lanes: the forward's vectorised set-up of 16 rays at once
+  // (fwd::setup_lanes, the same quantities as make_ray); lanes it declines
+  // fall back to make_ray.
+  constexpr bool lanes = std::is_same<real, float>::value && fwd::kForwardLanes > 0;
   for (int g0 = inner_lo; g0 < inner_hi; g0 += kGroup) {
     const int g1 = std::min(inner_hi, g0 + kGroup);
-    int cnt = 0;
+    int np = 0;  // pixels of the group with a nonzero value in some item
+    int ius[kGroup], ivs[kGroup];
+    i64 pis[kGroup];
     for (int inner = g0; inner < g1; ++inner) {
       const int iu = u_inner ? inner : outer, iv = u_inner ? outer : inner;
       const i64 si = ((i64)k * nu + (iu - dw.u0)) * nv + (iv - dw.v0);
       bool any = false;
       for (int q = 0; q < batch; ++q) any |= sino[q * sino_batch_stride + si] != real(0);
       if (!any) continue;
-      double o[3], d[3];
-      pixel_ray(src, ctr, ustep, vstep, cone, k, iu, iv, dw.U, dw.V, o, d);
-      rays[cnt] = Ray<real>{};
-      if (!make_ray(vwl, o, d, zlo, zhi, rays[cnt])) continue;
-      sis[cnt++] = si;
+      ius[np] = iu; ivs[np] = iv; pis[np++] = si;
     }
-    for (int g = 0; g < cnt; ++g) {
+    Ray<real> pr[kGroup];
+    bool hit[kGroup];
+    unsigned ready = 0;
+    if constexpr (lanes) {
+      if (small && np > 0) ready = fwd::setup_lanes(vwl, src, ctr, ustep, vstep, cone, k, ius, ivs, dw.U, dw.V, np,
+                                                    zlo, zhi, pr, hit);
+    }
+    for (int p = 0; p < np; ++p) {
+      if ((ready >> p) & 1u) continue;
+      double o[3], d[3];
+      pixel_ray(src, ctr, ustep, vstep, cone, k, ius[p], ivs[p], dw.U, dw.V, o, d);
+      pr[p] = Ray<real>{};
+      hit[p] = make_ray(vwl, o, d, zlo, zhi, pr[p]);
+    }
+    for (int p = 0; p < np; ++p) {
+      if (!hit[p]) continue;
+      real* dst = out;
+      i64 dst_stride = out_stride;
+      if (swp && pr[p].a == 0) {  // x-dominant: into the (z, x, y) accumulator, where b = y is contiguous
+        ray_use_strides(pr[p], (i64)vwl.H, (i64)1, (i64)vwl.H * vwl.W);
+        dst = swp;
+        dst_stride = swp_stride;
+      }
       for (int q = 0; q < batch; ++q) {
-        const real val = sino[q * sino_batch_stride + sis[g]];
-        if (small) scatter_ray(out + q * out_stride, rays[g], val);
-        else ray_backward<real, false>(out + q * out_stride, rays[g], val);
+        const real val = sino[q * sino_batch_stride + pis[p]];
+        if (small) scatter_ray(dst + q * dst_stride, pr[p], val);
+        else ray_backward<real, false>(dst + q * dst_stride, pr[p], val);
       }
     }
   }
@@ -187,7 +253,10 @@ inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real
 }
 
 // Backward without atomics: each thread owns a z-chunk of the output slab and,
-// per view, visits only the detector pixels whose rays cross that chunk.
+// per view, visits only the detector pixels whose rays cross that chunk.  The
+// order of the additions into a voxel is fixed (views, rows, pixels; with the
+// swapped accumulator the x-dominant rays' sum is added last), so repeated and
+// batched calls agree bitwise.
 template <typename real>
 void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, const real* src, const real* ctr,
                          const real* ustep, const real* vstep, int cone, DetectorWindow dw, real* vol,
@@ -234,9 +303,19 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   }
   const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
   const int nchunks = (int)edge.size() - 1;
+  // float32: x-dominant rays (b = y, strided in the output) scatter into a
+  // zeroed accumulator with x and y swapped, so that every ray's b-neighbours
+  // are adjacent and a sample is two 64-bit pairs (block_scatter_pairs); each
+  // thread adds its chunk of it back, transposed, after its views.  Worth it
+  // when there are more rays than voxels (the forward's rule for its copy).
+  const bool swap_acc = kPairScatter && std::is_same<real, float>::value && small && vw.H > 1 && vw.W > 1 &&
+                        (i64)dw.n_views * nu * nv >= slab / 4 &&
+                        (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
+  std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {
     const int zlo = edge[ch], zhi = edge[ch + 1];
+    real* swp = swap_acc ? swapped.data() : nullptr;
     for (int k = 0; k < dw.n_views; ++k) {
       int ulo, uhi, vlo, vhi;
       slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
@@ -246,7 +325,17 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
       for (int outer = o0; outer < o1; ++outer)
         scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
-                    vol_batch_stride, small);
+                    vol_batch_stride, small, swp, slab);
+    }
+    if (swp) {
+      const i64 plane = (i64)vw.H * vw.W;
+      for (int q = 0; q < batch; ++q)
+        for (int z = zlo; z < zhi; ++z) {
+          const real* t = swp + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
+          real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
+          for (int y = 0; y < vw.H; ++y)
+            for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
+        }
     }
   }
 }
