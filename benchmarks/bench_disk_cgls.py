@@ -134,13 +134,16 @@ def main(argv=None) -> int:
                     if mem_min:
                         line.update(ratio_vs_memory=min(times) / mem_min,
                                     median_ratio_vs_memory=statistics.median(times)
-                                    / statistics.median(samples["memory"]), target=TARGET_RATIO)
+                                    / statistics.median(samples["memory"]))
                 emit(**line)
                 if impl == "disk" and mem_min:  # the README table's ratio row
                     ratio = min(times) / mem_min
+                    # The issue's 1.5x target is for W1; the 384^3 case (few views, so the iteration is
+                    # bound by streaming x, s and p through zarr) is reported without one.
+                    goal = dict(target=TARGET_RATIO, meets_target=ratio <= TARGET_RATIO) if name == "W1" else \
+                        dict(note="no target: volume-I/O bound (few views); the 1.5x target is W1's")
                     emit(workload=name, op="cgls iteration", ratio="disk/memory", value=ratio,
-                         value_median=line["median_ratio_vs_memory"], target=TARGET_RATIO,
-                         meets_target=ratio <= TARGET_RATIO)
+                         value_median=line["median_ratio_vs_memory"], **goal)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -10,9 +10,11 @@ Apples to apples:
 
 - RTK rotates about its y axis (source at ``(SID sin a, 0, SID cos a)``,
   detector u ``(cos a, 0, -sin a)``, v = +y); ctbench rotates about z.  The
-  rotation ``(X, Y, Z)_rtk = (x, z, -y)`` maps ctbench's orbit at angle t
-  onto RTK's at gantry angle t (checked here on the source positions and
-  detector axes of every view: ``geometry_max_dev_mm``).
+  rotation ``(X, Y, Z)_rtk = (x, z, -y)`` maps ctbench's orbit (diffct's
+  frame, docs/GEOMETRY.md) at angle t onto RTK's at gantry angle t + 180 deg,
+  with RTK's detector x along -u, so projections are handed over reversed
+  along u (checked here on the source and corner-pixel positions of every
+  view: ``geometry_max_dev_mm``, bench_projector.py's check).
 - RTK's ``SheppLoganPhantom`` is the Kak-Slaney table with its y and z
   swapped; through that map it is ctbench's Kak-Slaney phantom mirrored in y.
   The phantom used here is built from ctbench's table mirrored in y, and its
@@ -138,23 +140,18 @@ class Rtk:
         self.threader = itk.MultiThreaderBase.New().GetNameOfClass()
 
     def geometry(self, angles_rad):
+        """RTK's gantry angle is ctbench's angle + 180 degrees under the axis map (see bench_projector.py)."""
         g = self.rtk.ThreeDCircularProjectionGeometry.New()
         for a in angles_rad:
-            g.AddProjection(CASE["sid"], CASE["sdd"], math.degrees(float(a)), 0.0, 0.0)
+            g.AddProjection(CASE["sid"], CASE["sdd"], math.degrees(float(a)) + 180.0, 0.0, 0.0)
         return g
 
-    def geometry_deviation(self, g, traj) -> float:
-        """Max distance (mm) between RTK's sources/detector axes and ctbench's, mapped to RTK's frame."""
-        to_rtk = torch.tensor([[1.0, 0, 0], [0, 0, 1.0], [0, -1.0, 0]], dtype=torch.float64)
-        src = traj.source.double() @ to_rtk.T
-        u = traj.detector_u.double() @ to_rtk.T
-        dev = 0.0
-        for k in range(traj.n_views):
-            s = np.asarray(g.GetSourcePosition(k), dtype=np.float64)[:3]
-            m = np.asarray(g.GetProjectionCoordinatesToFixedSystemMatrix(k), dtype=np.float64)
-            dev = max(dev, float(np.abs(s - src[k].numpy()).max()),
-                      CASE["sid"] * float(np.abs(m[:3, 0] - u[k].numpy()).max()))
-        return dev
+    @staticmethod
+    def geometry_deviation(g, projector) -> float:
+        """Max distance (mm) between RTK's and ctbench's sources and corner pixels, in RTK's frame."""
+        from bench_projector import rtk_geometry_deviation
+
+        return rtk_geometry_deviation(g, projector)
 
     def volume_source(self, value: float = 0.0):
         n, sp = CASE["n"], CASE["voxel"]
@@ -167,8 +164,8 @@ class Rtk:
         return s
 
     def projections(self, sino: torch.Tensor):
-        """ctbench (n_views, U, V) -> RTK stack, numpy order (view, v, u)."""
-        arr = np.ascontiguousarray(sino.permute(0, 2, 1).numpy().astype(np.float32))
+        """ctbench (n_views, U, V) -> RTK stack, numpy order (view, v, u); RTK's detector x is -u."""
+        arr = np.ascontiguousarray(sino.flip(1).permute(0, 2, 1).numpy().astype(np.float32))
         img = self.itk.image_from_array(arr)
         d, p = CASE["det"], CASE["pixel"]
         img.SetOrigin([-(d - 1) / 2 * p, -(d - 1) / 2 * p, 0.0])
@@ -242,7 +239,7 @@ def run_case(emit, name: str, angle_range: float, n_views: int, args, threads: i
             t_rtk, rimg = best_of(lambda: rtk.fdk(proj, geo, short), args.repeats)
             q_rtk = quality(rtk.to_ctbench(rimg), truth, mask)
             emit(case=name, impl="rtk", op="fdk", threads=threads, threader=rtk.threader, **t_rtk, **q_rtk,
-                 geometry_max_dev_mm=_r(rtk.geometry_deviation(geo, traj)), phantom_max_diff_vs_rtk=_r(phantom_diff),
+                 geometry_max_dev_mm=_r(rtk.geometry_deviation(geo, projector)), phantom_max_diff_vs_rtk=_r(phantom_diff),
                  fov_voxels=int(mask.sum()),
                  note="RTK FDK (ramp, no window" + (", Parker weights" if short else "")
                       + ") + FieldOfViewImageFilter mask")
