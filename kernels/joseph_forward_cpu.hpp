@@ -50,6 +50,21 @@ struct LaneGroup {
 };
 
 // Whether ray g can run in a lane next to `first` (the group's first ray).
+// Stencil rows of the group's outer lanes CT_SIMD_PREFETCH planes ahead of
+// plane n (oblique walks defeat the hardware prefetcher); compiled out when
+// the prefetch is off (the default).
+inline void prefetch_ahead(const LaneGroup& G, const float* plane, int n) {
+  if (CT_SIMD_PREFETCH <= 0) return;
+  const int pd = CT_SIMD_PREFETCH;
+  const float fa = (float)n + (float)pd;
+  const i64 sa = G.sa, sc = G.sc;
+  for (int lane : {G.pf_first, G.pf_last}) {
+    const float* q = plane + (i64)pd * sa + ((i64)(G.Ab[lane] + fa * G.Bb[lane]) + (i64)(G.Ac[lane] + fa * G.Bc[lane]) * sc);
+    __builtin_prefetch(q);
+    __builtin_prefetch(q + sc);
+  }
+}
+
 template <typename real>
 inline bool lane_compatible(const Ray<real>& r, const Ray<real>& first) {
   return !r.planar && r.sb == 1 && r.a == first.a && r.sa == first.sa && r.sc == first.sc &&
@@ -100,21 +115,9 @@ inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int
   const __mmask16 part = (__mmask16)G.part;
   const i64 sa = G.sa, sc = G.sc;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
-  const int pd = CT_SIMD_PREFETCH;
-  const float pBb0 = G.Bb[G.pf_first], pAb0 = G.Ab[G.pf_first], pBc0 = G.Bc[G.pf_first], pAc0 = G.Ac[G.pf_first];
-  const float pBb1 = G.Bb[G.pf_last], pAb1 = G.Ab[G.pf_last], pBc1 = G.Bc[G.pf_last], pAc1 = G.Ac[G.pf_last];
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
     const float fnf = (float)n;
-    if (pd > 0) {
-      // stencil rows of the group's outer lanes pd planes ahead (oblique walks defeat the hardware prefetcher)
-      const float fa = fnf + (float)pd;
-      const float* q0 = plane + (i64)pd * sa + ((i64)(pAb0 + fa * pBb0) + (i64)(pAc0 + fa * pBc0) * sc);
-      const float* q1 = plane + (i64)pd * sa + ((i64)(pAb1 + fa * pBb1) + (i64)(pAc1 + fa * pBc1) * sc);
-      __builtin_prefetch(q0);
-      __builtin_prefetch(q0 + sc);
-      __builtin_prefetch(q1);
-      __builtin_prefetch(q1 + sc);
-    }
+    prefetch_ahead(G, plane, n);
     const __m512 fn = _mm512_set1_ps(fnf);
     __mmask16 m = part;
     if (MASKED) {
@@ -183,20 +186,9 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
   const __m256i part = _mm256_load_si256((const __m256i*)pm);
   const i64 sa = G.sa, sc = G.sc;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
-  const int pd = CT_SIMD_PREFETCH;
-  const float pBb0 = G.Bb[G.pf_first], pAb0 = G.Ab[G.pf_first], pBc0 = G.Bc[G.pf_first], pAc0 = G.Ac[G.pf_first];
-  const float pBb1 = G.Bb[G.pf_last], pAb1 = G.Ab[G.pf_last], pBc1 = G.Bc[G.pf_last], pAc1 = G.Ac[G.pf_last];
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
     const float fnf = (float)n;
-    if (pd > 0) {
-      const float fa = fnf + (float)pd;
-      const float* q0 = plane + (i64)pd * sa + ((i64)(pAb0 + fa * pBb0) + (i64)(pAc0 + fa * pBc0) * sc);
-      const float* q1 = plane + (i64)pd * sa + ((i64)(pAb1 + fa * pBb1) + (i64)(pAc1 + fa * pBc1) * sc);
-      __builtin_prefetch(q0);
-      __builtin_prefetch(q0 + sc);
-      __builtin_prefetch(q1);
-      __builtin_prefetch(q1 + sc);
-    }
+    prefetch_ahead(G, plane, n);
     const __m256 fn = _mm256_set1_ps(fnf);
     __m256i m = part;
     if (MASKED) {

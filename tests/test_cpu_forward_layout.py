@@ -10,17 +10,14 @@ a beam), a thin z-slab, and a batch, which must equal its items bitwise.
 
 from __future__ import annotations
 
-import ctypes
 import math
-import platform
-import re
-import subprocess
 
 import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
 from ctbench.engine import cpu as cpu_backend
+from kernel_builds import joseph_library_for
 
 F64 = torch.float64
 
@@ -112,31 +109,11 @@ def test_cpu_forward_float32_lanes_on_z_slabs_sum_to_whole():
     assert float((total.double() - whole).abs().max()) <= 2e-5 * float(whole.abs().max())
 
 
-def _host_flags() -> set[str]:
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return set()
-    m = re.search(r"^flags\s*:\s*(.*)$", text, re.MULTILINE)
-    return set(m.group(1).split()) if m else set()
-
-
 # The lane code is chosen at compile time: each instruction set the host can run is
 # built here (outside the kernel cache) and checked against the reference backend.
 @pytest.mark.parametrize("march,needs", [("x86-64", "sse2"), ("x86-64-v3", "avx2"), ("x86-64-v4", "avx512f")])
 def test_cpu_forward_float32_every_instruction_set(tmp_path, march, needs):
-    if platform.machine() not in ("x86_64", "AMD64") or needs not in _host_flags():
-        pytest.skip(f"host cannot run -march={march}")
-    from ctbench.engine import cpu_build
-    try:
-        cxx = cpu_build.find_compiler()
-    except RuntimeError:
-        pytest.skip("no C++ compiler")
-    src = cpu_build.kernel_dir()
-    lib_path = tmp_path / f"joseph-{march}.so"
-    subprocess.run([cxx, *cpu_build.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / "joseph_cpu.cpp"), "-o",
-                    str(lib_path)], check=True, capture_output=True)
-    lib = ctypes.CDLL(str(lib_path))
+    lib = joseph_library_for(tmp_path, march, needs)
     f = lib.joseph_forward_f32
     f.argtypes = cpu_backend._FORWARD_ARGS
     f.restype = None

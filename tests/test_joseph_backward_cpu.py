@@ -15,6 +15,7 @@ import torch
 
 from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_3d, custom_trajectory_3d
 from ctbench.engine import Rays, Tile, VolumeGrid, get_backend
+from kernel_builds import joseph_library_for
 
 AXES = {"x": 0, "y": 1, "z": 2}
 LONG = 150  # interior planes of the long axis: two full blocks of 64 and a remainder
@@ -246,27 +247,9 @@ def test_float32_axis_aligned_and_planar_rays_match_reference(threads):
 # time): the host's native build runs above; the baseline and AVX2 builds here.
 @pytest.mark.parametrize("march,needs", [("x86-64", "sse2"), ("x86-64-v3", "avx2")])
 def test_float32_backprojection_every_instruction_set(tmp_path, march, needs):
-    import ctypes
-    import platform
-    import re
-    import subprocess
-    from pathlib import Path
-
     from ctbench.engine import cpu as cpu_backend
-    from ctbench.engine import cpu_build
-    flags = re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE) \
-        if Path("/proc/cpuinfo").exists() else None
-    if platform.machine() not in ("x86_64", "AMD64") or not flags or needs not in flags.group(1).split():
-        pytest.skip(f"host cannot run -march={march}")
-    try:
-        cxx = cpu_build.find_compiler()
-    except RuntimeError:
-        pytest.skip("no C++ compiler")
-    src = cpu_build.kernel_dir()
-    lib_path = tmp_path / f"joseph-{march}.so"
-    subprocess.run([cxx, *cpu_build.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / "joseph_cpu.cpp"), "-o",
-                    str(lib_path)], check=True, capture_output=True)
-    f = ctypes.CDLL(str(lib_path)).joseph_backward_f32
+
+    f = joseph_library_for(tmp_path, march, needs).joseph_backward_f32
     f.argtypes = cpu_backend._BACKWARD_ARGS
     f.restype = None
     cpu, ref = _circular_f32()
