@@ -30,6 +30,7 @@ diffct = pytest.importorskip("diffct")
 
 import ctbench  # noqa: E402
 from ctbench.geometry import as_trajectory  # noqa: E402
+from exact_gauss import gauss_line_integrals, pixel_rays  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 F64 = torch.float64
@@ -134,20 +135,7 @@ def _gauss_volume(shape, centre, sigma):
 
 def _exact_gauss(traj, U, V, du, centre, sigma):
     """Exact line integrals of exp(-|x - c|^2 / 2 sigma^2) for every pixel: sqrt(2 pi) sigma exp(-d^2 / 2 sigma^2)."""
-    src, ctr, u, v = (t.detach().to(F64) for t in traj.tensors())
-    iu = (torch.arange(U, dtype=F64) - (U - 1) / 2) * du
-    iv = (torch.arange(V, dtype=F64) - (V - 1) / 2) * du
-    pix = ctr[:, None, None] + iu[None, :, None, None] * u[:, None, None] + iv[None, None, :, None] * v[:, None, None]
-    if traj.beam == "cone":
-        o, d = src[:, None, None].expand_as(pix), pix - src[:, None, None]
-    else:
-        o, d = pix, src[:, None, None].expand_as(pix)
-    d = d / d.norm(dim=-1, keepdim=True)
-    w = torch.tensor([*centre, 0.0][:3], dtype=F64) - o
-    if traj.ndim == 2:
-        w[..., 2] = 0.0  # a 2D image is a cylinder along z
-    perp = w - (w * d).sum(-1, keepdim=True) * d
-    out = math.sqrt(2 * math.pi) * sigma * torch.exp(-(perp ** 2).sum(-1) / (2 * sigma ** 2))
+    out = gauss_line_integrals(*pixel_rays(traj, U, V, du), centre, sigma, planar=traj.ndim == 2)
     return out[..., 0] if traj.ndim == 2 else out
 
 

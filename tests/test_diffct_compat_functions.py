@@ -18,6 +18,7 @@ diffct = pytest.importorskip("diffct")
 
 import ctbench  # noqa: E402
 from ctbench.geometry import as_trajectory  # noqa: E402
+from exact_gauss import gauss_line_integrals, pixel_rays  # noqa: E402
 
 F64 = torch.float64
 GC = dict(eps=1e-6, atol=1e-6, rtol=1e-4)
@@ -106,27 +107,8 @@ def _gauss_volume(shape, centre, sigma):
     return torch.exp(-sum((g - c) ** 2 for g, c in zip(grid, centre)) / (2 * sigma ** 2))
 
 
-def _gauss_lines(origins, directions, centre, sigma, planar=False):
-    """Exact integrals of exp(-|x - c|^2 / 2 sigma^2) along whole lines (a 2D image: a cylinder along z)."""
-    d = directions / directions.norm(dim=-1, keepdim=True)
-    w = torch.tensor([*centre, 0.0][:3], dtype=F64) - origins
-    if planar:
-        w[..., 2] = 0.0
-    perp = w - (w * d).sum(-1, keepdim=True) * d
-    return math.sqrt(2 * math.pi) * sigma * torch.exp(-(perp ** 2).sum(-1) / (2 * sigma ** 2))
-
-
 def _exact_sinogram(frames, beam, U, V, du=1.0):
-    traj = as_trajectory(frames, beam=beam)
-    src, ctr, u, v = (t.detach().to(F64) for t in traj.tensors())
-    iu = (torch.arange(U, dtype=F64) - (U - 1) / 2) * du
-    iv = (torch.arange(V, dtype=F64) - (V - 1) / 2) * du
-    pix = ctr[:, None, None] + iu[None, :, None, None] * u[:, None, None] + iv[None, None, :, None] * v[:, None, None]
-    if traj.beam == "cone":
-        o, d = src[:, None, None].expand_as(pix), pix - src[:, None, None]
-    else:
-        o, d = pix, src[:, None, None].expand_as(pix)
-    return o, d
+    return pixel_rays(as_trajectory(frames, beam=beam), U, V, du)
 
 
 CENTRE, SIGMA = (3.0, -2.0, 1.0), 2.5
@@ -148,7 +130,7 @@ def test_weighted_backprojection_composes_into_fdk_and_fbp(beam, make, vshape, d
     angles = torch.arange(n, dtype=torch.float32) * (span / n)
     U, V = (dshape, 1) if len(vshape) == 2 else dshape
     o, d = _exact_sinogram(frames, "fan" if beam == "fan" else beam, U, V)
-    sino = _gauss_lines(o, d, CENTRE[:len(vshape)], SIGMA, planar=len(vshape) == 2).float()
+    sino = gauss_line_integrals(o, d, CENTRE[:len(vshape)], SIGMA, planar=len(vshape) == 2).float()
     sino = sino[..., 0] if len(vshape) == 2 else sino
     aw = ctbench.angular_integration_weights(angles)
     if beam == "cone":
@@ -213,7 +195,7 @@ def test_helical_weights_and_gather_compose_into_helical_fdk():
     frames = diffct.spiral_trajectory_3d(n, 60.0, 120.0, z_range=24.0, n_turns=n_turns, device="cpu")
     vshape, (U, V) = (8, 16, 16), (32, 24)
     o, d = _exact_sinogram(frames, "cone", U, V)
-    sino = _gauss_lines(o, d, (2.0, -1.0, 0.5), SIGMA).float()
+    sino = gauss_line_integrals(o, d, (2.0, -1.0, 0.5), SIGMA).float()
     angles = torch.arange(n, dtype=F64) * (2 * math.pi * n_turns / n)
     slice_z = torch.arange(vshape[0], dtype=F64) - (vshape[0] - 1) / 2
     w = ctbench.helical_view_weights(angles, frames[0][:, 2].double(), slice_z).float()
@@ -284,7 +266,7 @@ def test_curved_detector_against_exact_integrals_and_diffct(sampler, value):
     iv = (torch.arange(dshape[1], dtype=F64) - (dshape[1] - 1) / 2)
     uu, vv = torch.meshgrid(iu, iv, indexing="ij")
     src, pix = _surface_points(frames, sampler(uu, vv, None, p))
-    truth = _gauss_lines(src[:, None, None].expand_as(pix), pix - src[:, None, None], CENTRE, SIGMA)
+    truth = gauss_line_integrals(src[:, None, None].expand_as(pix), pix - src[:, None, None], CENTRE, SIGMA)
     vol = _gauss_volume(vshape, CENTRE, SIGMA)
     ours = S.project(vol)
     theirs = diffct.Projector(frames, vshape, dshape, beam="cone",
