@@ -22,9 +22,10 @@ def host_flags() -> set[str]:
     return set(m.group(1).split()) if m else set()
 
 
-def joseph_library_for(tmp_path: Path, march: str, needs: str) -> ctypes.CDLL:
-    """kernels/joseph_cpu.cpp built with ``-march=march`` into tmp_path; skips the test where the host
-    lacks ``needs`` (a /proc/cpuinfo flag) or has no C++ compiler."""
+def joseph_library_for(tmp_path: Path, march: str, needs: str, family: str = "joseph") -> ctypes.CDLL:
+    """kernels/<family>_cpu.cpp (default: the projector's joseph_cpu.cpp; "joseph_grad": the geometry
+    VJP) built with ``-march=march`` into tmp_path; skips the test where the host lacks ``needs`` (a
+    /proc/cpuinfo flag) or has no C++ compiler."""
     from ctbench.engine import cpu_build
 
     if platform.machine() not in ("x86_64", "AMD64") or needs not in host_flags():
@@ -34,7 +35,7 @@ def joseph_library_for(tmp_path: Path, march: str, needs: str) -> ctypes.CDLL:
     except RuntimeError:
         pytest.skip("no C++ compiler")
     src = cpu_build.kernel_dir()
-    lib_path = tmp_path / f"joseph-{march}.so"
-    subprocess.run([cxx, *cpu_build.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / "joseph_cpu.cpp"), "-o",
+    lib_path = tmp_path / f"{family}-{march}.so"
+    subprocess.run([cxx, *cpu_build.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / f"{family}_cpu.cpp"), "-o",
                     str(lib_path)], check=True, capture_output=True)
     return ctypes.CDLL(str(lib_path))
