@@ -52,7 +52,7 @@ def cases(draw):
     0-4 geometry values replaced by NaN, inf, huge, tiny or arbitrary numbers."""
     n_views = draw(st.integers(1, 3))
     D, H, W = (draw(st.integers(1, 8)) for _ in range(3))
-    U, V = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    U, V = draw(st.integers(1, 20)), draw(st.integers(1, 20))  # up to 20: full SIMD lane groups (16) and tails
     spacing = tuple(draw(st.sampled_from([1.0, 1.0, 0.7, 2.5, 1e-3, 1e3, 1e-30, 1e30])) for _ in range(3))
     extent = max(n * s for n, s in zip((W, H, D), spacing[::-1]))
     cone = draw(st.booleans())
