@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_3d
+from ctbench import Projector, circular_trajectory_2d_fan
 from ctbench.phantoms import Ellipsoid, ellipsoid_phantom
 from ctbench.solvers import (
     IterationState,
@@ -29,34 +29,11 @@ from ctbench.solvers import (
     tv_iterations,
     tv_reconstruction,
 )
+from small_problems import dense_matrix, small_2d, small_3d
 
 F64 = torch.float64
 
 
-def _small_2d(dtype=F64, n_views=24, size=16, det=24):
-    traj = circular_trajectory_2d_fan(n_views, 60.0, 120.0, dtype=dtype)
-    p = Projector(traj, (size, size), det, voxel_spacing=1.0, detector_spacing=1.5)
-    ells = [Ellipsoid(1.0, (6.0, 5.0, 6.0), (0.5, -0.5, 0.0)), Ellipsoid(0.5, (2.0, 2.0, 2.0), (-2.0, 2.0, 0.0))]
-    x_true = ellipsoid_phantom(ells, (size, size), 1.0, scale=1.0, dtype=dtype)
-    return p, x_true, p.project(x_true)
-
-
-def _small_3d(dtype=F64):
-    traj = circular_trajectory_3d(20, 60.0, 120.0, dtype=dtype)
-    p = Projector(traj, (8, 12, 12), (16, 10), voxel_spacing=1.0, detector_spacing=1.6)
-    x_true = ellipsoid_phantom([Ellipsoid(1.0, (4.0, 4.5, 3.0))], (8, 12, 12), 1.0, scale=1.0, dtype=dtype)
-    return p, x_true, p.project(x_true)
-
-
-def _matrix(p: Projector) -> np.ndarray:
-    """The projector as a dense matrix, one column per voxel."""
-    n = int(np.prod(p.volume_shape))
-    cols = []
-    for j in range(n):
-        e = torch.zeros(n, dtype=F64)
-        e[j] = 1.0
-        cols.append(p.project(e.reshape(p.volume_shape)).reshape(-1).numpy())
-    return np.stack(cols, axis=1)
 
 
 def _monotone(seq, slack=1e-12):
@@ -65,8 +42,8 @@ def _monotone(seq, slack=1e-12):
 
 # ------------------------------------------------------------------ SIRT
 def test_sirt_matches_explicit_iteration():
-    p, x_true, b = _small_2d(size=10, det=16, n_views=12)
-    A = _matrix(p)
+    p, x_true, b = small_2d(size=10, det=16, n_views=12)
+    A = dense_matrix(p)
     R = np.where(A.sum(1) > 0, 1 / np.where(A.sum(1) > 0, A.sum(1), 1), 0)
     C = np.where(A.sum(0) > 0, 1 / np.where(A.sum(0) > 0, A.sum(0), 1), 0)
     x = np.zeros(A.shape[1])
@@ -78,7 +55,7 @@ def test_sirt_matches_explicit_iteration():
     assert res.n_iter == 5 and res.stopped == "completed"
 
 
-@pytest.mark.parametrize("setup", [_small_2d, _small_3d])
+@pytest.mark.parametrize("setup", [small_2d, pytest.param(lambda: small_3d(n_views=20), id="small_3d")])
 def test_sirt_residual_decreases_monotonically(setup):
     p, x_true, b = setup()
     res = sirt(p, b, 30)
@@ -89,7 +66,7 @@ def test_sirt_residual_decreases_monotonically(setup):
 
 
 def test_sirt_bounds_are_respected():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     res = sirt(p, b + 0.05 * torch.randn(b.shape, generator=torch.Generator().manual_seed(0), dtype=F64), 10,
                bounds=(0.0, 0.8))
     assert float(res.volume.min()) >= 0.0 and float(res.volume.max()) <= 0.8
@@ -97,8 +74,8 @@ def test_sirt_bounds_are_respected():
 
 # ------------------------------------------------------------------ CGLS
 def test_cgls_converges_to_least_squares_solution():
-    p, x_true, b = _small_2d(size=8, det=14, n_views=10)
-    A = _matrix(p)
+    p, x_true, b = small_2d(size=8, det=14, n_views=10)
+    A = dense_matrix(p)
     noisy = b + 0.01 * torch.randn(b.shape, generator=torch.Generator().manual_seed(1), dtype=F64)
     x_ls, *_ = np.linalg.lstsq(A, noisy.reshape(-1).numpy(), rcond=None)
     res = cgls(p, noisy, 200, tol=0.0)
@@ -108,7 +85,7 @@ def test_cgls_converges_to_least_squares_solution():
     assert float((p.project(res.volume) - noisy).norm()) == pytest.approx(res.residuals[-1], rel=1e-6)
 
 
-@pytest.mark.parametrize("setup", [_small_2d, _small_3d])
+@pytest.mark.parametrize("setup", [small_2d, pytest.param(lambda: small_3d(n_views=20), id="small_3d")])
 def test_cgls_residual_decreases_monotonically(setup):
     p, x_true, b = setup()
     res = cgls(p, b, 15)
@@ -117,7 +94,7 @@ def test_cgls_residual_decreases_monotonically(setup):
 
 
 def test_cgls_tolerance_stops_early():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     res = cgls(p, b, 100, tol=0.05)
     assert res.stopped == "tol"
     assert res.history[-1]["relative_residual"] <= 0.05
@@ -154,7 +131,7 @@ def test_total_variation_is_differentiable():
 
 
 def test_total_variation_with_projector_and_batch():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     batch = torch.stack([x_true, 2 * x_true])
     assert float(total_variation(batch, projector=p, eps=0.0)) == pytest.approx(
         3 * float(total_variation(x_true, eps=0.0)), rel=1e-12)
@@ -192,7 +169,7 @@ def test_tv_objective_decreases_and_beats_least_squares_on_sparse_noisy_data():
 
 
 def test_tv_with_zero_lambda_fits_the_data():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     res = tv_reconstruction(p, b, 200, lam=0.0)
     assert res.history[-1]["relative_residual"] < 0.05
     assert res.history[-1]["objective"] == pytest.approx(0.5 * res.residuals[-1] ** 2, rel=1e-9)
@@ -201,7 +178,7 @@ def test_tv_with_zero_lambda_fits_the_data():
 # ------------------------------------------------------------------ generators, callbacks, cancel, warm start
 @pytest.mark.parametrize("gen_fn", [sirt_iterations, cgls_iterations, tv_iterations])
 def test_generators_yield_states(gen_fn):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     gen = gen_fn(p, b, 4)
     states = list(gen)
     assert [s.iteration for s in states] == [1, 2, 3, 4]
@@ -215,7 +192,7 @@ def test_generators_yield_states(gen_fn):
 
 @pytest.mark.parametrize("solver", [sirt, cgls, tv_reconstruction])
 def test_callback_sees_every_iteration_and_can_stop(solver):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     seen = []
     res = solver(p, b, 10, callback=lambda s: seen.append(s.iteration))
     assert seen == list(range(1, 11)) and isinstance(res, ReconResult)
@@ -225,7 +202,7 @@ def test_callback_sees_every_iteration_and_can_stop(solver):
 
 @pytest.mark.parametrize("solver", [sirt, cgls, tv_reconstruction])
 def test_cancel_stops_within_one_iteration(solver):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     event = threading.Event()
 
     def cb(state):
@@ -241,7 +218,7 @@ def test_cancel_stops_within_one_iteration(solver):
 
 
 def test_cancel_from_another_thread():
-    p, x_true, b = _small_3d()
+    p, x_true, b = small_3d(n_views=20)
     event = threading.Event()
     started = threading.Event()
     out = {}
@@ -260,7 +237,7 @@ def test_cancel_from_another_thread():
 
 @pytest.mark.parametrize("solver", [sirt, cgls])
 def test_warm_start_continues(solver):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     first = solver(p, b, 5)
     cont = solver(p, b, 5, x0=first.volume)
     assert cont.residuals[0] < first.residuals[-1] * (1 + 1e-9)
@@ -270,7 +247,7 @@ def test_warm_start_continues(solver):
 
 
 def test_sirt_warm_start_is_exact_continuation():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     ten = sirt(p, b, 10)
     five = sirt(p, b, 5)
     again = sirt(p, b, 5, x0=five.volume)
@@ -278,7 +255,7 @@ def test_sirt_warm_start_is_exact_continuation():
 
 
 def test_float32_runs():
-    p, x_true, b = _small_2d(torch.float32)
+    p, x_true, b = small_2d(torch.float32)
     for solver in (sirt, cgls, tv_reconstruction):
         res = solver(p, b, 5)
         assert res.volume.dtype == torch.float32 and res.residuals[-1] < res.residuals[0]

@@ -14,38 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_3d
-from ctbench.phantoms import Ellipsoid, ellipsoid_phantom
 from ctbench.solvers import (ReconResult, os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction, sirt,
                              total_variation)
 from ctbench.solvers.ordered_subsets import auto_subsets, subset_order, tv_prox
+from small_problems import dense_matrix, small_2d, small_3d
 
 F64 = torch.float64
-
-
-def _small_2d(dtype=F64, n_views=24, size=16, det=24):
-    traj = circular_trajectory_2d_fan(n_views, 60.0, 120.0, dtype=dtype)
-    p = Projector(traj, (size, size), det, voxel_spacing=1.0, detector_spacing=1.5)
-    ells = [Ellipsoid(1.0, (6.0, 5.0, 6.0), (0.5, -0.5, 0.0)), Ellipsoid(0.5, (2.0, 2.0, 2.0), (-2.0, 2.0, 0.0))]
-    x_true = ellipsoid_phantom(ells, (size, size), 1.0, scale=1.0, dtype=dtype)
-    return p, x_true, p.project(x_true)
-
-
-def _small_3d(dtype=F64):
-    traj = circular_trajectory_3d(24, 60.0, 120.0, dtype=dtype)
-    p = Projector(traj, (8, 12, 12), (16, 10), voxel_spacing=1.0, detector_spacing=1.6)
-    x_true = ellipsoid_phantom([Ellipsoid(1.0, (4.0, 4.5, 3.0))], (8, 12, 12), 1.0, scale=1.0, dtype=dtype)
-    return p, x_true, p.project(x_true)
-
-
-def _matrix(p: Projector) -> np.ndarray:
-    n = int(np.prod(p.volume_shape))
-    cols = []
-    for j in range(n):
-        e = torch.zeros(n, dtype=F64)
-        e[j] = 1.0
-        cols.append(p.project(e.reshape(p.volume_shape)).reshape(-1).numpy())
-    return np.stack(cols, axis=1)
 
 
 def _inv(s):
@@ -60,7 +34,7 @@ def test_subset_order_is_a_permutation_spreading_neighbours():
     assert auto_subsets(120) == 15 and auto_subsets(721) == 16 and auto_subsets(5) == 1
 
 
-@pytest.mark.parametrize("setup", [_small_2d, _small_3d])
+@pytest.mark.parametrize("setup", [small_2d, small_3d])
 def test_one_subset_is_sirt_exactly(setup):
     p, x_true, b = setup()
     ref = sirt(p, b, 6, bounds=(0.0, None))
@@ -71,8 +45,8 @@ def test_one_subset_is_sirt_exactly(setup):
 
 
 def test_os_sirt_matches_explicit_subset_steps():
-    p, x_true, b = _small_2d(size=10, det=16, n_views=12)
-    A = _matrix(p)
+    p, x_true, b = small_2d(size=10, det=16, n_views=12)
+    A = dense_matrix(p)
     bb = b.reshape(-1).numpy()
     S, relax = 3, 0.8
     nd = A.shape[0] // 12
@@ -89,7 +63,7 @@ def test_os_sirt_matches_explicit_subset_steps():
 
 def test_os_sirt_beats_sirt_per_pass():
     """Equal work (one pass = one SIRT iteration): subsets get much closer to the truth."""
-    p, x_true, b = _small_3d()
+    p, x_true, b = small_3d()
     err = lambda v: float((v - x_true).norm() / x_true.norm())  # noqa: E731
     e_sirt = err(sirt(p, b, 4, bounds=(0.0, None)).volume)
     res = os_sirt(p, b, 4, n_subsets=6, bounds=(0.0, None))
@@ -125,7 +99,7 @@ def test_os_tv_lowers_its_objective_and_the_error_on_noisy_data():
     the truth) on that objective, and with a moderate weight land closer to the truth."""
     from ctbench.solvers.sirt import safe_reciprocal
 
-    p, x_true, b = _small_2d(size=24, det=32, n_views=30)
+    p, x_true, b = small_2d(size=24, det=32, n_views=30)
     R = safe_reciprocal(p.project(torch.ones_like(x_true)), 1e-6)
     noisy = b + 1.0 * torch.randn(b.shape, generator=torch.Generator().manual_seed(0), dtype=F64)
     err = lambda v: float((v - x_true).norm() / x_true.norm())  # noqa: E731
@@ -147,7 +121,7 @@ def test_os_tv_lowers_its_objective_and_the_error_on_noisy_data():
 
 @pytest.mark.parametrize("gen_fn", [os_sirt_iterations, os_tv_iterations])
 def test_generators_callback_tol_and_x0(gen_fn):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     states = list(gen_fn(p, b, 3, n_subsets=4))
     assert [s.iteration for s in states] == [1, 2, 3]
     assert all(s.volume.shape == p.volume_shape and "relative_residual" in s.extra for s in states)
@@ -160,7 +134,7 @@ def test_generators_callback_tol_and_x0(gen_fn):
 
 
 def test_tol_and_callback_stop():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     res = os_sirt(p, b, 500, n_subsets=4, tol=0.05)
     assert res.stopped == "tol" and res.n_iter < 500 and res.history[-1]["relative_residual"] <= 0.05
     res = os_tv_reconstruction(p, b, 500, n_subsets=4, lam=1e-4, tol=1e-2)
@@ -171,7 +145,7 @@ def test_tol_and_callback_stop():
 
 @pytest.mark.parametrize("solver", [os_sirt, os_tv_reconstruction])
 def test_cancel(solver):
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     event = threading.Event()
     res = solver(p, b, 50, n_subsets=3, callback=lambda s: event.set() if s.iteration == 2 else None, cancel=event)
     assert res.stopped == "cancelled" and res.n_iter == 2
@@ -180,7 +154,7 @@ def test_cancel(solver):
 
 
 def test_bad_input_is_named():
-    p, x_true, b = _small_2d()
+    p, x_true, b = small_2d()
     with pytest.raises(ValueError, match="n_subsets"):
         os_sirt(p, b, 2, n_subsets=25)  # 24 views
     with pytest.raises(ValueError, match="n_subsets"):
