@@ -118,3 +118,8 @@ def check_flag(value, name: str) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def check_run(n_iter, tol, callback, cancel):
+    """The run controls every iterative solver takes, checked: (n_iter, tol, callback, cancel)."""
+    return check_n_iter(n_iter), check_tol(tol), check_callable(callback, "callback"), check_cancel(cancel)

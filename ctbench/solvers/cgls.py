@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from ._checks import check_callable, check_cancel, check_n_iter, check_sinogram, check_tol, initial_volume
+from ._checks import check_run, check_sinogram, initial_volume
 from .state import IterationState, ReconResult, iterate, run_to_end
 
 __all__ = ["cgls", "cgls_iterations"]
@@ -33,10 +33,7 @@ def cgls_iterations(projector, sinogram: torch.Tensor, n_iter: int = 20, *, x0=N
 
 def _prepare(projector, sinogram, n_iter, x0, tol, callback, cancel):
     b = check_sinogram(projector, sinogram)
-    n_iter = check_n_iter(n_iter)
-    tol = check_tol(tol)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     x = initial_volume(projector, b, x0)
     return x, _cgls_gen(projector, b, x, n_iter, tol, callback, cancel)
 

@@ -27,7 +27,7 @@ import torch
 
 from ..engine.plan import SolverPlan, plan_cgls_for
 from ..storage import ZarrStore, check_store
-from ._checks import check_callable, check_cancel, check_n_iter, check_projector, check_tol
+from ._checks import check_projector, check_run
 from .checkpoint import CheckpointError, Checkpoints, agree_on_error, all_min, fingerprints
 from .state import IterationState, ReconResult, is_cancelled
 
@@ -309,10 +309,7 @@ def disk_cgls_iterations(projector, sinogram_store, work_dir, n_iter: int = 20, 
 def _prepare(projector, sinogram_store, work_dir, n_iter, *, x0_store, checkpoint_every, resume, tol, callback,
              cancel, memory_budget, dtype):
     """Check everything and plan; returns (record, generator): the generator fills ``record``."""
-    n_iter = check_n_iter(n_iter)
-    tol = check_tol(tol)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be a non-negative integer (0: no checkpoints), got "
                          f"{checkpoint_every!r}")

@@ -37,8 +37,7 @@ import numbers
 
 import torch
 
-from ._checks import (check_bounds, check_callable, check_cancel, check_flag, check_n_iter, check_sinogram,
-                      check_tol, initial_volume)
+from ._checks import check_bounds, check_flag, check_run, check_sinogram, initial_volume
 from ..engine.finite_differences import divergence, gradient
 from .sirt import path_eps, safe_reciprocal
 from .state import IterationState, ReconResult, iterate, run_to_end
@@ -194,12 +193,9 @@ def os_sirt_iterations(projector, sinogram: torch.Tensor, n_iter: int = 10, *, n
 
 def _prepare_sirt(projector, sinogram, n_iter, n_subsets, relax, x0, bounds, tol, callback, cancel):
     b = check_sinogram(projector, sinogram)
-    n_iter = check_n_iter(n_iter)
-    tol = check_tol(tol)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     bounds = check_bounds(bounds)
     relax = _check_relax(relax)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
     parts = _subsets(projector, n_subsets)
     x = _clip(initial_volume(projector, b, x0), bounds)
     return x, _os_sirt_gen(projector, parts, b, x, n_iter, relax, bounds, tol, callback, cancel)
@@ -280,12 +276,9 @@ def os_tv_iterations(projector, sinogram: torch.Tensor, n_iter: int = 20, *, n_s
 
 def _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_iter, x0, tol, callback, cancel):
     b = check_sinogram(projector, sinogram)
-    n_iter = check_n_iter(n_iter)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     lam = _check_lam(lam)
     relax = _check_relax(relax)
-    tol = check_tol(tol)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
     nonneg = check_flag(nonneg, "nonneg")
     if isinstance(tv_iter, bool) or not isinstance(tv_iter, numbers.Integral) or tv_iter < 1:
         raise ValueError(f"tv_iter must be a positive integer, got {tv_iter!r}")

@@ -16,8 +16,7 @@ import math
 
 import torch
 
-from ._checks import (check_bounds, check_callable, check_cancel, check_n_iter, check_sinogram, check_tol,
-                      initial_volume)
+from ._checks import check_bounds, check_run, check_sinogram, initial_volume
 from .state import IterationState, ReconResult, iterate, run_to_end
 
 __all__ = ["sirt", "sirt_iterations", "safe_reciprocal", "path_eps"]
@@ -61,11 +60,8 @@ def sirt_iterations(projector, sinogram: torch.Tensor, n_iter: int = 100, *, x0=
 def _prepare(projector, sinogram, n_iter, x0, bounds, tol, callback, cancel):
     """Checked arguments -> (starting volume, generator)."""
     b = check_sinogram(projector, sinogram)
-    n_iter = check_n_iter(n_iter)
-    tol = check_tol(tol)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     bounds = check_bounds(bounds)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
     x = _clip(initial_volume(projector, b, x0), bounds)
     return x, _sirt_gen(projector, b, x, n_iter, bounds, tol, callback, cancel)
 

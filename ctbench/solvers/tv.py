@@ -28,8 +28,7 @@ import math
 
 import torch
 
-from ._checks import (check_callable, check_cancel, check_flag, check_n_iter, check_projector, check_sinogram,
-                      check_tol, initial_volume)
+from ._checks import check_flag, check_projector, check_run, check_sinogram, initial_volume
 from .sirt import path_eps, safe_reciprocal
 from ..engine.finite_differences import divergence, gradient
 from .state import IterationState, ReconResult, iterate, run_to_end
@@ -108,11 +107,8 @@ def tv_iterations(projector, sinogram: torch.Tensor, n_iter: int = 100, *, lam: 
 
 def _prepare(projector, sinogram, n_iter, lam, nonneg, x0, tol, callback, cancel):
     b = check_sinogram(projector, sinogram)
-    n_iter = check_n_iter(n_iter)
+    n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     lam = _check_lam(lam)
-    tol = check_tol(tol)
-    callback = check_callable(callback, "callback")
-    cancel = check_cancel(cancel)
     nonneg = check_flag(nonneg, "nonneg")
     x = initial_volume(projector, b, x0)
     if nonneg:
