@@ -28,26 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
 _MEASURE = textwrap.dedent("""
-    import ctypes, json, sys, tempfile
+    import json, sys, tempfile
+    sys.path.insert(0, "tests")
+    from peak_memory import follow_allocations, peak_growth
+    follow_allocations()
     import torch
-    ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 16)  # resident memory follows what is allocated
     from ctbench import Projector, circular_trajectory_3d
     from ctbench.storage import ZarrStore
     from ctbench.solvers import disk_cgls, plan_disk_cgls
-
-    def status():
-        out = {}
-        for line in open("/proc/self/status"):
-            if line.startswith(("VmRSS", "VmHWM")):
-                key, val = line.split(":")
-                out[key] = int(val.split()[0]) * 1024
-        return out
-
-    def peak_growth(fn):
-        open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark
-        base = status()["VmRSS"]
-        result = fn()
-        return status()["VmHWM"] - base, result
 
     MiB = 1 << 20
     cases = json.loads(sys.argv[1])

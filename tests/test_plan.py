@@ -289,27 +289,13 @@ def test_streamed_loops_on_a_stand_in_device(monkeypatch):
 
 # ------------------------------------------------------ estimate vs measured
 _MEASURE = textwrap.dedent("""
-    import ctypes, json, sys, tempfile
+    import json, sys, tempfile
+    sys.path.insert(0, "tests")
+    from peak_memory import follow_allocations, peak_growth as peak_growth_once
+    follow_allocations()
     import torch
-    # glibc keeps freed buffers below its (dynamic) mmap threshold resident;
-    # a fixed threshold makes resident memory follow what is allocated.
-    ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 16)
     from ctbench import Projector, circular_trajectory_3d
     from ctbench.storage import TensorStore, ZarrStore
-
-    def status():
-        out = {}
-        for line in open("/proc/self/status"):
-            if line.startswith(("VmRSS", "VmHWM")):
-                key, val = line.split(":")
-                out[key] = int(val.split()[0]) * 1024
-        return out
-
-    def peak_growth_once(fn):
-        open("/proc/self/clear_refs", "w").write("5")  # reset the high-water mark
-        base = status()["VmRSS"]
-        result = fn()
-        return status()["VmHWM"] - base, result
 
     def peak_growth(fn):
         # The smaller of two calls: the first call of a path may also grow library caches once

@@ -15,6 +15,7 @@ import torch
 from ctbench import Projector, circular_trajectory_2d_parallel, circular_trajectory_3d, spiral_trajectory_3d
 from ctbench.engine.plan import PlanError
 from ctbench.storage import TensorStore, ZarrStore, backproject_into, project_into
+from peak_memory import peak_growth
 
 MiB = 1 << 20
 
@@ -115,25 +116,6 @@ def test_bad_stores_and_budgets_fail_before_any_output_is_written(tmp_path):
     assert chunk_files(tmp_path / "v.zarr") == []
 
 
-def _status():
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("VmRSS", "VmHWM")):
-                key, val = line.split(":")
-                out[key] = int(val.split()[0]) * 1024
-    return out
-
-
-def _peak_growth(fn):
-    """Peak resident-set growth of this process while ``fn`` runs (the high-water mark is reset first)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    base = _status()["VmRSS"]
-    result = fn()
-    return _status()["VmHWM"] - base, result
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc to measure peak RSS")
 def test_512_cubed_zarr_volume_streams_in_bounded_memory(tmp_path):
@@ -149,11 +131,11 @@ def test_512_cubed_zarr_volume_streams_in_bounded_memory(tmp_path):
     sino_store = ZarrStore.create(tmp_path / "s.zarr", (6, 48, 48), chunks=(1, 48, 48))
     back_store = ZarrStore.create(tmp_path / "b.zarr", (N, N, N), chunks=(64, 64, 64))
 
-    grown, plan = _peak_growth(lambda: p.project_into(vol_store, sino_store))
+    grown, plan = peak_growth(lambda: p.project_into(vol_store, sino_store))
     assert plan.n_windows > 1 and plan.peak_bytes <= 64 * MiB
     print(f"project_into: peak growth {grown / MiB:.1f} MiB, plan {plan.peak_bytes / MiB:.1f} MiB")
     assert grown < 256 * MiB, f"project_into grew the resident set by {grown / MiB:.0f} MiB"
-    grown, plan = _peak_growth(lambda: p.backproject_into(sino_store, back_store))
+    grown, plan = peak_growth(lambda: p.backproject_into(sino_store, back_store))
     assert plan.n_windows > 1 and plan.peak_bytes <= 64 * MiB
     print(f"backproject_into: peak growth {grown / MiB:.1f} MiB, plan {plan.peak_bytes / MiB:.1f} MiB")
     assert grown < 256 * MiB, f"backproject_into grew the resident set by {grown / MiB:.0f} MiB"
