@@ -1,10 +1,16 @@
 """Volume exporters: TIFF stack (voxel size in the tags), HDF5 and the ctbench zarr dataset.
 
-Every exporter writes to a hidden sibling of the target and renames it into
-place only when the whole volume is written, so an export that fails
-halfway (a full disk, an error while computing a lazy volume) leaves no
-file behind and never damages an existing one.  Volumes are written slab by
-slab along z, so lazy (dask / zarr) volumes larger than memory export too.
+Every exporter follows the output policy (:mod:`ctbench.output_policy`): the
+target may not be, contain or lie inside an input; an existing target is
+replaced only if ctbench wrote it (the files carry a ``ctbench_output`` marker)
+or with ``force=True``.  The volume is written to a hidden sibling of the
+target and exchanged into place only when the whole volume is written and
+flushed, so an export that fails halfway (a full disk, an error while
+computing a lazy volume) leaves no file behind and never damages an existing
+one, and a kill leaves the old or the new file (what a kill between the
+fallback's two renames leaves is put back by the next export or
+:func:`read_volume`).  Volumes are written slab by slab along z, so lazy
+(dask / zarr) volumes larger than memory export too.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 
+from ..output_policy import (MARKER_KEY, MARKER_VALUE, check_output, recover_interrupted_replace, remove_path,
+                             replace_into_place, staging_path)
 from .errors import ScanFileError
 
 EXPORT_FORMATS = {".tif": "tiff", ".tiff": "tiff", ".h5": "hdf5", ".hdf5": "hdf5", ".hdf": "hdf5", ".nxs": "hdf5",
@@ -64,19 +71,8 @@ def _slabs(volume, step: int = 16):
         yield z0, np.asarray(slab.compute() if hasattr(slab, "compute") else slab)
 
 
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir():
-        shutil.rmtree(p, ignore_errors=True)
-    elif p.exists():
-        p.unlink()
-
-
 def export_volume(path, volume, voxel_spacing, *, format: str = "auto", overwrite: bool = False,
-                  meta: dict | None = None, geometry=None) -> Path:
+                  meta: dict | None = None, geometry=None, force: bool = False, inputs=()) -> Path:
     """Write ``volume`` (z, y, x; numpy, torch, dask or zarr) with its voxel size (mm) and return the path.
 
     TIFF: an ImageJ-compatible float32 stack; X/YResolution hold pixels per
@@ -84,6 +80,10 @@ def export_volume(path, volume, voxel_spacing, *, format: str = "auto", overwrit
     HDF5: dataset ``/volume`` with attributes ``voxel_spacing``, ``axes``,
     ``units`` and ``meta`` (JSON).  zarr: a ctbench dataset
     (:func:`ctbench.workbench.dataset.save_dataset`), with ``geometry`` if given.
+
+    ``overwrite=True`` replaces an existing output only if ctbench wrote it;
+    ``force=True`` replaces whatever stands there (never an input).  ``inputs``:
+    paths the output may not be, contain or lie inside (the scan it came from).
     """
     path = Path(path)
     fmt = export_format(path, format)
@@ -95,34 +95,31 @@ def export_volume(path, volume, voxel_spacing, *, format: str = "auto", overwrit
         meta_json = json.dumps(meta)
     except TypeError as e:
         raise ValueError(f"meta must be JSON-serialisable: {e}") from None
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
     if not path.parent.is_dir():
         raise ScanFileError(path, f"cannot be written: the folder {path.parent} does not exist")
-    tmp = _tmp_path(path)
-    _remove(tmp)
+    check_output(path, inputs, overwrite=overwrite, force=force)
+    if fmt == "zarr":
+        from ..workbench.dataset import save_dataset
+        data = np.concatenate([s for _, s in _slabs(vol)]) if len(sp) == 3 else np.asarray(vol)[0]
+        return save_dataset(path, volume=data, voxel_spacing=sp, geometry=geometry, meta=meta,
+                            overwrite=overwrite, force=force, inputs=inputs)
+    tmp = staging_path(path)
     try:
         if fmt == "tiff":
             _write_tiff(tmp, vol, sp3, meta_json)
-        elif fmt == "hdf5":
+        else:
             _write_hdf5(tmp, vol, sp3, meta_json)
-        else:
-            from ..workbench.dataset import save_dataset
-            data = np.concatenate([s for _, s in _slabs(vol)]) if len(sp) == 3 else np.asarray(vol)[0]
-            save_dataset(tmp, volume=data, voxel_spacing=sp, geometry=geometry, meta=meta)
-        if path.exists():
-            # Replace: move the old one aside first so that a failing rename cannot lose both.
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            _remove(old)
-            path.rename(old)
-            tmp.rename(path)
-            _remove(old)
-        else:
-            tmp.rename(path)
+        # Judged again after the swap: a foreign file that appeared meanwhile is put back, not deleted.
+        replace_into_place(tmp, path, may_replace=None if force else _replaceable)
     except BaseException:
-        _remove(tmp)
+        remove_path(tmp)
         raise
     return path
+
+
+def _replaceable(old: Path) -> bool:
+    from ..output_policy import written_by_ctbench
+    return written_by_ctbench(old)
 
 
 def _write_tiff(tmp: Path, vol, sp, meta_json: str) -> None:
@@ -138,13 +135,15 @@ def _write_tiff(tmp: Path, vol, sp, meta_json: str) -> None:
 
     tifffile.imwrite(tmp, pages(), shape=(D, H, W), dtype=np.float32, imagej=True,
                      resolution=(1.0 / dx, 1.0 / dy),
-                     metadata={"axes": "ZYX", "spacing": dz, "unit": "mm", "ctbench": meta_json})
+                     metadata={"axes": "ZYX", "spacing": dz, "unit": "mm", MARKER_KEY: MARKER_VALUE,
+                               "ctbench": meta_json})
 
 
 def _write_hdf5(tmp: Path, vol, sp, meta_json: str) -> None:
     import h5py
 
     with h5py.File(tmp, "w") as f:
+        f.attrs[MARKER_KEY] = MARKER_VALUE   # the output policy's marker: ctbench wrote this file
         ds = f.create_dataset("volume", shape=vol.shape, dtype=np.float32,
                               chunks=(1, *vol.shape[1:]) if vol.shape[0] > 1 else None)
         for z0, slab in _slabs(vol):
@@ -160,6 +159,8 @@ def read_volume(path) -> tuple[np.ndarray, tuple[float, float, float]]:
     """Read back a volume written by :func:`export_volume`: (array, (dz, dy, dx) in mm)."""
     path = Path(path)
     fmt = export_format(path)
+    if not os.path.lexists(path):
+        recover_interrupted_replace(path)   # an export killed between its two renames: put it back
     if not path.exists():
         raise ScanFileError(path, "does not exist")
     if fmt == "tiff":

@@ -16,13 +16,17 @@ A config (JSON; every section but ``input`` optional)::
                     "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": 0,
                     "volume_shape": null, "voxel_size_mm": null},
      "algorithm":  {"name": "fbp", "params": {}},
-     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false}}
+     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false, "force": false}}
 
 ``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
 (the volume grid covers the field of view at the detector's resolution
 scaled to the isocentre).  ``detector_offset_u_mm`` is "auto" (centre
 finder, on the preprocessed data) or the offset of the *uncropped*
 detector in mm; crops and binning are accounted for.
+
+The output follows :mod:`ctbench.output_policy`, checked before the scan is
+read: it may not be, contain or lie inside the scan, its flats or darks;
+``overwrite`` replaces only what ctbench wrote, ``force`` anything else.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class OutputConfig(_Model):
     path: str
     format: Literal["auto", "tiff", "hdf5", "zarr"] = "auto"
     overwrite: bool = False
+    force: bool = Field(False, description="replace an existing output even if ctbench did not write it")
 
 
 class ReconConfig(_Model):
@@ -258,16 +263,21 @@ def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: flo
                        offset_v=offset_v_mm + prep.shift_v, cross_check=cross_check)
 
 
+def recon_inputs(cfg: ReconConfig) -> list[str]:
+    """Every path a recon reads: the output may not be, contain or lie inside any of them."""
+    return [p for p in (cfg.input.path, cfg.input.flats, cfg.input.darks) if p]
+
+
 def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     """Run a config end to end; returns a JSON-able report (the exported path under ``"output"``)."""
     from ..workbench.workflow import ReconRequest, run
 
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
-    if cfg.output is not None:
-        out = Path(cfg.output.path)
-        if out.exists() and not cfg.output.overwrite:
-            raise FileExistsError(f"{out} exists; set output.overwrite to replace it")
+    if cfg.output is not None:   # refused before any work: an output over the scan, or a foreign file
+        from ..output_policy import check_output
+        check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite, force=cfg.output.force,
+                     what="output.path")
     request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
     scan = open_scan(cfg.input)
     say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
@@ -296,7 +306,8 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     if cfg.output is not None:
         from .export import export_volume
         path = export_volume(cfg.output.path, finished.volume, geometry.voxel_spacing, format=cfg.output.format,
-                             overwrite=cfg.output.overwrite, geometry=geometry,
+                             overwrite=cfg.output.overwrite, force=cfg.output.force,
+                             inputs=recon_inputs(cfg), geometry=geometry,
                              meta={"config": cfg.model_dump(mode="json"), "recon": finished.metadata()})
         report["output"] = str(path)
         say(f"wrote {path}")
@@ -313,7 +324,9 @@ def register_cli(subparsers) -> None:
                                             "(docs/SCANS.md)")
     p.add_argument("config", help="recon config (JSON)")
     p.add_argument("--out", help="output path (overrides output.path; .tif, .h5 or .zarr)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output that ctbench wrote")
+    p.add_argument("--force", action="store_true", help="replace an existing output even if ctbench did not "
+                                                        "write it (never an input)")
     p.set_defaults(func=_cli)
 
 
@@ -322,10 +335,12 @@ def _cli(args) -> int:
 
     try:
         cfg = load_config(args.config)
+        force = getattr(args, "force", False)
         if args.out:
-            cfg.output = OutputConfig(path=args.out, overwrite=args.overwrite)
-        elif args.overwrite and cfg.output is not None:
-            cfg.output.overwrite = True
+            cfg.output = OutputConfig(path=args.out, overwrite=args.overwrite or force, force=force)
+        elif cfg.output is not None:
+            cfg.output.overwrite = cfg.output.overwrite or args.overwrite or force
+            cfg.output.force = cfg.output.force or force
         report = run_recon(cfg, log=lambda m: print(m, file=sys.stderr))
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         print(f"ctbench recon: {e}", file=sys.stderr)

@@ -10,11 +10,13 @@ and leave nothing behind.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
 import os
 import secrets
 import socket
+import sqlite3
 import sys
 import tarfile
 from pathlib import Path
@@ -26,6 +28,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .bridge import Bridge, PathError
 from .spec import STATES, JobSpec
+from .store import OutputReserved
+
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the disk (or quota) is full: an OSError, or SQLite's "database or disk is full"."""
+    if isinstance(e, OSError):
+        return e.errno in _FULL
+    return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+
+
+def _full_error(what: str, e: BaseException) -> HTTPException:
+    return HTTPException(507, f"{what}: the bridge's disk is full ({e}); free space on it and try again")
 
 API_VERSION = "1"
 
@@ -51,6 +67,16 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         if not secrets.compare_digest(cred.credentials.encode(), bridge.token.encode()):
             raise HTTPException(403, "wrong bearer token")
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(sqlite3.OperationalError)
+    async def _storage(request: Request, exc: Exception):
+        # A full disk anywhere (state, job table, data) is a clear 507, never a bare 500.
+        if disk_full(exc):
+            return JSONResponse({"detail": f"the bridge's disk is full ({exc}); free space on it and try again"},
+                                status_code=507)
+        return JSONResponse({"detail": f"the bridge could not complete the request: {type(exc).__name__}: {exc}"},
+                            status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -80,10 +106,16 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
     def submit(spec: JobSpec) -> dict:
         try:
             rec = bridge.submit(spec)
-        except (FileNotFoundError, FileExistsError) as e:
-            raise HTTPException(422, str(e)) from None
+        except OutputReserved as e:
+            raise HTTPException(409, str(e)) from None
         except PathError as e:
             raise HTTPException(403, str(e)) from None
+        except (FileNotFoundError, FileExistsError, ValueError) as e:   # ValueError: output overlaps the dataset
+            raise HTTPException(422, str(e)) from None
+        except (OSError, sqlite3.OperationalError) as e:
+            if disk_full(e):
+                raise _full_error("submit", e) from None
+            raise
         return public(rec)
 
     @app.get("/jobs", dependencies=[Depends(auth)])
@@ -166,6 +198,10 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         out = Path(info["output"])
         if not out.exists():
             raise HTTPException(410, f"the result {out} is gone")
+        owner = _result_owner(out)
+        if owner != job_id and not (owner is None and _result_dir(out) == rec.job_dir):
+            raise HTTPException(410, f"the result of job {job_id} at {out} is gone: that path now holds "
+                                     f"{'the result of job ' + owner if owner else 'something else'}")
         return StreamingResponse(_tar_stream(out, "result.zarr"), media_type="application/x-tar")
 
     @app.delete("/jobs/{job_id}", status_code=204, dependencies=[Depends(auth)])
@@ -218,6 +254,9 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             if final:
                 os.replace(part, target)
         except OSError as e:   # a file where a folder is needed, a full disk, ...
+            if disk_full(e):   # the whole upload failed: no PATH.part stays behind
+                part.unlink(missing_ok=True)
+                raise _full_error(f"upload of {path}", e) from None
             raise HTTPException(409, f"cannot write {path}: {e.strerror or e}") from None
         size = offset + len(body)
         return {"path": path, "size": size, "final": final}
@@ -251,6 +290,25 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         return Response(status_code=204)
 
     return app
+
+
+def _result_meta(out: Path) -> dict:
+    from ..workbench.dataset import _group_attrs
+    try:
+        meta = _group_attrs(out).get("meta")
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _result_owner(out: Path) -> str | None:
+    """The job id a result dataset names as its writer (None: not a job result, or written before ids)."""
+    owner = _result_meta(out).get("job_id")
+    return owner if isinstance(owner, str) else None
+
+
+def _result_dir(out: Path) -> str | None:
+    return _result_meta(out).get("job_dir")
 
 
 def _tar_stream(folder: Path, arcname: str, chunk: int = 1 << 20):

@@ -31,15 +31,11 @@ Reliability (docs/RELIABILITY.md):
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import glob
 import json
 import math
 import os
 import shutil
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +44,7 @@ import numpy as np
 
 from ..storage.base import StoreIntegrityError
 from ..atomic_files import pid_alive
+from ..output_policy import check_output, replace_into_place, staging_path
 from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size
 from .design import ScanGeometry
 
@@ -141,14 +138,16 @@ def _check_meta(meta) -> dict:
 
 def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=None, sinogram=None,
                  geometry: ScanGeometry | None = None, voxel_spacing=None, meta: dict | None = None,
-                 overwrite: bool = False, chunks: int = 64) -> Path:
+                 overwrite: bool = False, chunks: int = 64, force: bool = False, inputs=()) -> Path:
     """Write a dataset to ``path`` (a ``.zarr`` folder) and return the path.
 
-    Pass a :class:`Dataset` or its fields as keywords.  ``overwrite=False``
-    refuses to replace an existing path; ``overwrite=True`` replaces a dataset
-    (never another kind of folder) crash-safely: the old one stays complete
-    until the new one is.  Arrays are chunked in blocks of at most ``chunks``
-    along every axis.
+    Pass a :class:`Dataset` or its fields as keywords.  The output policy
+    (:mod:`ctbench.output_policy`) applies: ``overwrite=False`` refuses to
+    replace an existing path; ``overwrite=True`` replaces a dataset or an empty
+    folder (never another kind of folder or file, unless ``force=True``)
+    crash-safely: the old one stays complete until the new one is; the path
+    may not be, contain or lie inside any of ``inputs``.  Arrays are chunked in
+    blocks of at most ``chunks`` along every axis.
     """
     if dataset is None:
         dataset = Dataset(volume=None if volume is None else _as_numpy(volume),
@@ -166,13 +165,9 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_interrupted_save(path)
-    if os.path.lexists(path):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-        if not is_dataset(path) and not (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
-            raise FileExistsError(f"{path} exists and is not a ctbench dataset; refusing to replace it "
-                                  "(remove it yourself or choose another path)")
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_NEW}{os.getpid()}-"))
+    check_output(path, inputs, overwrite=overwrite, force=force, what="dataset path")
+    tmp = staging_path(path)
+    tmp.mkdir(mode=0o700)
     try:
         _write_group(tmp, dataset, chunks)
         swap_into_place(tmp, path)
@@ -224,38 +219,10 @@ def create_array(group, name: str, shape, dtype, chunk_shape):
     return arr, {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
-        return False
-    raise OSError(err, f"could not swap {a} and {b}: {os.strerror(err)}")
-
-
-def swap_into_place(new: Path, path: Path) -> None:
-    """Put the complete dataset ``new`` at ``path``; the old dataset is deleted only after."""
-    if not os.path.lexists(path):
-        os.rename(new, path)
-        return
-    if _exchange(new, path):
-        old = new                 # the exchange left the old dataset under the temporary name
-    else:
-        old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_OLD}{os.getpid()}-"))
-        os.rmdir(old)
-        os.rename(path, old)      # killed after this: recover_interrupted_save() puts `new` in place
-        os.rename(new, path)
-    _remove_tree(old)
+def swap_into_place(new: Path, path: Path, *, may_replace=None) -> None:
+    """Put the complete dataset ``new`` at ``path`` by exchange; the old dataset is deleted only after
+    (:func:`ctbench.output_policy.replace_into_place`; ``may_replace(old)`` vetoes deleting a foreign one)."""
+    replace_into_place(new, path, may_replace=may_replace)
 
 
 def _remove_tree(folder: Path) -> None:

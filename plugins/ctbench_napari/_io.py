@@ -164,7 +164,7 @@ def write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[st
     """Write image layers as one ctbench dataset (see :func:`_write_dataset`); errors as :class:`DatasetWriteError`."""
     try:
         return _write_dataset(path, layer_data)
-    except (ValueError, TypeError, KeyError, FileExistsError) as e:
+    except (ValueError, TypeError, KeyError, FileExistsError) as e:   # the output policy's refusals included
         raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {str(e).strip(chr(39))}") \
             from e
 
@@ -178,6 +178,7 @@ def _write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[s
     """
     volume = sinogram = geometry = spacing = None
     meta: dict = {}
+    inputs = [src for data, _, _ in layer_data if (src := _lazy_source(data)) is not None]
     for data, attrs, ltype in layer_data:
         if ltype != "image":
             raise ValueError(f"a ctbench dataset stores image layers only, not {ltype} layers")
@@ -203,7 +204,14 @@ def _write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[s
             if geometry is None and isinstance(m.get("geometry"), dict):
                 geometry = ScanGeometry.from_dict(m["geometry"])
     p = path if path.rstrip("/").endswith(".zarr") else path + ".zarr"
+    # The output policy: replaces only a ctbench dataset, never the dataset a lazy layer still reads from.
     save_dataset(p, volume=volume, sinogram=sinogram, geometry=geometry, voxel_spacing=spacing, meta=meta,
-                 overwrite=True)
+                 overwrite=True, inputs=inputs)
     return [p]
+
+
+def _lazy_source(data) -> str | None:
+    """The folder a lazily opened zarr layer reads from (an input of the save), else None."""
+    root = getattr(getattr(data, "store", None), "root", None)
+    return None if root is None else str(root)
 
