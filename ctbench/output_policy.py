@@ -321,8 +321,10 @@ def recover_interrupted_replace(path, *, is_complete: Callable[[Path], bool] | N
         for old in _siblings(path, _OLD):
             if not _dead(old, path, _OLD):
                 continue
-            new = path.with_name(f".{path.name}{_NEW}{old.name[len(f'.{path.name}{_OLD}'):]}")
-            for cand in (new, old):
+            tail = old.name[len(f".{path.name}{_OLD}"):]
+            new = path.with_name(f".{path.name}{_NEW}{tail}")
+            legacy = path.with_name(f".{path.name}.tmp-{tail}")   # exports of ctbench before this policy
+            for cand in (new, legacy, old):
                 if os.path.lexists(cand) and (is_complete is None or is_complete(cand)):
                     os.rename(cand, path)
                     fsync_dir(path.parent)
@@ -331,7 +333,7 @@ def recover_interrupted_replace(path, *, is_complete: Callable[[Path], bool] | N
             if os.path.lexists(path):
                 break
     if os.path.lexists(path) or not _siblings(path, _OLD):
-        for tag in (_NEW, _OLD):
+        for tag in (_NEW, _OLD, ".tmp-"):
             for cand in _siblings(path, tag):
                 if _dead(cand, path, tag):
                     remove_path(cand)

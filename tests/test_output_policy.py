@@ -223,3 +223,18 @@ def test_export_killed_during_replace_leaves_old_or_new_and_is_recovered(tmp_pat
     assert sp == ((0.25,) * 3 if expect == "old" else (0.5,) * 3)
     export_volume(path, old, 1.0, overwrite=True)     # the next write removes the dead writer's leftovers
     assert siblings(path) == []
+
+
+def test_the_leftovers_of_an_export_killed_by_an_older_ctbench_are_recovered(tmp_path):
+    """Finding 5 as the old export left it: the target missing, `.v.h5.old-PID` and `.v.h5.tmp-PID`."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "v.h5"
+    export_volume(tmp_path / "old.h5", np.full((2, 3, 3), 1.0, np.float32), 1.0)
+    export_volume(tmp_path / "new.h5", np.full((2, 3, 3), 2.0, np.float32), 1.0)
+    os.rename(tmp_path / "old.h5", tmp_path / f".v.h5.old-{dead.pid}")
+    os.rename(tmp_path / "new.h5", tmp_path / f".v.h5.tmp-{dead.pid}")
+    vol, _ = read_volume(path)
+    np.testing.assert_array_equal(vol, np.full((2, 3, 3), 2.0, np.float32))
+    export_volume(path, vol, 1.0, overwrite=True)
+    assert siblings(path) == []
