@@ -16,7 +16,8 @@ dataset opens identically in scripts, in the napari plugin and in jobs.
 
 Reliability (docs/RELIABILITY.md):
 
-- Writes go to a fresh hidden sibling folder; when it is complete it is
+- Writes follow the output policy (:mod:`ctbench.output_policy`) and go to a
+  fresh hidden sibling folder; when it is complete it is flushed to disk and
   swapped with the old dataset by rename (one atomic ``renameat2`` exchange on
   Linux, two renames elsewhere, finished by the next save or load if killed
   between them) and only then is the old one deleted.  Killed at any point, the
