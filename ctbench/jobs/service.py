@@ -75,6 +75,8 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         if disk_full(exc):
             return JSONResponse({"detail": f"the bridge's disk is full ({exc}); free space on it and try again"},
                                 status_code=507)
+        import traceback
+        traceback.print_exception(exc)   # a real fault: keep the traceback in the bridge's log
         return JSONResponse({"detail": f"the bridge could not complete the request: {type(exc).__name__}: {exc}"},
                             status_code=500)
 

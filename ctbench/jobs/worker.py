@@ -223,20 +223,24 @@ class Job:
             if self.rank == 0:
                 shutil.rmtree(tmp, ignore_errors=True)   # nothing half-written stays behind
             raise error if error is not None else RuntimeError("writing the result failed on another rank")
+        placed: list[BaseException] = []
         if self.rank == 0:
             try:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 job_id = self.dir.name
                 # An earlier result stays whole until this one is; a foreign folder is swapped back untouched.
                 swap_into_place(tmp, out, may_replace=lambda old: _result_of(old, job_id))
-            except BaseException:
+            except Exception as e:  # noqa: BLE001 - every rank learns of it (no rank left at a barrier)
                 shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        if dist.is_initialized():
-            dist.barrier()
+                placed.append(e)
+        self._agree(placed)
+        if placed:
+            raise placed[0]
         return out
 
     def _write_aside(self, tmp: Path, volume: torch.Tensor, meta: dict) -> None:
+        """Fill ``tmp`` in three phases (rank 0 creates, the owners write, rank 0 finishes); every rank meets
+        every barrier even after a failure of its own (a full disk), so a failing rank never strands the others."""
         import zarr
 
         from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array
@@ -244,16 +248,27 @@ class Job:
         geo, P = self.geometry, self.projector
         shape = tuple(geo.volume_shape)
         writes = P.view_rank == 0 if P.space_world_size > 1 else self.rank == 0
-        if self.rank == 0:
+        error: list[BaseException] = []
+
+        def phase(fn):
+            if not error:
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - raised after the barriers
+                    error.append(e)
+
+        manifest = {}
+
+        def create():
             if tmp.exists():
                 shutil.rmtree(tmp)
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
             # One chunk per plane: ranks write disjoint chunks, so slabs never race.
             chunks = shape if len(shape) == 2 else (1, *shape[1:])
-            _, entry = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""), chunks)
-            manifest = {"volume": entry}
-        dist.barrier()
-        if writes:
+            _, manifest["volume"] = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""),
+                                                 chunks)
+
+        def write():
             arr = zarr.open_array(str(tmp / "volume"), mode="r+", config=WRITE_CONFIG)
             local = volume.detach().cpu().numpy()
             if len(shape) == 2 or P.space_world_size == 1:
@@ -262,12 +277,31 @@ class Job:
                 s = P.volume_slice
                 if s.stop > s.start:
                     arr[s.start:s.stop] = local.reshape(s.stop - s.start, *shape[1:])
-        dist.barrier()
-        if self.rank == 0:
+
+        def finish():
             group = zarr.open_group(str(tmp), mode="r+")
             group.attrs.update({"format": FORMAT, "version": VERSION, "units": UNITS, "geometry": geo.to_dict(),
                                 "meta": meta, "manifest": manifest, "volume": {"axes": _axes("volume", len(shape)),
                                                          "voxel_spacing": list(geo.voxel_spacing)}})
+
+        if self.rank == 0:
+            phase(create)
+        self._agree(error)   # the others must not open an array rank 0 failed to create
+        if writes:
+            phase(write)
+        dist.barrier()
+        if self.rank == 0:
+            phase(finish)
+        if error:
+            raise error[0]
+
+    def _agree(self, error: list) -> None:
+        """Barrier that also tells every rank whether any rank has failed (then all skip the next phases)."""
+        flag = torch.tensor([1 if error else 0], dtype=torch.int32, device=self.device)
+        if dist.is_initialized() and self.world > 1:
+            dist.all_reduce(flag)
+        if flag.item() and not error:
+            error.append(RuntimeError("writing the result failed on another rank"))
 
 
 def _result_of(folder: Path, job_id: str) -> bool:
