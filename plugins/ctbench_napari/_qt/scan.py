@@ -372,7 +372,10 @@ class ScanImportWidget(QWidget):
         spacing = tuple(float(s) for s in layer.scale[-layer.data.ndim:])
         geo = info(layer).get("geometry")
         from ctbench.workbench.design import ScanGeometry
-        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(),
+        # The output policy: never over a scan file that a layer of this viewer was read from.
+        scans = [s.get(k) for lyr in self.viewer.layers if isinstance(s := info(lyr).get("source"), dict)
+                 for k in ("path", "flats", "darks") if isinstance(s.get(k), str)]
+        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(), inputs=scans,
                             geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
                             meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
         self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")
