@@ -70,7 +70,7 @@ def test_result_is_served_only_for_the_job_that_wrote_it(bridge, http):
     r = http.get(f"/jobs/{first['id']}/result")
     assert r.status_code == 200
     names = tarfile.open(fileobj=io.BytesIO(r.content)).getnames()
-    assert "result.zarr/zarr.json" in names
+    assert "result.zarr/zarr.json" in names and "result.zarr/volume/ctbench-chunk-crc32c" in names
     assert http.delete("/data/shared.zarr").status_code == 204
     second = http.post("/jobs", json=_spec("shared.zarr")).json()
     assert _ended(http, second["id"])["state"] == "succeeded"

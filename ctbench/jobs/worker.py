@@ -279,6 +279,8 @@ class Job:
                     arr[s.start:s.stop] = local.reshape(s.stop - s.start, *shape[1:])
 
         def finish():
+            from ..storage.zarr_store import write_chunk_positions
+            write_chunk_positions(tmp / "volume")   # every rank has written: bind each chunk to its position
             group = zarr.open_group(str(tmp), mode="r+")
             group.attrs.update({"format": FORMAT, "version": VERSION, "units": UNITS, "geometry": geo.to_dict(),
                                 "meta": meta, "manifest": manifest, "volume": {"axes": _axes("volume", len(shape)),

@@ -25,7 +25,10 @@ Reliability (docs/RELIABILITY.md):
 - Version 2 datasets hold a ``manifest`` (the arrays with shape, dtype,
   chunks) and crc32c-checksummed chunks, every chunk written; a missing array
   or attribute, a missing chunk or a damaged chunk raises
-  :class:`DatasetError` naming the array and the chunk.
+  :class:`DatasetError` naming the array and the chunk.  Each array also
+  records the checksum of every chunk at its position
+  (:func:`ctbench.storage.zarr_store.write_chunk_positions`), so a valid chunk
+  copied over another is refused too.
 - Reads refuse symlinks out of the dataset and non-regular files (FIFOs,
   devices), and an eager load refuses to allocate more than ``max_bytes``.
 """
@@ -46,7 +49,7 @@ import numpy as np
 from ..storage.base import StoreIntegrityError
 from ..atomic_files import pid_alive
 from ..output_policy import check_output, replace_into_place, staging_path
-from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size
+from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size, write_chunk_positions
 from .design import ScanGeometry
 
 FORMAT = "ctbench.dataset"
@@ -195,6 +198,7 @@ def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
         chunk_shape = tuple(min(chunks, max(s, 1)) for s in data.shape)
         arr, attrs["manifest"][name] = create_array(group, name, data.shape, data.dtype, chunk_shape)
         arr[...] = data
+        write_chunk_positions(folder / name)   # binds each chunk's checksum to its position
         attrs[name] = {"axes": _axes(name, data.ndim)}
     if dataset.volume is not None:
         attrs["volume"]["voxel_spacing"] = list(dataset.voxel_spacing)
