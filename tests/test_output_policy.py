@@ -70,6 +70,12 @@ def test_recon_refuses_to_write_over_its_scan_folder(lab_scan, tmp_path):
     assert tree(lab_scan) == before
 
 
+def test_recon_refuses_an_output_folder_that_does_not_exist_before_reading_the_scan(tmp_path):
+    cfg = _config(tmp_path, tmp_path / "no-scan-here", tmp_path / "missing" / "recon.tif")
+    with pytest.raises(ValueError, match="cannot be written"):   # about the output: the scan is never opened
+        run_recon(load_config(cfg))
+
+
 def test_recon_refuses_scan_tif_as_its_own_output_and_a_hard_link_of_it(tmp_path):
     import tifffile
 

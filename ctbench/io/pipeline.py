@@ -278,6 +278,9 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
         from ..output_policy import check_output
         check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite, force=cfg.output.force,
                      what="output.path")
+        if not Path(cfg.output.path).parent.is_dir():
+            raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
+                                                 "does not exist")
     request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
     scan = open_scan(cfg.input)
     say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
