@@ -92,6 +92,8 @@ class Dataset:
                     raise ValueError("voxel_spacing is required for a volume (mm per voxel along each axis) "
                                      "unless the volume has the geometry's volume_shape")
             sp = self.voxel_spacing
+            if isinstance(sp, bool) or (isinstance(sp, (tuple, list)) and any(isinstance(v, bool) for v in sp)):
+                raise ValueError(f"voxel_spacing must be lengths in mm, got {sp!r} (a boolean is not a length)")
             sp = (float(sp),) * ndim if isinstance(sp, (int, float)) else tuple(float(s) for s in sp)
             if len(sp) != ndim or not all(math.isfinite(s) and s > 0 for s in sp):
                 raise ValueError(f"voxel_spacing must be {ndim} positive lengths in mm, got {self.voxel_spacing!r}")
