@@ -93,7 +93,7 @@ def test_whole_reads_are_bounded_with_the_documented_override(tmp_path, monkeypa
     p = tmp_path / "big.json"
     p.write_text(json.dumps({"x": "a" * 5000}))
     monkeypatch.setenv("CTBENCH_READER_MAX_BYTES", "1000")
-    with pytest.raises(guarded_open.InputError, match="more than the bound of 1000 bytes; raise CTBENCH_READER_MAX"):
+    with pytest.raises(guarded_open.InputError, match="more than the bound of 1000 bytes for a file read whole; raise CTBENCH_READER_MAX"):
         guarded_open.read_json(p)
     monkeypatch.setenv("CTBENCH_READER_MAX_BYTES", "100000")
     assert len(guarded_open.read_json(p)["x"]) == 5000
@@ -144,6 +144,7 @@ def test_scanner_images_may_not_leave_the_scan_folder(tmp_path):
     d = _scanner_folder(tmp_path / "scan")
     elsewhere = _scanner_folder(tmp_path / "elsewhere")
     doc = scanner_json(sid=100, sdd=200, pixel_size=(1, 1), n_projections=3)
+    doc["files"] = {"projections": "projections/*.tif"}        # this scan has no flats or darks
     (d / "scan.json").write_text(json.dumps(doc))
     assert read_scan(d).n_views == 3
     doc["files"]["projections"] = "../elsewhere/projections/*.tif"
@@ -328,7 +329,7 @@ def test_read_volume_refuses_damaged_spacings(tmp_path):
 # ------------------------------------------------------------------ finding 13: errors that name the file/field
 def test_tiff_resolution_of_zero_is_named(tmp_path):
     p = tmp_path / "v.tif"
-    tifffile.imwrite(p, np.zeros((2, 3, 4), np.float32), resolution=(0, 1))
+    tifffile.imwrite(p, np.zeros((2, 3, 4), np.float32), resolution=(0, 1), photometric="minisblack")
     with pytest.raises(ScanFileError, match=r"v.tif: TIFF tag XResolution is 0/1"):
         read_volume(p)
 

@@ -61,10 +61,9 @@ def _number(d: dict, key: str, where: Path, *, positive=True, default=None):
         if default is not None:
             return default
         raise ScanFileError(where, f"lacks geometry.{key}")
-    try:
-        v = float(d[key])
-    except (TypeError, ValueError):
-        raise ScanFileError(where, f"geometry.{key} must be a number, got {d[key]!r}") from None
+    if isinstance(d[key], bool) or not isinstance(d[key], (int, float)):   # "200" or true is not a length
+        raise ScanFileError(where, f"geometry.{key} must be a number, got {d[key]!r}")
+    v = float(d[key])
     if not np.isfinite(v) or (positive and v <= 0):
         raise ScanFileError(where, f"geometry.{key} must be a positive number, got {d[key]!r}")
     return v
