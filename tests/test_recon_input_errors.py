@@ -17,9 +17,15 @@ ENV = dict(os.environ, OMP_NUM_THREADS="1",
            PYTHONPATH=str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
 
 
+def _memory_limit() -> None:
+    import resource
+    resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+
+
 def _recon(cfg_path: Path) -> subprocess.CompletedProcess:
+    """The real command, with 2 GiB of data memory (a regression that allocates fails instead of swapping)."""
     return subprocess.run([sys.executable, "-m", "ctbench.cli", "recon", str(cfg_path)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, preexec_fn=_memory_limit)
 
 
 def _raw_scan(tmp_path: Path) -> Path:
