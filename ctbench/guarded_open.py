@@ -95,7 +95,8 @@ def open_fd(path, *, root=None, follow_links: bool = True) -> int:
     path = Path(path)
     if root is not None:
         check_inside(path, root)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    nonblock = getattr(os, "O_NONBLOCK", 0)       # POSIX; Windows has no FIFOs to block on
+    flags = os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     if not follow_links:
         flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
@@ -112,7 +113,8 @@ def open_fd(path, *, root=None, follow_links: bool = True) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InputError(path, f"is {_kind(st.st_mode)}, not a regular file; not reading it")
-        os.set_blocking(fd, True)
+        if nonblock:
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
