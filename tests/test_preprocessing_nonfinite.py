@@ -160,6 +160,12 @@ def test_find_centre_refuses_input_without_a_centre(fan, make, match):
         find_centre(s, a, 1.0, sid=150.0, sdd=300.0, cross_check=False)
 
 
+def test_nan_angles_are_refused_for_parallel_beams_too(fan):
+    s, a = fan
+    with pytest.raises(ValueError, match="angles must be finite"):
+        find_centre(s, np.where(np.arange(a.size) == 3, np.nan, a), 1.0, cross_check=False)
+
+
 def test_find_centre_refuses_an_infinite_pitch_and_huge_search_ranges(fan):
     s, a = fan
     with pytest.raises(ValueError, match="pitch must be a positive finite length"):
