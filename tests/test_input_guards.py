@@ -379,3 +379,17 @@ def test_non_numeric_n_projections_is_named(tmp_path):
 def test_detect_format_of_a_missing_path_still_names_it(tmp_path):
     with pytest.raises(ScanFileError, match="does not exist"):
         detect_format(tmp_path / "nothing.tif")
+
+
+def test_a_dataset_whose_metadata_nests_too_deeply_is_refused_not_a_recursion_error(tmp_path):
+    import torch
+
+    from ctbench.workbench.dataset import load_dataset, save_dataset
+
+    d = tmp_path / "d.zarr"
+    save_dataset(d, volume=torch.zeros(2, 3, 4), sinogram=torch.zeros(3, 4, 5), voxel_spacing=1.0)
+    (d / "zarr.json").write_text("[" * 100000)
+    with pytest.raises(ValueError, match="not a ctbench dataset|nested too deeply"):
+        load_dataset(d)
+    with pytest.raises(ScanFileError):
+        read_scan(d, format="zarr")

@@ -315,7 +315,11 @@ def _read_small_json(path: Path, root: Path, what: str, limit: int = MAX_METADAT
     if size > limit:
         raise DatasetError(f"{what} is {size} bytes; at most {limit} expected")
     with open(path, "rb") as f:
-        return json.loads(f.read(limit + 1))
+        raw = f.read(limit + 1)
+    try:
+        return json.loads(raw)
+    except RecursionError:     # 100000 nested '[' in a small file: an integrity error, not a crash
+        raise DatasetError(f"{what} is nested too deeply to be ctbench metadata") from None
 
 
 def is_dataset(path: str | Path) -> bool:
