@@ -238,7 +238,7 @@ def test_a_tiny_deflate_tiff_declaring_60000_squared_is_refused_before_decompres
     assert read_scan(folder).projections.shape == (1, 60000, 60000)
 
 
-def _nexus_with_frames(path: Path, shape, keys=None) -> Path:
+def _nexus_with_frames(path: Path, shape, keys=None, chunks=None) -> Path:
     import h5py
 
     with h5py.File(path, "w") as f:
@@ -246,7 +246,7 @@ def _nexus_with_frames(path: Path, shape, keys=None) -> Path:
         ent.attrs["NX_class"] = "NXentry"
         ent["definition"] = "NXtomo"
         det = ent.create_group("instrument/detector")
-        det.create_dataset("data", shape=shape, dtype=np.uint16)     # declared, never written: a tiny file
+        det.create_dataset("data", shape=shape, dtype=np.uint16, chunks=chunks)   # declared, never written
         det["image_key"] = np.zeros(shape[0], np.int64) if keys is None else keys
     return path
 
@@ -259,6 +259,15 @@ def test_an_nxtomo_file_declaring_huge_frames_or_counts_is_refused_before_h5py_r
     many = _nexus_with_frames(tmp_path / "many.nxs", (2_000_000, 2, 2))
     with pytest.raises(ScanFileError, match="declares 2000000 frames, more than the reader's bound"):
         read_scan(many)
+
+
+
+def test_an_nxtomo_chunk_spanning_many_frames_is_bounded(tmp_path, monkeypatch):
+    # Reading one pixel decompresses its whole chunk: 100 frames of 2 MB in one chunk is 200 MB at once.
+    p = _nexus_with_frames(tmp_path / "chunky.nxs", (100, 1000, 1000), chunks=(100, 1000, 1000))
+    monkeypatch.setenv("CTBENCH_READER_MAX_BYTES", str(10 ** 7))
+    with pytest.raises(ScanFileError, match="declares /entry/instrument/detector/data chunks of 100 x 1000 x 1000"):
+        read_scan(p)
 
 
 def test_raw_frames_are_bounded(tmp_path, monkeypatch):
