@@ -45,6 +45,8 @@ def export_format(path, format: str = "auto") -> str:
 
 def _spacing(voxel_spacing, ndim: int) -> tuple[float, ...]:
     sp = voxel_spacing
+    if isinstance(sp, bool) or (isinstance(sp, (tuple, list)) and any(isinstance(s, bool) for s in sp)):
+        raise ValueError(f"voxel_spacing must be lengths in mm (z, y, x), got {voxel_spacing!r}")
     sp = (float(sp),) * ndim if isinstance(sp, (int, float)) else tuple(float(s) for s in sp)
     if len(sp) != ndim or not all(math.isfinite(s) and s > 0 for s in sp):
         raise ValueError(f"voxel_spacing must be {ndim} positive lengths in mm (z, y, x), got {voxel_spacing!r}")
@@ -156,29 +158,109 @@ def _write_hdf5(tmp: Path, vol, sp, meta_json: str) -> None:
 
 
 def read_volume(path) -> tuple[np.ndarray, tuple[float, float, float]]:
-    """Read back a volume written by :func:`export_volume`: (array, (dz, dy, dx) in mm)."""
+    """Read back a volume written by :func:`export_volume`: (array, (dz, dy, dx) in mm).
+
+    Guarded like every reader (regular files only; a compressed TIFF may not
+    declare more than the reader's bound, ``CTBENCH_READER_MAX_BYTES``), and a
+    damaged file's spacing (zero, negative, NaN) is an error naming the field.
+    """
     path = Path(path)
     fmt = export_format(path)
     if not os.path.lexists(path):
         recover_interrupted_replace(path)   # an export killed between its two renames: put it back
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ScanFileError(path, "does not exist")
     if fmt == "tiff":
-        import tifffile
-        with tifffile.TiffFile(path) as tif:
-            vol = tif.asarray()
-            ij = tif.imagej_metadata or {}
+        vol, sp = _read_tiff_volume(path)
+    elif fmt == "hdf5":
+        vol, sp = _read_hdf5_volume(path)
+    else:
+        from ..workbench.dataset import load_dataset
+        try:
+            d = load_dataset(path)
+        except (ValueError, FileNotFoundError) as e:
+            raise ScanFileError(path, str(e)) from None
+        if d.volume is None:
+            raise ScanFileError(path, "holds no volume")
+        sp = d.voxel_spacing
+        vol, sp = np.asarray(d.volume), tuple(sp) if len(sp) == 3 else (1.0, *sp)
+    bad = [name for name, s in zip(("dz", "dy", "dx"), sp) if not (math.isfinite(s) and s > 0)]
+    if bad:
+        raise ScanFileError(path, f"has a damaged voxel spacing {tuple(sp)}: {', '.join(bad)} must be positive "
+                                  "finite lengths in mm")
+    return vol, tuple(float(s) for s in sp)
+
+
+def _read_tiff_volume(path: Path):
+    import tifffile
+
+    from .. import guarded_open
+    from .errors import as_scan_error, check_frame
+
+    try:
+        fh = guarded_open.open_regular(path)
+    except guarded_open.InputError as e:
+        raise as_scan_error(e) from None
+    with fh:
+        try:
+            tif = tifffile.TiffFile(fh)
+        except Exception as e:
+            raise ScanFileError(path, f"is not a readable TIFF file ({e})") from None
+        with tif:
+            series = tif.series[0]
+            dtype = np.dtype(series.dtype)
+            check_frame(path, series.shape[-2:], dtype.itemsize, "a page")
             page = tif.pages[0]
-            xr, yr = page.tags["XResolution"].value, page.tags["YResolution"].value
-            dx, dy = xr[1] / xr[0], yr[1] / yr[0]
-            dz = float(ij.get("spacing", 1.0))
-        return (vol if vol.ndim == 3 else vol[None]), (dz, dy, dx)
-    if fmt == "hdf5":
-        import h5py
-        with h5py.File(path, "r") as f:
-            ds = f["volume"]
-            return ds[()], tuple(float(s) for s in ds.attrs["voxel_spacing"])
-    from ..workbench.dataset import load_dataset
-    d = load_dataset(path)
-    sp = d.voxel_spacing
-    return np.asarray(d.volume), tuple(sp) if len(sp) == 3 else (1.0, *sp)
+            if page.compression != 1:    # compressed: the declared size is bounded, not the file's
+                check_frame(path, series.shape, dtype.itemsize, "a compressed volume")
+            ij = tif.imagej_metadata or {}
+            tags = page.tags
+            res = []
+            for tag in ("XResolution", "YResolution"):
+                if tag not in tags:
+                    res.append(1.0)
+                    continue
+                num, den = tags[tag].value
+                if not num or not den:
+                    raise ScanFileError(path, f"TIFF tag {tag} is {num}/{den}; a resolution must be a positive "
+                                              "number of pixels per mm")
+                res.append(den / num)
+            try:
+                dz = float(ij.get("spacing", 1.0))
+            except (TypeError, ValueError):
+                raise ScanFileError(path, f"ImageJ 'spacing' is {ij.get('spacing')!r}, not a number") from None
+            try:
+                vol = tif.asarray()
+            except Exception as e:
+                raise ScanFileError(path, f"could not be read ({e})") from None
+    return (vol if vol.ndim == 3 else vol[None]), (dz, res[1], res[0])
+
+
+def _read_hdf5_volume(path: Path):
+    import h5py
+
+    from .errors import check_frame, check_input
+
+    check_input(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ScanFileError(path, f"is not a readable HDF5 file ({e})") from None
+    with f:
+        ds = f.get("volume")
+        if not isinstance(ds, h5py.Dataset):
+            raise ScanFileError(path, "has no /volume dataset (not a volume exported by ctbench)")
+        if ds.ndim not in (2, 3):
+            raise ScanFileError(path, f"/volume has shape {ds.shape}; expected (D, H, W)")
+        check_frame(path, ds.shape[-2:], ds.dtype.itemsize, "/volume slices")
+        if ds.compression is not None:
+            check_frame(path, ds.shape, ds.dtype.itemsize, "a compressed /volume")
+        if "voxel_spacing" not in ds.attrs:
+            raise ScanFileError(path, "/volume lacks its voxel_spacing attribute")
+        try:
+            sp = tuple(float(s) for s in np.asarray(ds.attrs["voxel_spacing"]).reshape(-1))
+        except (TypeError, ValueError):
+            raise ScanFileError(path, "/volume's voxel_spacing attribute is not three numbers") from None
+        if len(sp) != 3:
+            raise ScanFileError(path, f"/volume's voxel_spacing attribute has {len(sp)} values; expected 3")
+        return ds[()], sp

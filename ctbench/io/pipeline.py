@@ -36,7 +36,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -50,8 +50,13 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Sizes and indices are JSON integers: 2.7 or true is refused, never truncated (finding 10 of issue 20).
+PosInt = Annotated[int, Field(strict=True, gt=0)]
+Index = Annotated[int, Field(strict=True, ge=0)]
+
+
 class RawOptions(_Model):
-    shape: tuple[int, int, int]
+    shape: tuple[PosInt, PosInt, PosInt]
     dtype: str = "uint16"
     byte_order: Literal["little", "big", "native"] = "little"
     header: int = Field(0, ge=0)
@@ -66,12 +71,12 @@ class InputConfig(_Model):
 
 
 class PreprocessConfig(_Model):
-    rows: Optional[tuple[int, int]] = None
-    cols: Optional[tuple[int, int]] = None
-    bin: int = Field(1, ge=1)
-    every: int = Field(1, ge=1)
+    rows: Optional[tuple[Index, Index]] = None
+    cols: Optional[tuple[Index, Index]] = None
+    bin: int = Field(1, ge=1, strict=True)
+    every: int = Field(1, ge=1, strict=True)
     angle_range_deg: Optional[tuple[float, float]] = None
-    ring_filter: int = Field(0, ge=0, description="median width in pixels; 0 = off")
+    ring_filter: int = Field(0, ge=0, strict=True, description="median width in pixels; 0 = off")
     min_transmission: float = Field(1e-4, gt=0, lt=1)
 
     @field_validator("ring_filter")
@@ -90,7 +95,7 @@ class GeometryConfig(_Model):
     start_angle_deg: float = 0.0
     detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
     detector_offset_v_mm: float = 0.0
-    volume_shape: Optional[tuple[int, int, int]] = None
+    volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
 
 
@@ -136,8 +141,7 @@ def parse_config(doc: dict, where: str = "config") -> ReconConfig:
 def load_config(path) -> ReconConfig:
     """Read a recon config; relative paths in it are taken relative to the config's folder."""
     path = Path(path)
-    if not path.is_file():
-        raise ScanFileError(path, "does not exist")
+    # Guarded: a FIFO, device or huge file is refused; JSON nested too deeply is a ScanFileError, not a crash.
     cfg = parse_config(read_json_object(path), str(path))
     base = path.resolve().parent
 
@@ -184,6 +188,7 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     """Subset, crop, flat/dark-correct, bin, -log and ring-filter a scan."""
     from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
                                  flat_dark_correct, minus_log, remove_stripes, view_subset)
+    from ..preprocessing.correction import replace_nonfinite
 
     pitch = tuple(pixel_size) if pixel_size is not None else scan.pixel_size
     if pitch is None:
@@ -196,8 +201,10 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     proj = crop(proj, pre.rows, pre.cols, pitch=pitch, change=change)
     report = CorrectionReport()
     if scan.values == "counts":
-        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats")
-        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks")
+        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats",
+                                                               report=report)
+        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks",
+                                                               report=report)
         chunks = []
         for i in range(0, proj.shape[0], 32):   # bounded memory: 32 raw views at a time
             t = flat_dark_correct(proj[i:i + 32], flat, dark, min_transmission=pre.min_transmission, report=report)
@@ -207,6 +214,12 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
         images = minus_log(np.concatenate(chunks))
     else:
         data = np.asarray(proj.compute() if hasattr(proj, "compute") else proj, dtype=np.float32)
+        # Same non-finite rule as for counts: neighbours' median, counted; none left for -log or the solver.
+        data, n_bad, left = replace_nonfinite(data)
+        data[left] = 1.0 if scan.values == "transmission" else 0.0
+        report.n_values += data.size
+        report.n_nonfinite_counts += n_bad
+        report.n_nonfinite_unfilled += int(left.sum())
         data = bin_pixels(data, pre.bin, pitch=pitch, change=change)
         if scan.values == "transmission":
             data = minus_log(np.clip(data, pre.min_transmission, None))
@@ -286,6 +299,10 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
     prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
     say(f"preprocessed: {prep.images.shape} line integrals; clipped {prep.correction.get('n_clipped', 0)} values")
+    n_nonfinite = sum(prep.correction.get(k, 0) for k in ("n_nonfinite_counts", "n_nonfinite_flat_values",
+                                                           "n_nonfinite_dark_values"))
+    if n_nonfinite:
+        say(f"non-finite input values: {n_nonfinite} ({prep.correction['nonfinite_rule']})")
     sid, sdd = distances(scan, cfg.geometry)
     angles = scan_angles(prep, cfg.geometry, scan.n_views)
     centre = None
@@ -345,7 +362,9 @@ def _cli(args) -> int:
             cfg.output.overwrite = cfg.output.overwrite or args.overwrite or force
             cfg.output.force = cfg.output.force or force
         report = run_recon(cfg, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, FileExistsError, FileNotFoundError) as e:
+    except (ValueError, OSError, RecursionError, MemoryError) as e:
+        # Every refused input (ScanFileError, bounds, bad config, a file that cannot be read) is rc 2 with one
+        # line, never a traceback (docs/SCANS.md).
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
     for k in ("volume", "geometry_object"):

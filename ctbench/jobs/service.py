@@ -27,6 +27,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .bridge import Bridge, PathError
+from .data_files import DataPathError, delete_entry, discard_part, write_chunk
 from .spec import STATES, JobSpec
 from .store import OutputReserved
 
@@ -230,31 +231,25 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(409, f"{path} is a directory")
         if target == bridge.data_dir.resolve():
             raise HTTPException(409, "give a file path under the data directory")
-        part = target.with_name(target.name + ".part")
         declared = request.headers.get("content-length")
         limit = bridge.max_upload_bytes
         if declared is not None and offset + int(declared) > limit:
             if offset:   # the upload as a whole is refused: drop what its earlier chunks left
-                part.unlink(missing_ok=True)
+                discard_part(bridge.data_dir, path)
             raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
-        if offset and (not part.exists() or part.stat().st_size != offset):
-            raise HTTPException(409, f"offset {offset} does not continue {path} "
-                                     f"(have {part.stat().st_size if part.exists() else 0} bytes)")
         # The body is read before anything is created, so a refused upload writes nothing.
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if offset + len(body) > limit:
                 if offset:
-                    part.unlink(missing_ok=True)
+                    discard_part(bridge.data_dir, path)
                 raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(part, "r+b" if offset else "wb") as f:
-                f.seek(offset)
-                f.write(body)
-            if final:
-                os.replace(part, target)
+            # Descriptor-relative, O_NOFOLLOW|O_EXCL: a planted PATH.part link cannot redirect the write.
+            write_chunk(bridge.data_dir, path, offset, bytes(body), final)
+        except DataPathError as e:
+            raise HTTPException(409, f"cannot write {path}: {e}") from None
         except OSError as e:   # a file where a folder is needed, a full disk, ...
             if disk_full(e):   # the whole upload failed: no PATH.part stays behind
                 part.unlink(missing_ok=True)
@@ -278,16 +273,15 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
     @app.delete("/data/{path:path}", status_code=204, dependencies=[Depends(auth)])
     def delete_data(path: str):
         """Remove a file or folder of the data directory (not the directory itself)."""
-        import shutil
-
         p = data_path(path)
         if p == bridge.data_dir.resolve():
             raise HTTPException(409, "the data directory itself cannot be deleted")
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        elif p.is_dir():
-            shutil.rmtree(p)
-        else:
+        try:
+            # The unresolved path, walked without following links: DELETE of a link removes the link only.
+            found = delete_entry(bridge.data_dir, path)
+        except DataPathError as e:
+            raise HTTPException(409, f"cannot delete {path}: {e}") from None
+        if not found:
             raise HTTPException(404, f"no file or folder {path!r} in the data directory")
         return Response(status_code=204)
 

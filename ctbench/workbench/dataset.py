@@ -93,6 +93,8 @@ class Dataset:
                     raise ValueError("voxel_spacing is required for a volume (mm per voxel along each axis) "
                                      "unless the volume has the geometry's volume_shape")
             sp = self.voxel_spacing
+            if isinstance(sp, bool) or (isinstance(sp, (tuple, list)) and any(isinstance(v, bool) for v in sp)):
+                raise ValueError(f"voxel_spacing must be lengths in mm, got {sp!r} (a boolean is not a length)")
             sp = (float(sp),) * ndim if isinstance(sp, (int, float)) else tuple(float(s) for s in sp)
             if len(sp) != ndim or not all(math.isfinite(s) and s > 0 for s in sp):
                 raise ValueError(f"voxel_spacing must be {ndim} positive lengths in mm, got {self.voxel_spacing!r}")
@@ -285,7 +287,11 @@ def _read_small_json(path: Path, root: Path, what: str, limit: int = MAX_METADAT
     if size > limit:
         raise DatasetError(f"{what} is {size} bytes; at most {limit} expected")
     with open(path, "rb") as f:
-        return json.loads(f.read(limit + 1))
+        raw = f.read(limit + 1)
+    try:
+        return json.loads(raw)
+    except RecursionError:     # 100000 nested '[' in a small file: an integrity error, not a crash
+        raise DatasetError(f"{what} is nested too deeply to be ctbench metadata") from None
 
 
 def is_dataset(path: str | Path) -> bool:

@@ -14,14 +14,13 @@ The environment variables are the explicit override.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from ctbench import guarded_open
 from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, design_of, scan_from_trajectory
 from ctbench.geometry import Trajectory
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
@@ -68,15 +67,7 @@ def _max_bytes() -> int:
 
 def _load_json(path: str):
     """A JSON file that is a regular file of bounded size (never a FIFO, device or huge file)."""
-    st = os.stat(path)  # follows a link: what is read is the target
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path} is not a regular file (a FIFO, device or folder); not reading it")
-    limit = _limit("CTBENCH_READER_MAX_BYTES", 64 << 20)
-    if st.st_size > limit:
-        raise ValueError(f"{path} is {st.st_size} bytes, more than {limit} for a JSON file; raise "
-                         "CTBENCH_READER_MAX_BYTES to read it")
-    with open(path, "rb") as f:
-        return json.loads(f.read(limit + 1))
+    return guarded_open.read_json(path)   # the one guarded way to open an input (InputError is a ValueError)
 
 
 def _json_format(path: str) -> str | None:

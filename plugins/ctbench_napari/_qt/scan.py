@@ -300,7 +300,9 @@ class ScanImportWidget(QWidget):
         c = prep.correction
         self.message.note(f"{prep.images.shape[0]} views of {prep.images.shape[2]} x {prep.images.shape[1]} "
                           f"pixels; clipped {c.get('n_clipped', 0)} of {c.get('n_values', 0)} values, "
-                          f"{c.get('n_dead_pixels', 0)} dead pixels")
+                          f"{c.get('n_dead_pixels', 0)} dead pixels"
+                          + (f"; replaced {c['n_nonfinite_counts']} NaN/inf values by their neighbours' median"
+                             if c.get("n_nonfinite_counts") else ""))
         return out
 
     def _angles(self, layer) -> np.ndarray:
