@@ -30,8 +30,10 @@ class Level:
                          backend=self.backend)
 
 
-def make_level(projector: Projector, sinogram: torch.Tensor, f: int) -> Level:
-    """Bin the detector ``f x f`` (trailing pixels that do not fill a bin are dropped) and the volume by ``f``."""
+def make_level(projector: Projector, sinogram: torch.Tensor, f: int, volume_factor: int = 1) -> Level:
+    """Bin the detector ``f x f`` (trailing pixels that do not fill a bin are dropped) and the volume by
+    ``f * volume_factor``: a volume coarser than the detector has several rays per voxel, so it cannot
+    absorb a geometry error by fitting every ray (with as many voxels as rays, any geometry fits)."""
     U, V = projector.detector_shape
     Ub, Vb = U // f, V // f
     if Ub < 4 or Vb < 4:
@@ -49,7 +51,7 @@ def make_level(projector: Projector, sinogram: torch.Tensor, f: int) -> Level:
         y = sinogram
     D, H, W = projector.global_volume_shape
     dz, dy, dx = projector.voxel_spacing
-    shape = tuple(max(1, s // f) for s in (D, H, W))
+    shape = tuple(max(1, s // (f * volume_factor)) for s in (D, H, W))
     spacing = tuple(sp * s / b for sp, s, b in zip((dz, dy, dx), (D, H, W), shape))
     return Level(f, y.contiguous(), GeometryModel(nominal, (du, dv)), shape, spacing, (Ub, Vb),
                  (du * f, dv * f), projector.backend_name)

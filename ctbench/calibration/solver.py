@@ -82,7 +82,7 @@ def _check_structure(y: torch.Tensor) -> None:
 
 def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "roll", "shift"), *,
                          bounds=None, start=None, levels=(2, 1), n_outer=(8, 3), n_inner: int = 3,
-                         n_init: int = 10, smoothness: float = 0.05, min_identifiability: float = 0.03,
+                         n_init: int = 10, volume_factor: int = 2, smoothness: float = 0.05, min_identifiability: float = 0.03,
                          callback=None, cancel=None):
     """Generator of self-calibration steps; yields a :class:`CalibrationState` per outer iteration.
 
@@ -106,7 +106,7 @@ def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("of
         U, V = projector.detector_shape
         if U // f < 4 or V // f < 4:
             raise ValueError(f"levels: binning {f} leaves a {U // f}x{V // f} detector; use smaller factors")
-    for name, val in (("n_inner", n_inner), ("n_init", n_init)):
+    for name, val in (("n_inner", n_inner), ("n_init", n_init), ("volume_factor", volume_factor)):
         if isinstance(val, bool) or not isinstance(val, int) or val < 1:
             raise ValueError(f"{name} must be a positive integer, got {val!r}")
     for name, val in (("smoothness", smoothness), ("min_identifiability", min_identifiability)):
@@ -114,7 +114,7 @@ def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("of
             raise ValueError(f"{name} must be a non-negative number, got {val!r}")
     callback = check_callable(callback, "callback")
     cancel = check_cancel(cancel)
-    return _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, float(smoothness),
+    return _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, volume_factor, float(smoothness),
                 float(min_identifiability), callback, cancel)
 
 
@@ -133,6 +133,7 @@ def calibrate(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "r
     start : ``{name: value}`` (per-view: a list per view); 0 (the nominal geometry) by default.
     levels : binning factors, coarse first; ``n_outer``: outer iterations per level.
     n_inner : CGLS iterations per outer iteration (warm-started); ``n_init``: for the first volume.
+    volume_factor : the calibration's volume grid is this many times coarser than the (binned) detector.
     smoothness : weight of the first-difference prior on per-view shifts, relative to their data curvature.
     min_identifiability : a global parameter whose data signature is explained to within this
         fraction by a changed volume and the other parameters is held and reported "not identifiable".
@@ -231,7 +232,7 @@ def _clip(est: _Estimate, g: dict, s: torch.Tensor, bounds, B):
     return g, s
 
 
-def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, smoothness, min_ident,
+def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf, smoothness, min_ident,
          callback, cancel):
     dtype = y.dtype
     est = _Estimate(free, start, projector.n_views)
@@ -246,7 +247,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, sm
     pre_analysis: Analysis | None = None
     mu = 1e-3
     for li, (f, n_it) in enumerate(zip(levels, n_outer)):
-        level = make_level(projector, y, f)
+        level = make_level(projector, y, f, vf)
         yl = level.sinogram
         y_norm2 = float(yl.to(F64).square().sum())
         if B is None:
@@ -339,7 +340,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, sm
     # Final uncertainty and identifiability at the coarsest level with the final geometry (cheap, and a
     # binned pixel carries the same information as the pixels it averages).
     if stopped == "completed":
-        level = make_level(projector, y, levels[0])
+        level = make_level(projector, y, levels[0], vf)
         P = level.projector(est.trajectory(level.model, dtype=dtype))
         xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
         cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
