@@ -28,7 +28,7 @@ from .normal import normal_matrix
 __all__ = ["Analysis", "analyse"]
 
 F64 = torch.float64
-N_ITER = 5   # CGLS iterations per column: enough to see which part the volume can absorb
+N_ITER = 15   # CGLS iterations per column: fewer leave part of what the volume can absorb unexplained
 
 
 @dataclass
