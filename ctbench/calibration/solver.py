@@ -232,6 +232,32 @@ def _clip(est: _Estimate, g: dict, s: torch.Tensor, bounds, B):
     return g, s
 
 
+def _extrapolate(est: _Estimate, step: torch.Tensor, last: torch.Tensor | None, bounds, B) -> bool:
+    """Aitken jump along a slowly converging direction.
+
+    The volume absorbs part of every geometry error, so alternating steps
+    shrink geometrically (by a ratio rho) along the same direction; the rest of
+    the way is then ``step * rho / (1 - rho)``.  Jumps only when two steps agree
+    in direction; capped at three more steps' worth.  The next reconstruction
+    and Gauss-Newton step correct any overshoot.
+    """
+    if last is None or last.numel() != step.numel() or step.numel() == 0:
+        return False
+    n_step, n_last = float(step.norm()), float(last.norm())
+    if n_step == 0 or n_last == 0:
+        return False
+    cos = float(step @ last) / (n_step * n_last)
+    rho = n_step / n_last
+    if cos < 0.9 or not 0.3 < rho < 0.97:
+        return False
+    jump = step * min(rho / (1 - rho), 3.0)
+    kg = len(est.active)
+    g = {**est.g, **{k: est.g[k] + float(jump[i]) for i, k in enumerate(est.active)}}
+    s = est.s + jump[kg:] if est.s.numel() else est.s
+    est.g, est.s = _clip(est, g, s, bounds, B)
+    return True
+
+
 def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf, smoothness, min_ident,
          callback, cancel):
     dtype = y.dtype
@@ -256,6 +282,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             if est.s.numel():
                 est.s = B @ (B.T @ est.s)
         Dm = difference_operator(est.n, len(est.shift_names))
+        last_step = None
         P = level.projector(est.trajectory(level.model, dtype=dtype))
         x0 = None if x is None else resample_volume(x, P.volume_shape).to(dtype)
         x = cgls(P, yl, n_init if x is None else n_inner, x0=x0).volume
@@ -316,7 +343,11 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 if trial < current:
                     step_g = max([abs(g_new[k] - est.g[k]) for k in est.active] or [0.0])
                     step_s = float((s_new - est.s).square().mean().sqrt()) if est.s.numel() else 0.0
+                    step = torch.tensor([g_new[k] - est.g[k] for k in est.active] + (s_new - est.s).tolist(),
+                                        dtype=F64)
                     est.g, est.s = g_new, s_new
+                    extrapolated = _extrapolate(est, step, last_step, bounds, B)
+                    last_step = None if extrapolated else step
                     current = trial
                     mu = max(mu / 3, 1e-7)
                     accepted = True

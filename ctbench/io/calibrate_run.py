@@ -50,7 +50,9 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
         say(centre.text())
     else:
         offset_u = float(cfg.geometry.detector_offset_u_mm) + prep.shift_u
-    geometry = build_geometry(prep, cfg.geometry, sid, sdd, angles, offset_u)
+    # Calibrate from the nominal geometry: geometry.trajectory names this run's *output* for ctbench recon.
+    geometry = build_geometry(prep, cfg.geometry.model_copy(update={"trajectory": None}), sid, sdd, angles,
+                              offset_u)
     sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))
     P = geometry.projector(backend=cal.backend)
     say(f"calibrating {', '.join(cal.free)} on {tuple(sino.shape)} line integrals")
