@@ -311,7 +311,7 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "correction": prep.correction, "centre": None if centre is None else centre.to_dict(),
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
-                           "voxel_spacing": list(geometry.voxel_spacing)},
+                           "voxel_spacing": list(geometry.voxel_spacing), "trajectory": cfg.geometry.trajectory},
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
