@@ -135,3 +135,15 @@ def test_roll_and_offset_match_an_explicit_detector():
                         ("offset_u", "offset_v", "roll", "pitch", "yaw", "axis_tilt", "sdd")})
     for p, q in zip(zero.tensors(), traj.tensors()):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
+
+
+def test_nothing_identifiable_leaves_the_geometry_nominal():
+    traj = circular_trajectory_3d_parallel(30, angle_range=2 * math.pi)
+    P = Projector(traj, (24, 24, 24), (32, 32), backend="cpu")
+    ells = [Ellipsoid(0.05, (7.0, 5.0, 6.0), (1.0, 0.5, -1.0)), Ellipsoid(0.04, (2.0, 3.0, 2.5), (-3.0, 2.0, 3.0))]
+    y = ellipsoid_projections(ells, traj, P.detector_shape, 1.0).float()
+    res = calibrate(P, y, ("offset_v",), levels=(1,), n_outer=(3,), volume_factor=1)
+    assert [p.status for p in res.parameters] == ["not identifiable"]
+    assert any("geometry is left nominal" in n for n in res.notes)
+    for a, b in zip(res.trajectory.tensors(), traj.tensors()):
+        torch.testing.assert_close(a, b)

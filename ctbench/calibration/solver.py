@@ -169,7 +169,7 @@ class _Estimate:
         s = self.s if s is None else s
         return {k: s[i * self.n:(i + 1) * self.n] for i, k in enumerate(self.shift_names)}
 
-    def trajectory(self, model, g=None, s=None, dtype=None, grad=False):
+    def trajectory(self, model, g=None, s=None, dtype=None):
         g = self.g if g is None else g
         sh = self.shifts(s)
         return model.apply(g, sh.get("shift_u"), sh.get("shift_v"), dtype=dtype)
@@ -305,6 +305,9 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 if weak:
                     keep = [i for i, k in enumerate(pre_analysis.names) if k not in weak]
                     cols_g = [cols_g[i] for i in keep]
+            if not est.active and not est.s.numel():
+                notes.append("no free parameter is identifiable from this scan: the geometry is left nominal")
+                break
             gg, gs = _gradient(level, est, P, x, yl, dtype)
             H = normal_matrix(cols_g, cols_s, est.n)
             kg = len(est.active)
