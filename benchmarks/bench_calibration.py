@@ -160,7 +160,8 @@ def main(argv=None) -> None:
                 ax.axvline(h1["iteration"] - 0.5, color="0.7", ls="--")
         ax.set_xlabel("outer iteration (binning 2, then 1)")
         ax.set_ylabel("relative misfit |Ax-y|^2/|y|^2")
-        ax.set_title(f"W1 self-calibration, {seconds:.0f} s")
+        ax.set_title(f"W1 self-calibration: {seconds:.0f} s wall, {cpu_seconds / torch.get_num_threads():.0f} s CPU "
+                     f"per thread (load {os.getloadavg()[0]:.0f})", fontsize=9)
         fig.tight_layout()
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.plot, dpi=90)
