@@ -3,8 +3,6 @@ after-image is sharper and closer to the object than the before-image, and the g
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -18,7 +16,6 @@ from ctbench_napari._testing import save_widget_screenshot, wait_for
 from selfcal_scans import cone_scan, misaligned
 
 pytestmark = pytest.mark.gui
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
@@ -66,7 +63,7 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     w.apply()
     applied = ScanGeometry.from_dict(layer.metadata["ctbench"]["geometry"])
     torch.testing.assert_close(applied.trajectory.detector_center, res.trajectory.detector_center.float())
-    save_widget_screenshot(w, "calibrate_widget", DOCS_IMAGES)
+    save_widget_screenshot(w, "calibrate_widget")   # tests/screenshots; docs/images/calibrate_widget.png is a copy
 
 
 def test_calibrate_widget_reports_bad_input(make_napari_viewer):
