@@ -24,7 +24,6 @@ import math
 import torch
 
 from ..geometry import Trajectory
-from .parameters import GLOBAL, PER_VIEW
 
 __all__ = ["GeometryModel", "complement_basis"]
 
