@@ -100,7 +100,10 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--plot", type=Path, help="write the loss curve as a PNG here")
     ap.add_argument("--no-peer", action="store_true", help="skip algotom")
+    ap.add_argument("--replot", metavar="RUN_ID", help="only draw --plot from a stored run of --out")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.out, args.replot, args.plot or Path("calibration_loss.png"))
 
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     P = w1_projector("cpu", scale=args.scale)
@@ -131,7 +134,8 @@ def main(argv=None) -> None:
           limit_s=TIME_LIMIT_S, within_limit=seconds <= TIME_LIMIT_S, loadavg_after=list(os.getloadavg()),
           estimate={"offset_u": res.value("offset_u"), "roll": res.value("roll")}, truth=truth,
           error={k: round(v, 5) for k, v in err.items()}, shift_rms_error_px=round(shift_err, 4),
-          shift_rms_truth_px=args.walk, n_outer=len(res.loss_history), loss_history=res.loss_history)
+          shift_rms_truth_px=args.walk, n_outer=len(res.loss_history), loss_history=res.loss_history,
+          history=[{k: h[k] for k in ("iteration", "binning", "loss")} for h in res.history])
     if not args.no_peer:
         du, dv = P.detector_spacing
         peer = algotom_estimates(y.numpy(), du, dv)
@@ -147,25 +151,41 @@ def main(argv=None) -> None:
                 err[k] <= perr[k] for k in perr), per_parameter={k: [round(err[k], 5), round(perr[k], 5)]
                                                                 for k in perr})
     if args.plot:
-        import matplotlib
+        plot_loss(args.plot, res.history, seconds, cpu_seconds / torch.get_num_threads(), os.getloadavg()[0])
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        its = [h["iteration"] for h in res.history]
-        ax.semilogy(its, [h["loss"] for h in res.history], "o-")
-        for h0, h1 in zip(res.history, res.history[1:]):
-            if h1["binning"] != h0["binning"]:
-                ax.axvline(h1["iteration"] - 0.5, color="0.7", ls="--")
-        ax.set_xlabel("outer iteration (binning 2, then 1)")
-        ax.set_ylabel("relative misfit |Ax-y|^2/|y|^2")
-        ax.set_title(f"W1 self-calibration: {seconds:.0f} s wall, {cpu_seconds / torch.get_num_threads():.0f} s CPU "
-                     f"per thread (load {os.getloadavg()[0]:.0f})", fontsize=9)
-        fig.tight_layout()
-        args.plot.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.plot, dpi=90)
-        plt.close(fig)
+def plot_loss(path: Path, history: list, seconds: float, cpu_per_thread: float, load: float) -> None:
+    """The loss curve of a run (from the result, or from a stored JSON line with --replot)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.semilogy([h["iteration"] for h in history], [h["loss"] for h in history], "o-")
+    for h0, h1 in zip(history, history[1:]):
+        if h1["binning"] != h0["binning"]:
+            ax.axvline(h1["iteration"] - 0.5, color="0.7", ls="--")
+    ax.set_xlabel("outer iteration (binning 2, then 1)")
+    ax.set_ylabel("relative misfit |Ax-y|^2/|y|^2")
+    ax.set_title(f"W1 self-calibration: {cpu_per_thread:.0f} s CPU per thread\n"
+                 f"({seconds:.0f} s wall on a shared machine, load {load:.0f})", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def replot(out: Path, run_id: str, path: Path) -> None:
+    for line in out.read_text().splitlines():
+        d = json.loads(line)
+        if d.get("run_id") == run_id and d.get("impl") == "ctbench":
+            hist = d.get("history") or [{"iteration": i + 1, "loss": v, "binning": 2 if i < d.get("n_coarse", 8)
+                                         else 1} for i, v in enumerate(d["loss_history"])]
+            plot_loss(path, hist, d["seconds"], d.get("cpu_seconds_per_thread", float("nan")),
+                      (d.get("loadavg_after") or [float("nan")])[0])
+            return
+    raise SystemExit(f"no ctbench line of run {run_id} in {out}")
 
 
 if __name__ == "__main__":
