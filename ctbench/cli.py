@@ -5,6 +5,7 @@
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
 ``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/io/pipeline.py)
+``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/io/calibrate_run.py)
 ``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 """
 
@@ -120,6 +121,8 @@ def main(argv=None) -> int:
     p.set_defaults(func=_info)
     from .io.pipeline import register_cli as _register_recon
     _register_recon(sub)   # ctbench recon CONFIG.json
+    from .io.calibrate_run import register_cli as _register_calibrate
+    _register_calibrate(sub)   # ctbench calibrate CONFIG.json
     from .jobs.cli import add_commands as add_job_commands, run as run_job_command
     add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)

@@ -41,6 +41,7 @@ from typing import Annotated, Literal, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .calibrate_config import CalibrateConfig
 from .errors import ScanFileError, read_json_object
 from .readers import FORMATS, read_scan
 from .scan import RawScan, images_to_sinogram
@@ -97,6 +98,8 @@ class GeometryConfig(_Model):
     detector_offset_v_mm: float = 0.0
     volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
+    # a calibrated trajectory JSON (ctbench calibrate) used in place of the circular orbit built here
+    trajectory: Optional[str] = None
 
 
 class AlgorithmConfig(_Model):
@@ -120,6 +123,7 @@ class ReconConfig(_Model):
     geometry: GeometryConfig = Field(default_factory=GeometryConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     output: Optional[OutputConfig] = None
+    calibrate: Optional[CalibrateConfig] = None   # ctbench calibrate (ctbench/io/calibrate_run.py)
 
 
 def _explain(e: ValidationError, where) -> str:
@@ -149,6 +153,9 @@ def load_config(path) -> ReconConfig:
         return None if p is None else str(p if Path(p).is_absolute() else base / p)
 
     cfg.input.path, cfg.input.flats, cfg.input.darks = rel(cfg.input.path), rel(cfg.input.flats), rel(cfg.input.darks)
+    cfg.geometry.trajectory = rel(cfg.geometry.trajectory)
+    if cfg.calibrate is not None:
+        cfg.calibrate.trajectory, cfg.calibrate.report = rel(cfg.calibrate.trajectory), rel(cfg.calibrate.report)
     if cfg.output is not None:
         cfg.output.path = rel(cfg.output.path)
     return cfg
@@ -266,7 +273,20 @@ def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, 
     shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
     traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=torch.as_tensor(angles, dtype=torch.float32),
                                   detector_offset=(float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v)))
+    if geo.trajectory is not None:
+        traj = _calibrated(geo.trajectory, traj)
     return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
+
+
+def _calibrated(path: str, built):
+    """The trajectory of ``geometry.trajectory`` (a calibration's output), checked against the scan."""
+    from ..geometry import load_trajectory
+
+    traj = load_trajectory(path)
+    if traj.n_views != built.n_views or traj.beam != built.beam:
+        raise ValueError(f"geometry.trajectory {path} has {traj.n_views} {traj.beam}-beam views; the preprocessed "
+                         f"scan has {built.n_views} {built.beam}-beam views (calibrate with the same preprocessing)")
+    return traj.to(dtype=built.dtype)
 
 
 def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: float = 0.0, *, cross_check=True):
@@ -321,7 +341,7 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "correction": prep.correction, "centre": None if centre is None else centre.to_dict(),
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
-                           "voxel_spacing": list(geometry.voxel_spacing)},
+                           "voxel_spacing": list(geometry.voxel_spacing), "trajectory": cfg.geometry.trajectory},
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
