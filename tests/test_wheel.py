@@ -154,3 +154,13 @@ def test_wheel_without_the_best_level_falls_back_to_the_next(wheel_env, tmp_path
     finally:
         path.write_bytes(original)
     assert {v["variant"] for v in r["loaded"].values()} == {levels[1]}
+
+
+def test_cibuildwheel_test_command_passes_in_the_installed_wheel(wheel_env, tmp_path):
+    """The test cibuildwheel runs on each built wheel ([tool.cibuildwheel] test-command) passes here."""
+    proc = subprocess.run([str(wheel_env["python"]), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
+                           str(ROOT / "tests" / "test_prebuilt_kernels.py"), "-k", "installed"],
+                          cwd=tmp_path, env=_env(PATH=wheel_env["path"], CTBENCH_CACHE_DIR=str(tmp_path / "c")),
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout, proc.stdout[-2000:]
