@@ -30,6 +30,7 @@ dev-deps: $(VENV)/.dev-installed
 
 system-deps:
 	bash scripts/install-system-deps.sh
+	bash scripts/install-cross-deps.sh
 
 run: venv
 	$(VENV)/bin/ctbench demo --out $(OUTDIR)
