@@ -164,3 +164,14 @@ def test_cibuildwheel_test_command_passes_in_the_installed_wheel(wheel_env, tmp_
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "1 passed" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_native_option_uses_the_jit_build_in_the_installed_wheel(wheel_env, tmp_path):
+    """CTBENCH_CPU_BUILD=native in an installed wheel, with a compiler: the -march=native JIT build loads,
+    through the trusted cache (its record and library appear there)."""
+    cache = tmp_path / "cache"
+    r = _probe(wheel_env["python"], tmp_path / "native.pt", _env(CTBENCH_CPU_BUILD="native", CTBENCH_CACHE_DIR=str(cache)))
+    assert r["compiler"] is not None
+    assert {v["source"] for v in r["loaded"].values()} == {"jit"}
+    assert {v["variant"] for v in r["loaded"].values()} == {"march=native"}
+    assert len(list(cache.rglob("*.json"))) == len(FAMILIES) and len(list(cache.rglob("*.so"))) == len(FAMILIES)
