@@ -4,9 +4,10 @@ CMakeLists.txt is configured with cmake/aarch64-linux-gnu.cmake (Debian's
 g++-aarch64-linux-gnu) exactly as a wheel build on an ARM machine would be, and
 the installed libraries are checked (ARM64 ELF files matching the manifest).
 A small C++ harness, cross-compiled too, dlopens the aarch64 Joseph library
-under qemu-aarch64 and runs forward and back projections on inputs written by
-this test; the outputs are compared with the reference backend computed on
-the host.  Correctness only: emulated timings say nothing about ARM speed.
+under qemu-aarch64 and runs forward and back projections (and the joseph_grad
+library's geometry VJP) on inputs written by this test; the outputs are
+compared with the reference backend computed on the host (the FDK library is
+cross-built and checked, not run).  Correctness only: emulated timings say nothing about ARM speed.
 Set up with scripts/install-cross-deps.sh (``make system-deps`` runs it).
 """
 
@@ -26,6 +27,7 @@ import torch
 
 from ctbench import circular_trajectory_3d, circular_trajectory_3d_parallel
 from ctbench.engine import Rays, Tile, VolumeGrid, get_backend
+from ctbench.engine.executor import reference_geometry_vjp
 
 ROOT = Path(__file__).resolve().parents[1]
 CXX = "aarch64-linux-gnu-g++"
@@ -73,7 +75,7 @@ def test_every_family_cross_builds_for_aarch64(aarch64_build):
 
 
 def _run(build, name: str, op: int, rays: Rays, grid: VolumeGrid, z0: int, z1: int, tile: Tile,
-         data: torch.Tensor, nthreads: int = 2) -> torch.Tensor:
+         data: torch.Tensor, cot: torch.Tensor | None = None, nthreads: int = 2) -> torch.Tensor:
     real = data.dtype
     src, ctr, us, vs = (t.to(real).contiguous() for t in rays.tensors())
     U, V = rays.detector_shape
@@ -81,14 +83,15 @@ def _run(build, name: str, op: int, rays: Rays, grid: VolumeGrid, z0: int, z1: i
     header = struct.pack("<4s17i3d", b"CTBH", data.element_size(), op, data.shape[0], grid.D, grid.H, grid.W, z0, z1,
                          int(rays.cone), rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1, nthreads, dx, dy, dz)
     inp, out = build["tmp"] / f"{name}.in", build["tmp"] / f"{name}.out"
-    inp.write_bytes(header + b"".join(t.numpy().tobytes() for t in (src, ctr, us, vs, data.contiguous())))
-    proc = subprocess.run(["qemu-aarch64", "-L", SYSROOT, str(build["harness"]),
-                           str(build["prebuilt"] / "libjoseph-aarch64.so"), str(inp), str(out)],
-                          capture_output=True, text=True, timeout=600)
+    arrays = (src, ctr, us, vs, data.contiguous()) + (() if cot is None else (cot.contiguous(),))
+    inp.write_bytes(header + b"".join(t.numpy().tobytes() for t in arrays))
+    lib = "libjoseph_grad-aarch64.so" if op == 2 else "libjoseph-aarch64.so"
+    proc = subprocess.run(["qemu-aarch64", "-L", SYSROOT, str(build["harness"]), str(build["prebuilt"] / lib),
+                           str(inp), str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     B = data.shape[0]
-    shape = (B, rays.n_views, *tile.shape) if op == 0 else (B, z1 - z0, grid.H, grid.W)
-    np_dtype = np.float32 if real == torch.float32 else np.float64
+    shape = {0: (B, rays.n_views, *tile.shape), 1: (B, z1 - z0, grid.H, grid.W), 2: (rays.n_views, 4, 3)}[op]
+    np_dtype = np.float32 if real == torch.float32 and op != 2 else np.float64
     return torch.from_numpy(np.frombuffer(out.read_bytes(), dtype=np_dtype).copy()).reshape(shape)
 
 
@@ -130,3 +133,22 @@ def test_aarch64_joseph_matches_reference_under_qemu(aarch64_build, case):
         assert want.abs().max() > 0
         err = float((got.double() - want.double()).abs().max() / want.abs().max())
         assert err <= tol, (case, err)
+
+
+@pytest.mark.parametrize("cone", [True, False])
+def test_aarch64_geometry_vjp_matches_reference_autograd_under_qemu(aarch64_build, cone):
+    """The joseph_grad library (geometry VJP) for aarch64 == autograd through the reference backend."""
+    g = torch.Generator().manual_seed(5 + cone)
+    n_views, det = 5, (9, 7)
+    tr = (circular_trajectory_3d(n_views, 40.0, 80.0, dtype=torch.float64) if cone
+          else circular_trajectory_3d_parallel(n_views, dtype=torch.float64))
+    rays = Rays(tr.source, tr.detector_center, tr.detector_u * 1.7, tr.detector_v * 1.6, cone, det)
+    grid = VolumeGrid((6, 8, 10), (1.0, 1.1, 0.9))
+    tile = Tile.full(det)
+    vol = torch.rand((1, 6, 8, 10), generator=g, dtype=torch.float64)
+    cot = torch.randn((1, n_views, *det), generator=g, dtype=torch.float64)
+    got = _run(aarch64_build, f"vjp-{cone}", 2, rays, grid, 0, 6, tile, vol, cot)
+    want = torch.stack(reference_geometry_vjp(vol, grid, 0, cot, rays, tile), dim=1)
+    assert want.abs().max() > 0
+    err = float((got - want).norm() / want.norm())
+    assert err <= 1e-10, err

@@ -4,10 +4,12 @@
 //
 //   joseph_harness LIB.so IN.bin OUT.bin
 //
-// IN.bin: "CTBH", 17 int32 (real bytes, op 0=forward 1=backward, batch, D, H, W, z0, z1,
+// IN.bin: "CTBH", 17 int32 (real bytes, op 0=forward 1=backward 2=geometry VJP, batch, D, H, W, z0, z1,
 // cone, n_views, U, V, u0, u1, v0, v1, nthreads), 3 float64 (dx, dy, dz), then in the
 // real type: source, centre, ustep, vstep (n_views x 3 each) and the input array
-// (forward: batch x (z1-z0) x H x W volume slab; backward: batch x n_views x (u1-u0) x (v1-v0)).
+// (forward: batch x (z1-z0) x H x W volume slab; backward: batch x n_views x (u1-u0) x (v1-v0);
+// geometry VJP (a joseph_grad library): the volume slab, then the sinogram cotangent; its output is
+// n_views x 12 float64).
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -35,9 +37,14 @@ int run(void* lib, const int32_t* h, const double* d, FILE* in, FILE* out) {
   const real* vs = us + 3 * nv;
   const size_t nvol = size_t(batch) * (z1 - z0) * H * W;
   const size_t nsino = size_t(batch) * nv * (u1 - u0) * (v1 - v0);
-  std::vector<real> a(op == 0 ? nvol : nsino), b(op == 0 ? nsino : nvol, real(0));
+  std::vector<real> a(op == 1 ? nsino : nvol), b(op == 0 ? nsino : nvol, real(0));
   if (!read_all(in, a.data(), a.size() * sizeof(real))) return 3;
-  std::string name = std::string(op == 0 ? "joseph_forward" : "joseph_backward") + suffix;
+  std::vector<real> cot(op == 2 ? nsino : 0);
+  std::vector<double> vjp(op == 2 ? size_t(nv) * 12 : 0);
+  if (op == 2 && !read_all(in, cot.data(), cot.size() * sizeof(real))) return 3;
+  const char* names[] = {"joseph_forward", "joseph_backward", "joseph_geometry_vjp"};
+  if (op < 0 || op > 2) return 3;
+  std::string name = std::string(names[op]) + suffix;
   void* fn = dlsym(lib, name.c_str());
   if (!fn) {
     std::fprintf(stderr, "no symbol %s\n", name.c_str());
@@ -48,6 +55,13 @@ int run(void* lib, const int32_t* h, const double* d, FILE* in, FILE* out) {
                       const real*, const real*, const real*, int, int, int, int, int, int, int, int, real*, int, int);
     reinterpret_cast<F>(fn)(a.data(), i64(z1 - z0) * H * W, batch, D, H, W, z0, z1, d[0], d[1], d[2], src, ctr, us,
                             vs, cone, nv, U, V, u0, u1, v0, v1, b.data(), 0, nthreads);
+  } else if (op == 2) {
+    typedef void (*F)(const real*, i64, int, int, int, int, int, int, double, double, double, const real*,
+                      const real*, const real*, const real*, int, int, int, int, int, int, int, int, const real*,
+                      double*, int);
+    reinterpret_cast<F>(fn)(a.data(), i64(z1 - z0) * H * W, batch, D, H, W, z0, z1, d[0], d[1], d[2], src, ctr, us,
+                            vs, cone, nv, U, V, u0, u1, v0, v1, cot.data(), vjp.data(), nthreads);
+    return std::fwrite(vjp.data(), sizeof(double), vjp.size(), out) == vjp.size() ? 0 : 5;
   } else {
     typedef void (*F)(const real*, int, int, int, int, int, int, double, double, double, const real*, const real*,
                       const real*, const real*, int, int, int, int, int, int, int, int, real*, i64, int);
