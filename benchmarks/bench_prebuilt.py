@@ -40,6 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_prebuilt.jsonl"
 
 
+def _tool(name: str) -> str | None:
+    """A build tool: this environment's (the dev extra installs cmake and ninja from PyPI), else PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
 def _avx512() -> bool:
     try:
         return " avx512f" in Path("/proc/cpuinfo").read_text()
@@ -56,9 +62,12 @@ def _load() -> list[float] | None:
 
 def build_prebuilt(dest: Path) -> Path:
     """CMakeLists.txt built and installed into ``dest`` as the wheel build does; returns the _prebuilt folder."""
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", str(REPO), "-B", str(dest / "build"), *gen, f"-DCMAKE_INSTALL_PREFIX={dest / 'inst'}"],
-                ["cmake", "--build", str(dest / "build")], ["cmake", "--install", str(dest / "build")]):
+    cmake = _tool("cmake")
+    if cmake is None:
+        raise SystemExit("bench_prebuilt: cmake not found (pip install cmake ninja, or pass --prebuilt DIR)")
+    gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}"] if _tool("ninja") else []
+    for cmd in ([cmake, "-S", str(REPO), "-B", str(dest / "build"), *gen, f"-DCMAKE_INSTALL_PREFIX={dest / 'inst'}"],
+                [cmake, "--build", str(dest / "build")], [cmake, "--install", str(dest / "build")]):
         subprocess.run(cmd, check=True, capture_output=True)
     folder = dest / "inst" / "ctbench" / "_prebuilt"
     os.chmod(folder, 0o755)

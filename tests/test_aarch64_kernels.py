@@ -19,6 +19,7 @@ import math
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,13 @@ CXX = "aarch64-linux-gnu-g++"
 SYSROOT = "/usr/aarch64-linux-gnu"
 FAMILIES = ("joseph", "joseph_grad", "fdk")
 
-_missing = [t for t in (CXX, "qemu-aarch64", "cmake") if shutil.which(t) is None]
+
+def _tool(name: str) -> str | None:
+    """A build tool: this environment's (the dev extra installs cmake and ninja from PyPI), else PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+_missing = [t for t in (CXX, "qemu-aarch64") if shutil.which(t) is None] + [t for t in ("cmake",) if _tool(t) is None]
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(bool(_missing), reason=f"{', '.join(_missing)} not found: run "
                                  "scripts/install-cross-deps.sh (Debian: g++-aarch64-linux-gnu, qemu-user)")]
@@ -43,12 +50,13 @@ pytestmark = [pytest.mark.slow,
 @pytest.fixture(scope="module")
 def aarch64_build(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("aarch64")
-    gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    for cmd in (["cmake", "-S", str(ROOT), "-B", str(tmp / "build"), *gen,
+    cmake = _tool("cmake")
+    gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}"] if _tool("ninja") else []
+    for cmd in ([cmake, "-S", str(ROOT), "-B", str(tmp / "build"), *gen,
                  f"-DCMAKE_TOOLCHAIN_FILE={ROOT / 'cmake' / 'aarch64-linux-gnu.cmake'}",
                  f"-DCMAKE_INSTALL_PREFIX={tmp / 'install'}"],
-                ["cmake", "--build", str(tmp / "build")],
-                ["cmake", "--install", str(tmp / "build")],
+                [cmake, "--build", str(tmp / "build")],
+                [cmake, "--install", str(tmp / "build")],
                 [CXX, "-O2", "-std=c++17", str(ROOT / "tests" / "aarch64" / "joseph_harness.cpp"), "-o",
                  str(tmp / "harness"), "-ldl"]):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
