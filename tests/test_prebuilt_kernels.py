@@ -158,6 +158,14 @@ def test_group_writable_folder_is_refused(prebuilt):
         cp.load("tiny", sources, folder)
 
 
+def test_linked_folder_is_refused(prebuilt, tmp_path):
+    folder, sources = prebuilt
+    link = tmp_path / "linked_prebuilt"
+    link.symlink_to(folder)
+    with pytest.raises(UntrustedCache, match="not a plain folder"):
+        cp.load("tiny", sources, link)
+
+
 def test_library_built_from_other_sources_is_not_used(prebuilt):
     folder, sources = prebuilt
     sources[0].write_text(sources[0].read_text() + "// edited after the build\n")

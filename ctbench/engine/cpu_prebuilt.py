@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import platform
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -88,7 +89,10 @@ def read_manifest(folder: Path) -> dict:
     """The verified manifest of ``folder`` (raises NoPrebuilt if absent, UntrustedCache/ValueError if unusable)."""
     if not (folder / MANIFEST).exists():
         raise NoPrebuilt(f"no prebuilt kernels in {folder} (a checkout or a source build: the JIT build is used)")
-    check_owned(os.lstat(folder), f"prebuilt kernel folder {folder}", _owners())
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UntrustedCache(f"prebuilt kernel folder {folder} is not a plain folder")
+    check_owned(st, f"prebuilt kernel folder {folder}", _owners())
     fd = open_trusted(folder / MANIFEST, _owners())
     try:
         m = json.loads(read_fd(fd))
