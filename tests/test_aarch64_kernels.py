@@ -6,8 +6,8 @@ the installed libraries are checked (ARM64 ELF files matching the manifest).
 A small C++ harness, cross-compiled too, dlopens the aarch64 Joseph library
 under qemu-aarch64 and runs forward and back projections (and the joseph_grad
 library's geometry VJP) on inputs written by this test; the outputs are
-compared with the reference backend computed on the host (the FDK library is
-cross-built and checked, not run).  Correctness only: emulated timings say nothing about ARM speed.
+compared with the reference backend computed on the host; the FDK library's
+weighted backprojection runs too, against its pure-torch oracle.  Correctness only: emulated timings say nothing about ARM speed.
 Set up with scripts/install-cross-deps.sh (``make system-deps`` runs it).
 """
 
@@ -29,6 +29,7 @@ import torch
 from ctbench import circular_trajectory_3d, circular_trajectory_3d_parallel
 from ctbench.engine import Rays, Tile, VolumeGrid, get_backend
 from ctbench.engine.executor import reference_geometry_vjp
+from ctbench.engine.fdk_kernels import reference_weighted_backproject
 
 ROOT = Path(__file__).resolve().parents[1]
 CXX = "aarch64-linux-gnu-g++"
@@ -93,12 +94,13 @@ def _run(build, name: str, op: int, rays: Rays, grid: VolumeGrid, z0: int, z1: i
     inp, out = build["tmp"] / f"{name}.in", build["tmp"] / f"{name}.out"
     arrays = (src, ctr, us, vs, data.contiguous()) + (() if cot is None else (cot.contiguous(),))
     inp.write_bytes(header + b"".join(t.numpy().tobytes() for t in arrays))
-    lib = "libjoseph_grad-aarch64.so" if op == 2 else "libjoseph-aarch64.so"
+    lib = {2: "libjoseph_grad-aarch64.so", 3: "libfdk-aarch64.so"}.get(op, "libjoseph-aarch64.so")
     proc = subprocess.run(["qemu-aarch64", "-L", SYSROOT, str(build["harness"]), str(build["prebuilt"] / lib),
                            str(inp), str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     B = data.shape[0]
-    shape = {0: (B, rays.n_views, *tile.shape), 1: (B, z1 - z0, grid.H, grid.W), 2: (rays.n_views, 4, 3)}[op]
+    shape = {0: (B, rays.n_views, *tile.shape), 1: (B, z1 - z0, grid.H, grid.W), 2: (rays.n_views, 4, 3),
+             3: (z1 - z0, grid.H, grid.W)}[op]
     np_dtype = np.float32 if real == torch.float32 and op != 2 else np.float64
     return torch.from_numpy(np.frombuffer(out.read_bytes(), dtype=np_dtype).copy()).reshape(shape)
 
@@ -160,3 +162,24 @@ def test_aarch64_geometry_vjp_matches_reference_autograd_under_qemu(aarch64_buil
     assert want.abs().max() > 0
     err = float((got - want).norm() / want.norm())
     assert err <= 1e-10, err
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_aarch64_fdk_backprojection_matches_reference_under_qemu(aarch64_build, dtype):
+    """The fdk library's weighted voxel-driven backprojection for aarch64 == its pure-torch oracle
+    (a slab and a view range, cone beam)."""
+    g = torch.Generator().manual_seed(11)
+    n_views, det = 8, (14, 10)
+    tr = circular_trajectory_3d(n_views, 40.0, 80.0, dtype=torch.float64)
+    rays = Rays(*(t.to(dtype) for t in (tr.source, tr.detector_center, tr.detector_u * 1.5, tr.detector_v * 1.4)),
+                True, det)
+    grid = VolumeGrid((8, 9, 11), (1.0, 1.0, 1.1))
+    z0, z1, k0, k1 = 2, 7, 1, 7
+    weights = torch.rand(n_views, generator=g, dtype=torch.float64).to(dtype)
+    q = torch.randn((n_views, *det), generator=g, dtype=torch.float64).to(dtype)
+    got = _run(aarch64_build, f"fdk-{dtype}", 3, rays, grid, z0, z1, Tile(k0, k1, 0, 0),
+               weights[None], q.transpose(1, 2).contiguous())
+    want = reference_weighted_backproject(q, rays, grid, weights, z0, z1, k0, k1)
+    assert want.abs().max() > 0
+    err = float((got.double() - want.double()).abs().max() / want.abs().max())
+    assert err <= (1e-12 if dtype == torch.float64 else 1e-5), err

@@ -9,7 +9,9 @@
 // real type: source, centre, ustep, vstep (n_views x 3 each) and the input array
 // (forward: batch x (z1-z0) x H x W volume slab; backward: batch x n_views x (u1-u0) x (v1-v0);
 // geometry VJP (a joseph_grad library): the volume slab, then the sinogram cotangent; its output is
-// n_views x 12 float64).
+// n_views x 12 float64; 3=FDK weighted backprojection (an fdk library): u0, u1 hold the view
+// range k0, k1; the inputs are view weights (n_views) and the filtered projections stored with u
+// fastest (n_views x V x U); the output is the (z1-z0) x H x W slab).
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -37,6 +39,17 @@ int run(void* lib, const int32_t* h, const double* d, FILE* in, FILE* out) {
   const real* vs = us + 3 * nv;
   const size_t nvol = size_t(batch) * (z1 - z0) * H * W;
   const size_t nsino = size_t(batch) * nv * (u1 - u0) * (v1 - v0);
+  if (op == 3) {
+    std::vector<real> w(nv), q(size_t(nv) * U * V), o(size_t(z1 - z0) * H * W, real(0));
+    if (!read_all(in, w.data(), w.size() * sizeof(real)) || !read_all(in, q.data(), q.size() * sizeof(real))) return 3;
+    void* fn = dlsym(lib, (std::string("fdk_backproject") + suffix).c_str());
+    if (!fn) return 4;
+    typedef void (*F)(const real*, i64, i64, i64, int, int, const real*, const real*, const real*, const real*,
+                      const real*, int, int, int, int, int, int, int, int, double, double, double, real*, int, int);
+    reinterpret_cast<F>(fn)(q.data(), i64(U) * V, 1, U, U, V, src, ctr, us, vs, w.data(), cone, u0, u1, D, H, W, z0,
+                            z1, d[0], d[1], d[2], o.data(), 0, nthreads);
+    return std::fwrite(o.data(), sizeof(real), o.size(), out) == o.size() ? 0 : 5;
+  }
   std::vector<real> a(op == 1 ? nsino : nvol), b(op == 0 ? nsino : nvol, real(0));
   if (!read_all(in, a.data(), a.size() * sizeof(real))) return 3;
   std::vector<real> cot(op == 2 ? nsino : 0);
