@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -45,7 +46,14 @@ def wheel_env(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-4000:]
     build_s = time.perf_counter() - t0
     (wheel,) = wheels.glob("ctbench-*.whl")
-    venv = tmp / "venv"
+    vpy, site = _install(wheel, tmp / "venv")
+    nocc = tmp / "empty-bin"  # PATH holds no compiler (nothing at all)
+    nocc.mkdir()
+    return {"wheel": wheel, "python": vpy, "site": site, "tmp": tmp, "path": str(nocc), "build_s": build_s}
+
+
+def _install(wheel: Path, venv: Path) -> tuple[Path, Path]:
+    """A fresh venv holding ``wheel`` (unpacked as pip would); dependencies come from this environment."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     vpy = venv / "bin" / "python"
     site = subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -53,9 +61,7 @@ def wheel_env(tmp_path_factory):
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     Path(site, "ctbench_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    nocc = tmp / "empty-bin"  # PATH holds no compiler (nothing at all)
-    nocc.mkdir()
-    return {"wheel": wheel, "python": vpy, "site": Path(site), "tmp": tmp, "path": str(nocc), "build_s": build_s}
+    return vpy, Path(site)
 
 
 def _env(**extra) -> dict:
@@ -175,3 +181,51 @@ def test_native_option_uses_the_jit_build_in_the_installed_wheel(wheel_env, tmp_
     assert {v["source"] for v in r["loaded"].values()} == {"jit"}
     assert {v["variant"] for v in r["loaded"].values()} == {"march=native"}
     assert len(list(cache.rglob("*.json"))) == len(FAMILIES) and len(list(cache.rglob("*.so"))) == len(FAMILIES)
+
+
+def test_repaired_wheel_is_rehashed(wheel_env, tmp_path):
+    """A repair tool that patches the kernels (auditwheel/delocate/delvewheel change their bytes) makes
+    the recorded SHA-256 stale, so the patched level is refused; scripts/rehash_wheel_manifest.py
+    (cibuildwheel's repair-wheel-command) records the shipped bytes, and the level loads again."""
+    objcopy = shutil.which("objcopy")
+    if objcopy is None:
+        pytest.skip("objcopy (binutils) is needed to patch a library the way a repair tool does")
+    best = cpu_prebuilt.host_levels()[0]
+    target = f"ctbench/_prebuilt/libjoseph-{best}.so"
+    repaired = tmp_path / wheel_env["wheel"].name
+    note = tmp_path / "note.txt"
+    note.write_text("added by a repair tool\n")
+    with zipfile.ZipFile(wheel_env["wheel"]) as src, zipfile.ZipFile(repaired, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == target:  # a new section: a valid library with other bytes
+                lib = tmp_path / "lib.so"
+                lib.write_bytes(data)
+                subprocess.run([objcopy, "--add-section", f".ctbench_repair={note}", str(lib)], check=True)
+                data = lib.read_bytes()
+            dst.writestr(info, data)
+
+    script = ("import json; from ctbench.engine import cpu_build; cpu_build.load_cpu_library('joseph'); "
+              "print(json.dumps(cpu_build.loaded_libraries()['joseph']))")
+
+    def loaded(name):
+        vpy, _ = _install(repaired, tmp_path / name)
+        proc = subprocess.run([str(vpy), "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                              env=_env(PATH=wheel_env["path"], CTBENCH_CACHE_DIR=str(tmp_path / f"cache-{name}")))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    stale = loaded("stale")
+    assert stale["variant"] != best and any("does not match its record" in p for p in stale["skipped"])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "rehash_wheel_manifest.py"), str(tmp_path / "*.whl")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "1 libraries changed" in proc.stdout, proc.stdout + proc.stderr
+    fixed = loaded("rehashed")
+    assert fixed["source"] == "prebuilt" and fixed["variant"] == best and not fixed["skipped"]
+    with zipfile.ZipFile(repaired) as zf:  # the RECORD matches the new manifest (pip checks it)
+        rec = next(n for n in zf.namelist() if n.endswith("RECORD"))
+        data = zf.read("ctbench/_prebuilt/manifest.json")
+        import base64
+        import hashlib
+        want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert f"ctbench/_prebuilt/manifest.json,{want},{len(data)}" in zf.read(rec).decode()
