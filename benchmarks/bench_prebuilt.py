@@ -96,8 +96,14 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="W1 scale (<1 for a quick run)")
     ap.add_argument("--prebuilt", type=Path, default=None, help="an installed ctbench/_prebuilt folder")
     ap.add_argument("--variant", default=None, help="force a prebuilt level (e.g. x86_64_v3)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch/kernel threads (default torch's); 1 gives steadier CPU seconds on a shared machine")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            ap.error("--threads must be at least 1")
+        torch.set_num_threads(args.threads)
     if args.repeat < 5:
         ap.error("--repeat must be at least 5")
     if args.variant:
@@ -117,6 +123,7 @@ def main(argv=None) -> int:
         os.environ.pop("CTBENCH_MARCH", None)  # the JIT build: -march=native
         native = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
     emit(kind="header", machine=machine_info(), workload="W1", scale=args.scale, repeat=args.repeat,
+         threads=torch.get_num_threads(),
          prebuilt_variant=info["variant"], prebuilt_flags=info["flags"], prebuilt_build_s=build_s,
          native_flags=cpu_build.compile_flags(cpu_build.find_compiler()),
          note="calls interleaved prebuilt/native; shared machine: see loadavg on each line")
