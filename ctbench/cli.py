@@ -92,16 +92,22 @@ def _gui(args) -> int:
 def _info(args) -> int:
     import torch
 
-    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library
+    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
+    from .engine.cpu_prebuilt import host_levels
 
     info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "kernels": str(kernel_dir()),
-            "cache": str(cache_dir()), "cuda": torch.cuda.is_available()}
+            "cache": str(cache_dir()), "cuda": torch.cuda.is_available(), "cpu_levels": list(host_levels())}
     try:
         info["compiler"] = find_compiler()
+    except RuntimeError:
+        info["compiler"] = None  # not needed when the prebuilt kernels load
+    try:
         load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
     except Exception as e:  # reported, not raised: this is a diagnostic command
         info["cpu_backend"] = f"unavailable: {e}"
+    # which build of the kernels is loaded: prebuilt variant (and file) or the JIT build
+    info["cpu_kernels"] = loaded_libraries()
     print(json.dumps(info, indent=2))
     return 0
 
