@@ -79,6 +79,7 @@ class PreprocessConfig(_Model):
 
 
 class GeometryConfig(_Model):
+    beam: Optional[Literal["cone", "parallel"]] = None     # null: what the file says (cone if it says nothing)
     sid_mm: Optional[float] = Field(None, gt=0)
     sdd_mm: Optional[float] = Field(None, gt=0)
     pixel_size_mm: Optional[tuple[float, float]] = None
@@ -88,6 +89,12 @@ class GeometryConfig(_Model):
     detector_offset_v_mm: float = 0.0
     volume_shape: Optional[tuple[int, int, int]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
+    # Orientation (ctbench/io/orientation.py); null = what the file says ("auto" where it says nothing).
+    image_seen_from: Optional[Literal["source", "detector", "auto"]] = None
+    image_columns: Optional[Literal["right", "left"]] = None
+    image_rows: Optional[Literal["down", "up"]] = None
+    rotation_direction: Optional[Literal["ccw", "cw", "auto"]] = None
+    detector_roll_deg: float = Field(0.0, ge=-45.0, le=45.0, description="in-plane rotation of the detector")
 
 
 class AlgorithmConfig(_Model):
@@ -221,7 +228,14 @@ def scan_angles(prep: Prepared, geo: GeometryConfig, n_views_file: int) -> np.nd
     return all_angles if prep.views is None else all_angles[prep.views]
 
 
-def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float, float]:
+def beam_of(scan: RawScan, geo: GeometryConfig) -> str:
+    return geo.beam or ("parallel" if scan.scanner.get("beam") == "parallel" else "cone")
+
+
+def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float | None, float | None]:
+    """SID and SDD in mm; (None, None) for a parallel beam."""
+    if beam_of(scan, geo) == "parallel":
+        return None, None
     sid = geo.sid_mm or scan.scanner.get("source_object_distance_mm") or scan.scanner.get("source_sample_distance_mm")
     sdd = geo.sdd_mm or scan.scanner.get("source_detector_distance_mm")
     if sdd is None and sid and scan.scanner.get("sample_detector_distance_mm"):
@@ -235,20 +249,60 @@ def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float, float]:
 
 def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, angles: np.ndarray,
                    offset_u_mm: float):
-    """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam)."""
+    """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam, or parallel
+    beam when ``sid`` is None)."""
     import torch
 
     from ..geometry import circular_trajectory_3d
     from ..workbench.design import ScanGeometry
 
+    from ..geometry import circular_trajectory_3d_parallel
+
     n, rows, cols = prep.images.shape
     du, dv = prep.pitch
-    mag = sdd / sid
+    mag = 1.0 if sid is None else sdd / sid
     vox = geo.voxel_size_mm or du / mag
     shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
-    traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=torch.as_tensor(angles, dtype=torch.float32),
-                                  detector_offset=(float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v)))
+    offset = (float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v))
+    ang = torch.as_tensor(angles, dtype=torch.float32)
+    if sid is None:       # parallel beam (synchrotron scans)
+        traj = circular_trajectory_3d_parallel(angles=ang, detector_offset=offset)
+    else:
+        traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=ang, detector_offset=offset)
+    if geo.detector_roll_deg:
+        from .orientation import roll_detector
+        traj = roll_detector(traj, geo.detector_roll_deg)
     return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
+
+
+def scan_orientation(scan: RawScan, geo: GeometryConfig):
+    """The scan's orientation with the config's fields (null = the file's) applied."""
+    return scan.orientation.replace(seen_from=geo.image_seen_from, columns=geo.image_columns, rows=geo.image_rows,
+                                    rotation=geo.rotation_direction)
+
+
+def orient(prep: Prepared, scan: RawScan, geo: GeometryConfig, sid: float, sdd: float):
+    """Prepared data in ctbench's frame, the angles of its views, and the :class:`~ctbench.io.handedness.Resolved`
+    orientation (chosen from the data where "auto"; centre searched when the offset is "auto")."""
+    from dataclasses import replace
+
+    from .handedness import ctbench_angles, resolve_orientation
+
+    o = scan_orientation(scan, geo)
+    images, shift_v = prep.images, prep.shift_v
+    if o.flip_rows:
+        images, shift_v = np.ascontiguousarray(images[:, ::-1, :]), -shift_v
+    angles = scan_angles(prep, geo, scan.n_views)
+    res = resolve_orientation(images, angles, o, scan.orientation.rotation, pitch=prep.pitch[0],
+                              pitch_v=prep.pitch[1], sid=sid, sdd=sdd, offset_v_mm=geo.detector_offset_v_mm + shift_v,
+                              search_centre=geo.detector_offset_u_mm == "auto")
+    shift_u = prep.shift_u
+    if res.orientation.flip_columns:
+        images, shift_u = np.ascontiguousarray(images[:, :, ::-1]), -shift_u
+    out = replace(prep, images=images, shift_u=shift_u, shift_v=shift_v,
+                  angles=None if prep.angles is None else ctbench_angles(prep.angles, scan.orientation.rotation,
+                                                                         res.orientation.rotation))
+    return out, ctbench_angles(angles, scan.orientation.rotation, res.orientation.rotation), res
 
 
 def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: float = 0.0, *, cross_check=True):
@@ -274,10 +328,11 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
     say(f"preprocessed: {prep.images.shape} line integrals; clipped {prep.correction.get('n_clipped', 0)} values")
     sid, sdd = distances(scan, cfg.geometry)
-    angles = scan_angles(prep, cfg.geometry, scan.n_views)
-    centre = None
+    prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
+    for note in resolved.notes:
+        say(note)
+    centre = resolved.centre
     if cfg.geometry.detector_offset_u_mm == "auto":
-        centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
         offset_u = centre.offset_mm
         say(centre.text())
     else:
@@ -292,6 +347,7 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
                            "voxel_spacing": list(geometry.voxel_spacing)},
+              "orientation": resolved.to_dict(), "warnings": list(resolved.warnings),
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
@@ -330,6 +386,8 @@ def _cli(args) -> int:
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
+    for w in report.get("warnings", []):
+        print(f"ctbench recon: warning: {w}", file=sys.stderr)
     for k in ("volume", "geometry_object"):
         report.pop(k)
     print(json.dumps(report))
