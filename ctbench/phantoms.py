@@ -639,11 +639,11 @@ def shepp_logan_line_integrals(trajectory, detector_shape, detector_spacing=1.0,
 # x, in y or in z correlates worse with this phantom than with the mirror image.  Normalised units, like the
 # Shepp-Logan head: everything stays inside the ball of radius 0.85.
 #        A      a      b      c       x0      y0      z0
-_CHIRAL_BODY = (0.2, (0.80, 0.80, 0.62), (0.0, 0.0, 0.0))
+_CHIRAL_BODY = (0.2, (0.80, 0.80, 0.58), (0.0, 0.0, 0.0))
 _CHIRAL_F = (
-    (0.8, (0.09, 0.46, 0.60), (-0.22, -0.02, 0.0)),    # stem
-    (0.8, (0.26, 0.08, 0.60), (0.05, 0.36, 0.0)),      # top arm (long)
-    (0.8, (0.15, 0.07, 0.60), (-0.04, 0.02, 0.0)),     # middle arm (short)
+    (0.8, (0.09, 0.46, 0.62), (-0.22, -0.02, 0.0)),    # stem
+    (0.8, (0.26, 0.08, 0.62), (0.05, 0.36, 0.0)),      # top arm (long)
+    (0.8, (0.15, 0.07, 0.62), (-0.04, 0.02, 0.0)),     # middle arm (short)
 )
 _CHIRAL_HELIX = 5          # balls, at 72 degrees steps, radius 0.1, on a circle of radius 0.56
 
@@ -665,7 +665,7 @@ def chiral_phantom(shape, voxel_spacing=1.0, *, scale=None, supersample: int = 1
                    dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """A phantom without mirror symmetry, for orientation tests: shape ``(D, H, W)`` or ``(H, W)``.
 
-    Every axial slice through the body holds the letter "F" (upright with
+    Every axial slice with any content holds the letter "F" (which is a little taller than the body) (upright with
     +y up and +x to the right, the arms pointing to +x), so no slice equals
     its mirror image; five balls climb anticlockwise (seen from +z) as z
     grows, so the volume is not its own mirror in z either; a tilted

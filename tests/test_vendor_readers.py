@@ -13,7 +13,7 @@ from ctbench.io.orientation import CTBENCH
 from ctbench.io.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 
-from vendor_files import write_dxchange
+from vendor_files import write_dxchange, write_nikon
 
 
 def _corr(a, b):
@@ -106,3 +106,77 @@ def test_dxchange_bad_files_are_named(tmp_path):
         f.create_dataset("exchange/theta", data=np.zeros(3)).attrs["units"] = "grad"
     with pytest.raises(ScanFileError, match="theta has units 'grad'"):
         read_scan(q)
+
+
+# ------------------------------------------------------------------ Nikon XT H
+CONE = LabScanSpec(n_views=96, detector_u=80, detector_v=40, offset_px=2.37, phantom_name="chiral", seed=21)
+WHITE = 60000.0
+
+
+@pytest.fixture(scope="module")
+def shading_corrected():
+    """Counts as Nikon stores them: flat/dark corrected by the scanner, open beam at WhiteLevel (uint16)."""
+    proj, flats, darks, _ = simulate_counts(CONE)
+    d, f = darks.mean(0), flats.mean(0)
+    t = (proj - d) / (f - d)
+    return np.clip(np.rint(t * WHITE), 1, 65535).astype(np.uint16)
+
+
+def test_nikon_reads_distances_pitch_angles_and_binning(shading_corrected, tmp_path):
+    deg = np.degrees(CONE.angles)
+    measured = deg + np.random.default_rng(1).normal(0, 0.01, deg.size)
+    xt = write_nikon(tmp_path / "nikon", "chiral", shading_corrected, pitch=CONE.pitch, sid=CONE.sid, sdd=CONE.sdd,
+                     angles_deg=deg, white_level=WHITE, ctdata_deg=measured)
+    scan = read_scan(xt.parent)                                   # the folder is enough
+    assert scan.format == "nikon" and read_scan(xt).format == "nikon"
+    assert scan.pixel_size == (CONE.pitch, CONE.pitch)
+    assert scan.scanner["source_object_distance_mm"] == CONE.sid
+    assert scan.scanner["source_detector_distance_mm"] == CONE.sdd
+    np.testing.assert_allclose(np.degrees(scan.angles), measured, atol=1e-6)    # _ctdata.txt wins
+    np.testing.assert_array_equal(np.asarray(scan.projections[3]), shading_corrected[3])
+    assert float(np.asarray(scan.flats).mean()) == WHITE
+    (tmp_path / "nikon" / "_ctdata.txt").unlink()
+    np.testing.assert_allclose(np.degrees(read_scan(xt).angles), deg, atol=1e-9)   # InitialAngle + AngularStep
+    xb = write_nikon(tmp_path / "binned", "b", shading_corrected[:4], pitch=CONE.pitch, sid=CONE.sid, sdd=CONE.sdd,
+                     angles_deg=deg[:4], white_level=WHITE, binning=2)
+    assert read_scan(xb).pixel_size == pytest.approx((CONE.pitch, CONE.pitch))
+
+
+def test_nikon_reconstructs_like_the_tiff_scan_and_not_mirrored(shading_corrected, tmp_path):
+    import tifffile
+
+    from ctbench.io.nikon import NIKON_ORIENTATION
+    from ctbench.io.scanner import scanner_json
+
+    # ctbench's images are Nikon's (columns to the left seen from the source = to the right seen from behind).
+    assert not (NIKON_ORIENTATION.flip_columns or NIKON_ORIENTATION.flip_rows)
+    xt = write_nikon(tmp_path / "nikon", "chiral", shading_corrected, pitch=CONE.pitch, sid=CONE.sid, sdd=CONE.sdd,
+                     angles_deg=np.degrees(CONE.angles), white_level=WHITE, ctdata_deg=np.degrees(CONE.angles))
+    tif = _write_tiffs(tmp_path / "tiffs", shading_corrected, np.full((1, *shading_corrected.shape[1:]), WHITE,
+                                                                       np.float32), np.zeros((0, 1, 1)))
+    doc = scanner_json(sid=CONE.sid, sdd=CONE.sdd, pixel_size=(CONE.pitch, CONE.pitch), n_projections=CONE.n_views,
+                       orientation=CTBENCH)
+    doc["files"].pop("darks")
+    doc["files"]["flats"] = "flats/*.tif"
+    (tif / "scan.json").write_text(json.dumps(doc))
+    r_nk = _recon(tmp_path, "nk", {"path": str(xt)}, {})
+    r_tif = _recon(tmp_path, "tif", {"path": str(tif)}, {})
+    assert r_nk["orientation"]["detected_from_data"] is False and r_nk["warnings"] == []
+    assert r_nk["centre"]["offset_px"] == pytest.approx(CONE.offset_px, abs=0.25)
+    v_nk, v_tif = r_nk["volume"].numpy(), r_tif["volume"].numpy()
+    np.testing.assert_allclose(v_nk, v_tif, rtol=0, atol=1e-4 * float(np.abs(v_tif).max()))
+    truth = CONE.truth(v_nk.shape, r_nk["geometry"]["voxel_spacing"][0])
+    assert _corr(v_nk, truth) > 0.8
+    _not_mirrored(v_nk, truth)
+    del tifffile
+
+
+def test_nikon_bad_files_are_named(tmp_path):
+    bad = tmp_path / "x.xtekct"
+    bad.write_text("[Other]\nName=x\n")
+    with pytest.raises(ScanFileError, match="no \\[XTekCT\\] section"):
+        read_scan(bad)
+    bad.write_text("[XTekCT]\nName=x\nProjections=3\nDetectorPixelsX=4\nDetectorPixelsY=4\nDetectorPixelSizeX=1\n"
+                   "DetectorPixelSizeY=1\nSrcToObject=200\nSrcToDetector=100\n")
+    with pytest.raises(ScanFileError, match="SrcToDetector"):
+        read_scan(bad)

@@ -52,3 +52,35 @@ def write_dxchange(path, projections, flats, darks, theta_deg, *, resolution_um:
             f.create_dataset(_MAGNIFICATION, data=float(magnification))
     tmp.replace(path)
     return path
+
+
+def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white_level, ctdata_deg=None,
+                binning: int = 1, extra: dict | None = None) -> Path:
+    """A Nikon XT H folder: ``<name>.xtekct`` (INI, [XTekCT]), ``<name>_0001.tif`` ... (uint16, shading
+    corrected, open beam at ``white_level``) and, when given, ``_ctdata.txt`` with the measured angles."""
+    import tifffile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n, rows, cols = projections.shape
+    step = float(angles_deg[1] - angles_deg[0]) if n > 1 else 0.0
+    keys = {"Name": name, "InputSeparator": "_", "InputFolderName": "", "OutputFolderName": "",
+            "VoxelsX": cols, "VoxelsY": cols, "VoxelsZ": rows,
+            "DetectorPixelsX": cols * binning, "DetectorPixelsY": rows * binning,
+            "DetectorPixelSizeX": pitch / binning, "DetectorPixelSizeY": pitch / binning,
+            "DetectorOffsetX": 0.0, "DetectorOffsetY": 0.0, "SrcToObject": sid, "SrcToDetector": sdd,
+            "MaskRadius": 0.0, "InitialAngle": float(angles_deg[0]), "AngularStep": step, "Projections": n,
+            "WhiteLevel": white_level, "Scattering": 0.0, "CoefX4": 0.0, "Scaling": 1000.0,
+            "ObjectOffsetX": 0.0, "ObjectRoll": 0.0, "ObjectTilt": 0.0, "XraykV": 90, "XrayuA": 100}
+    if binning != 1:
+        keys["DetectorBinning"] = binning
+        keys["DetectorPixelsX"], keys["DetectorPixelsY"] = cols, rows
+    keys.update(extra or {})
+    (folder / f"{name}.xtekct").write_text("[XTekCT]\r\n" + "".join(f"{k}={v}\r\n" for k, v in keys.items()))
+    for i, img in enumerate(projections):
+        tifffile.imwrite(folder / f"{name}_{i + 1:04d}.tif", np.asarray(img, np.uint16))
+    if ctdata_deg is not None:
+        lines = ["Inspect-X CT data", "Projection\tAngle(deg)\tTime(s)", ""]
+        lines += [f"{i + 1}\t{a:.6f}\t{0.5 * i:.2f}" for i, a in enumerate(ctdata_deg)]
+        (folder / "_ctdata.txt").write_text("\n".join(lines) + "\n")
+    return folder / f"{name}.xtekct"

@@ -21,7 +21,7 @@ from .scan import RawScan, sinogram_to_images
 from .scanner import find_scanner_json, read_scanner_folder
 from .tiff import TIFF_SUFFIXES, read_tiff
 
-FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange")
+FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon")
 
 
 def detect_format(path) -> str:
@@ -36,6 +36,10 @@ def detect_format(path) -> str:
             return "zarr"
         if find_scanner_json(path) is not None:
             return "scanner"
+        from .nikon import find_xtekct
+
+        if find_xtekct(path) is not None:
+            return "nikon"
         return "tiff"
     suffix = path.suffix.lower()
     if suffix in TIFF_SUFFIXES:
@@ -44,6 +48,8 @@ def detect_format(path) -> str:
         from .dxchange import is_dxchange
 
         return "dxchange" if is_dxchange(path) else "nexus"
+    if suffix == ".xtekct":
+        return "nikon"
     if suffix in (".raw", ".bin", ".dat", ".img"):
         return "raw"
     raise ScanFileError(path, f"has an unknown format (suffix {suffix!r}); give format= one of {FORMATS[1:]}")
@@ -103,6 +109,10 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
         scan = read_scanner_folder(path)
     elif fmt == "nexus":
         scan = read_nexus(path)
+    elif fmt == "nikon":
+        from .nikon import read_nikon
+
+        scan = read_nikon(path)
     elif fmt == "dxchange":
         from .dxchange import read_dxchange
 
