@@ -84,3 +84,35 @@ def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white
         lines += [f"{i + 1}\t{a:.6f}\t{0.5 * i:.2f}" for i, a in enumerate(ctdata_deg)]
         (folder / "_ctdata.txt").write_text("\n".join(lines) + "\n")
     return folder / f"{name}.xtekct"
+
+
+def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, direction=None, optical_axis=None,
+                 binning: int = 1) -> Path:
+    """A SkyScan folder: ``<prefix>.log`` ([System], [Acquisition], [Reconstruction]; spaces around values as
+    the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ..."""
+    import tifffile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n, rows, cols = projections.shape
+    acq = [("Data Directory", str(folder)), ("Filename Prefix", prefix), ("Number of Files", f"{n:6d}"),
+           ("Source Voltage (kV)", " 80"), ("Source Current (uA)", "100"), ("Number of Rows", f"{rows:5d}"),
+           ("Number of Columns", f"{cols:5d}"), ("Camera binning", f"{binning}x{binning}"),
+           ("Image Pixel Size (um)", f"{pitch * 1e3 * sid / sdd:.6f}"),
+           ("Object to Source (mm)", f"{sid:.3f}"), ("Camera to Source (mm)", f"{sdd:.5f}"),
+           ("Image Format", "TIFF"), ("Depth (bits)", "16"), ("Exposure (ms)", "  400"),
+           ("Rotation Step (deg)", f"{step_deg:.3f}"), ("Frame Averaging", "ON (2)"),
+           ("Random Movement", "OFF (10)"), ("Use 360 Rotation", "YES"), ("Geometrical Correction", "ON"),
+           ("Flat Field Correction", "ON"), ("Type of Detector Motion", "STEP AND SHOOT")]
+    if optical_axis is not None:
+        acq.insert(8, ("Optical Axis (line)", f"{optical_axis:g}"))
+    if direction is not None:
+        acq.append(("Rotation Direction", direction))
+    text = ["[System]", "Scanner=SkyScan1272", "Instrument S/N=ctbench-test", "Software=Version 1. 1 (build 18)",
+            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", "CameraXYRatio=1.0000", "[Acquisition]"]
+    text += [f"{k}={v}" for k, v in acq]
+    text += ["[Reconstruction]", "Reconstruction Program=NRecon", "Postalignment=0.00"]
+    (folder / f"{prefix}.log").write_text("\r\n".join(text) + "\r\n")
+    for i, img in enumerate(projections):
+        tifffile.imwrite(folder / f"{prefix}{i:04d}.tif", np.asarray(img, np.uint16))
+    return folder / f"{prefix}.log"

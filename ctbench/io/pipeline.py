@@ -86,7 +86,7 @@ class GeometryConfig(_Model):
     angle_range_deg: float = Field(360.0, gt=0)
     start_angle_deg: float = 0.0
     detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
-    detector_offset_v_mm: float = 0.0
+    detector_offset_v_mm: Optional[float] = None    # null: what the file says (Bruker's optical axis), else 0
     volume_shape: Optional[tuple[int, int, int]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
     # Orientation (ctbench/io/orientation.py); null = what the file says ("auto" where it says nothing).
@@ -263,7 +263,7 @@ def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, 
     mag = 1.0 if sid is None else sdd / sid
     vox = geo.voxel_size_mm or du / mag
     shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
-    offset = (float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v))
+    offset = (float(offset_u_mm), float((geo.detector_offset_v_mm or 0.0) + prep.shift_v))
     ang = torch.as_tensor(angles, dtype=torch.float32)
     if sid is None:       # parallel beam (synchrotron scans)
         traj = circular_trajectory_3d_parallel(angles=ang, detector_offset=offset)
@@ -294,7 +294,8 @@ def orient(prep: Prepared, scan: RawScan, geo: GeometryConfig, sid: float, sdd: 
         images, shift_v = np.ascontiguousarray(images[:, ::-1, :]), -shift_v
     angles = scan_angles(prep, geo, scan.n_views)
     res = resolve_orientation(images, angles, o, scan.orientation.rotation, pitch=prep.pitch[0],
-                              pitch_v=prep.pitch[1], sid=sid, sdd=sdd, offset_v_mm=geo.detector_offset_v_mm + shift_v,
+                              pitch_v=prep.pitch[1], sid=sid, sdd=sdd,
+                              offset_v_mm=(geo.detector_offset_v_mm or 0.0) + shift_v,
                               search_centre=geo.detector_offset_u_mm == "auto")
     shift_u = prep.shift_u
     if res.orientation.flip_columns:
@@ -328,6 +329,9 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
     say(f"preprocessed: {prep.images.shape} line integrals; clipped {prep.correction.get('n_clipped', 0)} values")
     sid, sdd = distances(scan, cfg.geometry)
+    if cfg.geometry.detector_offset_v_mm is None:
+        cfg = cfg.model_copy(deep=True)
+        cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
     for note in resolved.notes:
         say(note)

@@ -21,7 +21,7 @@ from .scan import RawScan, sinogram_to_images
 from .scanner import find_scanner_json, read_scanner_folder
 from .tiff import TIFF_SUFFIXES, read_tiff
 
-FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon")
+FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon", "bruker")
 
 
 def detect_format(path) -> str:
@@ -40,6 +40,10 @@ def detect_format(path) -> str:
 
         if find_xtekct(path) is not None:
             return "nikon"
+        from .bruker import find_skyscan_log
+
+        if find_skyscan_log(path) is not None:
+            return "bruker"
         return "tiff"
     suffix = path.suffix.lower()
     if suffix in TIFF_SUFFIXES:
@@ -50,6 +54,8 @@ def detect_format(path) -> str:
         return "dxchange" if is_dxchange(path) else "nexus"
     if suffix == ".xtekct":
         return "nikon"
+    if suffix == ".log":
+        return "bruker"
     if suffix in (".raw", ".bin", ".dat", ".img"):
         return "raw"
     raise ScanFileError(path, f"has an unknown format (suffix {suffix!r}); give format= one of {FORMATS[1:]}")
@@ -113,6 +119,10 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
         from .nikon import read_nikon
 
         scan = read_nikon(path)
+    elif fmt == "bruker":
+        from .bruker import read_bruker
+
+        scan = read_bruker(path)
     elif fmt == "dxchange":
         from .dxchange import read_dxchange
 

@@ -40,6 +40,7 @@ class LabScanSpec:
     sid: float = 200.0
     sdd: float = 400.0
     offset_px: float = SAMPLE_OFFSET_PX
+    offset_v_px: float = 0.0        # vertical detector offset (rows), as the u offset not in scan.json
     volume: int = 64                # phantom grid (voxels per axis) for the truth
     voxel: float = 1.0
     attenuation: float = 0.03       # per mm, of a unit value of the Shepp-Logan table
@@ -82,9 +83,11 @@ class LabScanSpec:
         o = self.offset_px if offset_px is None else offset_px
         if self.beam == "parallel":
             return circular_trajectory_3d_parallel(angles=torch.from_numpy(self.angles),
-                                                   detector_offset=(o * self.pitch, 0.0), dtype=torch.float64)
+                                                   detector_offset=(o * self.pitch, self.offset_v_px * self.pitch),
+                                                   dtype=torch.float64)
         return circular_trajectory_3d(sid=self.sid, sdd=self.sdd, angles=torch.from_numpy(self.angles),
-                                      detector_offset=(o * self.pitch, 0.0), dtype=torch.float64)
+                                      detector_offset=(o * self.pitch, self.offset_v_px * self.pitch),
+                                      dtype=torch.float64)
 
     def phantom(self) -> np.ndarray:
         """The true attenuation (per mm) on the ``volume``^3 grid."""
