@@ -116,3 +116,116 @@ def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, dire
     for i, img in enumerate(projections):
         tifffile.imwrite(folder / f"{prefix}{i:04d}.tif", np.asarray(img, np.uint16))
     return folder / f"{prefix}.log"
+
+
+# ------------------------------------------------------------------ Zeiss Xradia (.txrm, an OLE2 compound file)
+def _write_cfb(path, streams: dict) -> Path:
+    """A minimal OLE2 compound file (version 3, 512-byte sectors) holding ``{"Storage/Stream": bytes}``.
+
+    Written from the compound-file layout (header, FAT, directory of 128-byte entries, streams under
+    4096 bytes in 64-byte mini sectors of the root's mini stream), so that any OLE reader opens it.
+    """
+    import struct
+
+    SS, MSS, CUT = 512, 64, 4096
+    FREE, END, FATSECT = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD
+    # directory tree: root -> storages -> streams (siblings chained through "right")
+    nodes = [{"name": "Root Entry", "type": 5, "kids": []}]
+    index = {"": 0}
+    for full in streams:
+        parts = full.split("/")
+        parent = ""
+        for depth, part in enumerate(parts):
+            key = "/".join(parts[:depth + 1])
+            if key not in index:
+                index[key] = len(nodes)
+                nodes.append({"name": part, "type": 2 if depth == len(parts) - 1 else 1, "kids": [],
+                              "data": streams[full] if depth == len(parts) - 1 else None})
+                nodes[index[parent]]["kids"].append(index[key])
+            parent = key
+    sectors: list[bytes] = []
+    fat: list[int] = []
+
+    def put(data: bytes) -> int:
+        n = max(1, -(-len(data) // SS))
+        start = len(sectors)
+        for k in range(n):
+            sectors.append(data[k * SS:(k + 1) * SS].ljust(SS, b"\0"))
+            fat.append(start + k + 1 if k < n - 1 else END)
+        return start
+
+    mini, minifat = bytearray(), []
+    for node in nodes[1:]:
+        data = node.get("data")
+        if data is None:
+            node["start"], node["size"] = 0, 0
+        elif len(data) < CUT:
+            n = max(1, -(-len(data) // MSS))
+            start = len(mini) // MSS
+            mini += data.ljust(n * MSS, b"\0")
+            minifat += [start + k + 1 if k < n - 1 else END for k in range(n)]
+            node["start"], node["size"] = start, len(data)
+        else:
+            node["start"], node["size"] = put(data), len(data)
+    root = nodes[0]
+    root["start"], root["size"] = (put(bytes(mini)), len(mini)) if mini else (END, 0)
+    minifat_start = put(b"".join(struct.pack("<I", x) for x in minifat)) if minifat else END
+    n_minifat = -(-len(minifat) * 4 // SS) if minifat else 0
+
+    def entry(i: int) -> bytes:
+        node = nodes[i]
+        name = node["name"].encode("utf-16-le") + b"\0\0"
+        kids = node["kids"]
+        right = FREE
+        for parent in nodes:                       # the next sibling in the parent's chain
+            if i in parent["kids"]:
+                pos = parent["kids"].index(i)
+                right = parent["kids"][pos + 1] if pos + 1 < len(parent["kids"]) else FREE
+        return (name.ljust(64, b"\0") + struct.pack("<HBB", len(name), node["type"], 1)
+                + struct.pack("<III", FREE, right, kids[0] if kids else FREE) + b"\0" * 16 + b"\0" * 4
+                + b"\0" * 16 + struct.pack("<IIi", node["start"], node["size"], 0))
+
+    dir_bytes = b"".join(entry(i) for i in range(len(nodes)))
+    dir_bytes = dir_bytes.ljust(-(-len(dir_bytes) // SS) * SS, b"\0")
+    dir_start = put(dir_bytes)
+    n_fat = 1
+    while (len(sectors) + n_fat) * 4 > n_fat * SS:
+        n_fat += 1
+    fat_start = len(sectors)
+    fat += [FATSECT] * n_fat
+    fat += [FREE] * (n_fat * SS // 4 - len(fat))
+    fat_bytes = b"".join(struct.pack("<I", x) for x in fat)
+    for k in range(n_fat):
+        sectors.append(fat_bytes[k * SS:(k + 1) * SS])
+    assert n_fat <= 109
+    difat = [fat_start + k for k in range(n_fat)] + [FREE] * (109 - n_fat)
+    header = (bytes.fromhex("D0CF11E0A1B11AE1") + b"\0" * 16 + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
+              + b"\0" * 6 + struct.pack("<IIIIIIIII", 0, n_fat, dir_start, 0, CUT, minifat_start, n_minifat, END, 0)
+              + b"".join(struct.pack("<I", x) for x in difat))
+    assert len(header) == SS
+    Path(path).write_bytes(header + b"".join(sectors))
+    return Path(path)
+
+
+def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, binning: int = 1,
+               x_shifts=None, y_shifts=None) -> Path:
+    """A Zeiss Xradia ``.txrm``: ImageInfo streams (little-endian int32/float32; the source and detector distances
+    negative for the source side, as Xradia writes them), images as uint16 ``ImageData<k>/Image<i>`` (100 per
+    storage, 1-based), the reference (flat) as float32 ``ReferenceData/Image``, per-view alignment shifts."""
+    import struct
+
+    n, rows, cols = projections.shape
+    f32 = lambda a: np.asarray(a, "<f4").tobytes()            # noqa: E731
+    i32 = lambda v: struct.pack("<i", int(v))                 # noqa: E731
+    s = {"ImageInfo/ImageWidth": i32(cols), "ImageInfo/ImageHeight": i32(rows), "ImageInfo/ImagesTaken": i32(n),
+         "ImageInfo/NoOfImages": i32(n), "ImageInfo/DataType": i32(5), "ImageInfo/PixelSize": f32([pixel_um]),
+         "ImageInfo/Angles": f32(angles_deg), "ImageInfo/StoRADistance": f32(np.full(n, -sid)),
+         "ImageInfo/DtoRADistance": f32(np.full(n, sdd - sid)), "ImageInfo/CameraBinning": i32(binning),
+         "ImageInfo/XrayMagnification": f32(np.full(n, sdd / sid)),
+         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10)}
+    if x_shifts is not None:
+        s["Alignment/X-Shifts"] = f32(x_shifts)
+        s["Alignment/Y-Shifts"] = f32(np.zeros(n) if y_shifts is None else y_shifts)
+    for i, img in enumerate(projections):
+        s[f"ImageData{i // 100 + 1}/Image{i + 1}"] = np.asarray(img, "<u2").tobytes()
+    return _write_cfb(path, s)

@@ -21,7 +21,7 @@ from .scan import RawScan, sinogram_to_images
 from .scanner import find_scanner_json, read_scanner_folder
 from .tiff import TIFF_SUFFIXES, read_tiff
 
-FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon", "bruker")
+FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon", "bruker", "zeiss")
 
 
 def detect_format(path) -> str:
@@ -56,6 +56,8 @@ def detect_format(path) -> str:
         return "nikon"
     if suffix == ".log":
         return "bruker"
+    if suffix in (".txrm", ".txm"):
+        return "zeiss"
     if suffix in (".raw", ".bin", ".dat", ".img"):
         return "raw"
     raise ScanFileError(path, f"has an unknown format (suffix {suffix!r}); give format= one of {FORMATS[1:]}")
@@ -119,6 +121,10 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
         from .nikon import read_nikon
 
         scan = read_nikon(path)
+    elif fmt == "zeiss":
+        from .zeiss import read_zeiss
+
+        scan = read_zeiss(path)
     elif fmt == "bruker":
         from .bruker import read_bruker
 
