@@ -13,14 +13,17 @@ A config (JSON; every section but ``input`` optional)::
      "preprocess": {"rows": null, "cols": null, "bin": 1, "every": 1, "angle_range_deg": null,
                     "ring_filter": 0, "min_transmission": 1e-4},
      "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
-                    "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": 0,
+                    "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": null,
                     "volume_shape": null, "voxel_size_mm": null},
      "algorithm":  {"name": "fbp", "params": {}},
      "output":     {"path": "recon.tif", "format": "auto", "overwrite": false}}
 
 ``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
 (the volume grid covers the field of view at the detector's resolution
-scaled to the isocentre).  ``detector_offset_u_mm`` is "auto" (centre
+scaled to the isocentre).  The orientation keys (``image_seen_from``,
+``image_columns``, ``image_rows``, ``rotation_direction``), ``beam``,
+``detector_roll_deg`` and ``detector_offset_v_mm`` (null = the file's)
+are described in docs/SCANS.md.  ``detector_offset_u_mm`` is "auto" (centre
 finder, on the preprocessed data) or the offset of the *uncropped*
 detector in mm; crops and binning are accounted for.
 """

@@ -83,8 +83,10 @@ def read_ctbench_dataset(path) -> RawScan:
     pixel = None
     if ds.geometry is not None:
         pixel = tuple(ds.geometry.detector_spacing)
+    from .orientation import CTBENCH   # written by ctbench: its own frame
+
     return RawScan(images, values="line_integrals", pixel_size=pixel, scanner=scanner, source=str(path),
-                   format="zarr")
+                   format="zarr", orientation=CTBENCH)
 
 
 def _read_images(path, format: str, raw: dict | None):
