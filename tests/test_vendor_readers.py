@@ -143,8 +143,6 @@ def test_nikon_reads_distances_pitch_angles_and_binning(shading_corrected, tmp_p
 
 
 def test_nikon_reconstructs_like_the_tiff_scan_and_not_mirrored(shading_corrected, tmp_path):
-    import tifffile
-
     from ctbench.io.nikon import NIKON_ORIENTATION
     from ctbench.io.scanner import scanner_json
 
@@ -168,7 +166,6 @@ def test_nikon_reconstructs_like_the_tiff_scan_and_not_mirrored(shading_correcte
     truth = CONE.truth(v_nk.shape, r_nk["geometry"]["voxel_spacing"][0])
     assert _corr(v_nk, truth) > 0.8
     _not_mirrored(v_nk, truth)
-    del tifffile
 
 
 def test_nikon_bad_files_are_named(tmp_path):
