@@ -11,9 +11,11 @@ reliable sign.
 :func:`resolve_orientation` tries the readings that the known fields allow
 (one field "auto": both of its values; both "auto": the camera convention
 with either rotation), registers conjugate rays on the mid-plane of each and
-keeps the one whose rays match best (on the test scans the wrong class
-matches 5 to 30 times worse; the sharpness of quick slices separates them
-far less, 1.0 to 1.3 times, so it only cross-checks the offset).  It cannot tell an object from its mirror image: the two
+keeps the one whose rays match best.  Measured on six simulated camera-
+convention scans in counts (chiral and Shepp-Logan phantoms, offsets 0,
+2.37 and -3.6 px, 96 views of 64 x 48 pixels): the wrong class matched 4.7
+to 26 times worse, while the sharpness of quick FBP slices separated them
+by only 0.97 to 1.30 times, so sharpness only cross-checks the offset.  It cannot tell an object from its mirror image: the two
 readings of one handedness class reconstruct mirror images equally well
 (:meth:`Orientation.mirror`), and the result says so.  Whatever the
 orientation, centre methods that disagree by more than
