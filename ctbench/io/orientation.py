@@ -146,3 +146,29 @@ def roll_detector(trajectory, roll_deg: float):
     u, v = trajectory.detector_u, trajectory.detector_v
     meta = {**trajectory.meta, "detector_roll_deg": float(roll_deg)}
     return trajectory.replace(detector_u=c * u + s * v, detector_v=-s * u + c * v, meta=meta)
+
+
+def unroll_images(images, roll_deg: float, pitch) -> np.ndarray:
+    """``(view, row, col)`` ctbench images of a detector rolled by ``roll_deg`` resampled onto the unrolled one.
+
+    For FBP/FDK, which filter detector rows and so need rows perpendicular
+    to the axis.  Bilinear; pixels that fall outside the rolled detector take
+    the nearest edge value.
+    """
+    import math
+
+    from scipy.ndimage import map_coordinates
+
+    a = np.asarray(images, dtype=np.float32)
+    n, V, U = a.shape
+    du, dv = (float(p) for p in pitch)
+    r = math.radians(float(roll_deg))
+    c, s = math.cos(r), math.sin(r)
+    rows, cols = np.mgrid[:V, :U].astype(np.float64)
+    ua, vb = (cols - (U - 1) / 2) * du, ((V - 1) / 2 - rows) * dv        # unrolled pixel centres (u, v)
+    p, q = c * ua + s * vb, -s * ua + c * vb                              # the same points on the rolled detector
+    coords = np.stack([(V - 1) / 2 - q / dv, p / du + (U - 1) / 2])
+    out = np.empty_like(a)
+    for k in range(n):
+        out[k] = map_coordinates(a[k], coords, order=1, mode="nearest")
+    return out

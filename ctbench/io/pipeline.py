@@ -339,6 +339,21 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     for note in resolved.notes:
         say(note)
     centre = resolved.centre
+    roll_how = None
+    if cfg.geometry.detector_roll_deg:
+        if request.algorithm in ("fbp", "fdk"):      # FBP/FDK filters rows: resample onto an unrolled detector instead
+            from dataclasses import replace
+
+            from .orientation import unroll_images
+            prep = replace(prep, images=unroll_images(prep.images, cfg.geometry.detector_roll_deg, prep.pitch))
+            if cfg.geometry.detector_offset_u_mm == "auto":
+                centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
+            cfg = cfg.model_copy(deep=True)
+            roll_how = f"images resampled onto an unrolled detector ({cfg.geometry.detector_roll_deg} deg)"
+            cfg.geometry.detector_roll_deg = 0.0
+        else:
+            roll_how = f"detector turned in the trajectory ({cfg.geometry.detector_roll_deg} deg)"
+        say(f"detector roll: {roll_how}")
     if cfg.geometry.detector_offset_u_mm == "auto":
         offset_u = centre.offset_mm
         say(centre.text())
@@ -354,7 +369,7 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
                            "voxel_spacing": list(geometry.voxel_spacing)},
-              "orientation": resolved.to_dict(), "warnings": list(resolved.warnings),
+              "orientation": resolved.to_dict(), "warnings": list(resolved.warnings), "detector_roll": roll_how,
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
