@@ -41,7 +41,7 @@ def test_calibrate_writes_trajectory_and_report_then_recon_uses_it(folder, capsy
     # ctbench recon reconstructs with geometry.trajectory (the calibrated one)
     assert main(["recon", cfg, "--overwrite"]) == 0
     rec = json.loads(capsys.readouterr().out)
-    assert rec["output"].endswith("recon.tif")
+    assert rec["output"].endswith("selfcal_recon.tif")
 
 
 def test_recon_refuses_a_trajectory_of_another_scan(folder, tmp_path, capsys):

@@ -17,8 +17,7 @@ import numpy as np
 
 from ..atomic_files import atomic_write_bytes
 from .calibrate_config import CalibrateConfig
-from .pipeline import (ReconConfig, build_geometry, distances, find_offset, load_config, open_scan, prepare,
-                       scan_angles)
+from .pipeline import ReconConfig, build_geometry, load_config, oriented_scan
 from .scan import images_to_sinogram
 
 
@@ -40,12 +39,9 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
         if p.exists() and not cal.overwrite:
             raise FileExistsError(f"{p} exists; set calibrate.overwrite to replace it")
     t0 = time.perf_counter()
-    scan = open_scan(cfg.input)
-    prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
-    sid, sdd = distances(scan, cfg.geometry)
-    angles = scan_angles(prep, cfg.geometry, scan.n_views)
+    scan, prep, sid, sdd, angles, resolved, cfg = oriented_scan(cfg, say)
     if cfg.geometry.detector_offset_u_mm == "auto":
-        centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
+        centre = resolved.centre
         offset_u = centre.offset_mm
         say(centre.text())
     else:
@@ -61,6 +57,7 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
                     callback=lambda s: say(f"  step {s.iteration} (binning {s.binning}): loss {s.loss:.4g}"))
     say(res.table())
     report = res.to_dict()
+    report["orientation"], report["warnings"] = resolved.to_dict(), list(resolved.warnings)
     report["elapsed_s"] = round(time.perf_counter() - t0, 3)
     report["trajectory"], report["report"] = str(traj_path), str(report_path)
     report["nominal_detector_offset_mm"] = [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v]

@@ -359,20 +359,10 @@ def recon_inputs(cfg: ReconConfig) -> list[str]:
     return [p for p in (cfg.input.path, cfg.input.flats, cfg.input.darks) if p]
 
 
-def run_recon(cfg: ReconConfig, *, log=None) -> dict:
-    """Run a config end to end; returns a JSON-able report (the exported path under ``"output"``)."""
-    from ..workbench.workflow import ReconRequest, run
-
-    say = log or (lambda msg: None)
-    t0 = time.perf_counter()
-    if cfg.output is not None:   # refused before any work: an output over the scan, or a foreign file
-        from ..output_policy import check_output
-        check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite, force=cfg.output.force,
-                     what="output.path")
-        if not Path(cfg.output.path).parent.is_dir():
-            raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
-                                                 "does not exist")
-    request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
+def oriented_scan(cfg: ReconConfig, say):
+    """Read and preprocess the config's scan and put it in ctbench's frame (orientation resolved, the file's
+    vertical offset where the config says null): the steps ``ctbench recon`` and ``ctbench calibrate`` share.
+    Returns ``(scan, prep, sid, sdd, angles, resolved, cfg)``, ``cfg`` with the file's values filled in."""
     scan = open_scan(cfg.input)
     say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
     prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
@@ -388,6 +378,24 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
     for note in resolved.notes:
         say(note)
+    return scan, prep, sid, sdd, angles, resolved, cfg
+
+
+def run_recon(cfg: ReconConfig, *, log=None) -> dict:
+    """Run a config end to end; returns a JSON-able report (the exported path under ``"output"``)."""
+    from ..workbench.workflow import ReconRequest, run
+
+    say = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    if cfg.output is not None:   # refused before any work: an output over the scan, or a foreign file
+        from ..output_policy import check_output
+        check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite, force=cfg.output.force,
+                     what="output.path")
+        if not Path(cfg.output.path).parent.is_dir():
+            raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
+                                                 "does not exist")
+    request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
+    scan, prep, sid, sdd, angles, resolved, cfg = oriented_scan(cfg, say)
     centre = resolved.centre
     roll_how = None
     if cfg.geometry.detector_roll_deg:

@@ -97,7 +97,7 @@ def write_selfcal_sample(folder, spec: SelfCalSpec = SelfCalSpec(), *, overwrite
     config = {"input": {"path": "."},
               "geometry": {"detector_offset_u_mm": 0.0, "trajectory": "calibrated_trajectory.json"},
               "algorithm": {"name": "cgls", "params": {"n_iter": 15}},
-              "output": {"path": "recon.tif"},
+              "output": {"path": "../selfcal_recon.tif"},   # beside the scan folder: an output may not lie in its input
               "calibrate": {"free": ["offset_u", "roll", "shift"], "levels": [2, 1], "n_outer": [8, 3],
                             "trajectory": "calibrated_trajectory.json", "report": "calibration_report.json"}}
     (tmp / "calibrate.json").write_text(json.dumps(config, indent=2))
