@@ -112,3 +112,22 @@ def test_recon_runs_with_every_correction_and_gives_a_finite_volume(tmp_path):
     vol = report["volume"].numpy()
     assert np.isfinite(vol).all() and vol.max() > 0.01
     assert {"zingers", "rings", "phase", "beam_hardening"} <= set(report["correction"])
+
+
+def test_preview_shows_what_prepare_does_to_that_view_and_row():
+    from ctbench.io.corrections_preview import correction_preview
+
+    idx = RNG.choice(16 * 12 * 40, 25, replace=False)
+    scan, _ = _counts_scan(np.unravel_index(idx, (16, 12, 40)))
+    pre = PreprocessConfig(zingers={"threshold": 0.1}, rings={"method": "sorting", "size": 5},
+                           beam_hardening={"coefficients": [1.0, 0.2]})
+    pv = correction_preview(scan, pre, view=7)
+    full = prepare(scan, pre.model_copy(update={"rings": None}))
+    plain = prepare(scan, PreprocessConfig())
+    np.testing.assert_allclose(pv.view_after, full.images[7], atol=1e-6)
+    np.testing.assert_allclose(pv.view_before, plain.images[7], atol=1e-6)
+    np.testing.assert_allclose(pv.sinogram_after, prepare(scan, pre).images[:, 6, :], atol=1e-6)
+    np.testing.assert_allclose(pv.sinogram_before, plain.images[:, 6, :], atol=1e-6)
+    assert pv.row == 6 and pv.side_by_side("view").shape == (12, 82) and pv.side_by_side("sinogram").shape == (16, 82)
+    with pytest.raises(ValueError, match="view must be an index in 0..15"):
+        correction_preview(scan, pre, view=16)
