@@ -1,6 +1,8 @@
 """The corrections box of the Scan import widget: its keys reach the config, and Preview shows before | after of
 the view under the slider, computed off the GUI thread by the same code as ``ctbench recon``."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -8,13 +10,15 @@ from ctbench.io import read_scan
 from ctbench.io.corrections_preview import correction_preview
 from ctbench_napari import PLUGIN
 from ctbench_napari._qt.corrections import PREVIEW, PREVIEW_ROW
-from ctbench_napari._testing import wait_for
+from ctbench_napari._testing import save_viewer_screenshot, wait_for
 
 pytestmark = pytest.mark.gui
+DOC_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
 
 
 def test_corrections_box_sets_the_keys_and_previews_the_current_view(make_napari_viewer):
-    viewer = make_napari_viewer()
+    viewer = make_napari_viewer(show=True)
+    viewer.window.resize(1500, 950)
     viewer.open_sample(PLUGIN, "lab_scan")
     [raw] = viewer.layers
     _, scan = viewer.window.add_plugin_dock_widget(PLUGIN, "Scan import")
@@ -40,6 +44,10 @@ def test_corrections_box_sets_the_keys_and_previews_the_current_view(make_napari
     np.testing.assert_allclose(viewer.layers[PREVIEW_ROW].data, want.side_by_side("sinogram"), atol=1e-6)
     assert not np.allclose(pv.sinogram_before, pv.sinogram_after)    # the sample has rings: the filter acts
     assert "view 17" in box.message.text()
+    for layer in viewer.layers:
+        layer.visible = layer.name == PREVIEW_ROW
+    viewer.reset_view()
+    save_viewer_screenshot(viewer, "correction_preview", DOC_IMAGES)
 
     box.hardening.setText("1, x")                                     # bad input is named in the box
     box.preview_button.click()

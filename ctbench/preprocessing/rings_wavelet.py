@@ -19,24 +19,25 @@ from ._arrays import finite_stack, int_at_least, positive_number
 from .wavelets import daubechies, dwt2, idwt2
 
 
-def _damp_sinogram(s: np.ndarray, level: int, order: int, sigma: float) -> np.ndarray:
-    n_views, n_cols = s.shape
+def _damp_sinograms(s: np.ndarray, level: int, order: int, sigma: float) -> np.ndarray:
+    """``(view, rows, col)`` block, each row its own sinogram."""
+    n_views, _, n_cols = s.shape
     step = 2 ** level
     taps = daubechies(order)[0].size
     margin = min(n_cols, taps * 2 ** (level - 1))                # mirror enough columns to hide the wrap-around
     pv = (-n_views) % step
     pc = (-(n_cols + 2 * margin)) % step
-    x = np.pad(s.astype(np.float64), ((0, pv), (margin, margin + pc)), mode="symmetric")
+    x = np.pad(s.astype(np.float64), ((0, pv), (0, 0), (margin, margin + pc)), mode="symmetric")
     details = []
     for _ in range(level):
         x, d = dwt2(x, order)
         vert = np.fft.fft(d[0], axis=0)
         k = np.fft.fftfreq(vert.shape[0]) * vert.shape[0]        # view frequency in cycles per turn
-        vert *= (1.0 - np.exp(-k ** 2 / (2.0 * sigma ** 2)))[:, None]
+        vert *= (1.0 - np.exp(-k ** 2 / (2.0 * sigma ** 2)))[:, None, None]
         details.append((np.real(np.fft.ifft(vert, axis=0)), d[1], d[2]))
     for d in reversed(details):
         x = idwt2(x, d, order)
-    return x[:n_views, margin:margin + n_cols]
+    return x[:n_views, :, margin:margin + n_cols]
 
 
 def remove_stripes_wavelet(images, level: int = 3, sigma: float = 1.0, wavelet: str = "db5") -> np.ndarray:
@@ -62,6 +63,7 @@ def remove_stripes_wavelet(images, level: int = 3, sigma: float = 1.0, wavelet: 
         raise ValueError(f"level {lev} needs at least {2 ** lev} views and columns, "
                          f"the data has {n_views} views of {n_cols} columns")
     out = np.empty_like(stack)
-    for r in range(n_rows):
-        out[:, r, :] = _damp_sinogram(stack[:, r, :], lev, order, sig)
+    block = max(1, int(2 ** 24 // max(1, n_views * n_cols)))     # rows per batch: ~128 MiB of float64 each
+    for r in range(0, n_rows, block):
+        out[:, r:r + block, :] = _damp_sinograms(stack[:, r:r + block, :], lev, order, sig)
     return out[:, 0, :] if one else out

@@ -59,17 +59,18 @@ def _synthesise(a: np.ndarray, f: np.ndarray, axis: int) -> np.ndarray:
 
 
 def dwt2(x, n: int):
-    """One level of the periodised 2D DWT of ``x`` (even sizes): ``(approx, (vertical, horizontal, diagonal))``.
+    """One level of the periodised 2D DWT of ``x`` over its first and last axes (even sizes there):
+    ``(approx, (vertical, horizontal, diagonal))``; middle axes are a batch (rows of a stack).
 
-    "vertical" details are high-pass along axis 1 and low-pass along axis 0:
-    they hold features that are constant along axis 0, such as the stripes
-    of a ``(view, col)`` sinogram.
+    "vertical" details are high-pass along the last axis and low-pass along
+    the first: they hold features that are constant along the first axis,
+    such as the stripes of a ``(view, col)`` sinogram.
     """
     x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[0] % 2 or x.shape[1] % 2:
-        raise ValueError(f"dwt2 needs a 2D array of even sizes, got shape {x.shape}")
+    if x.ndim < 2 or x.shape[0] % 2 or x.shape[-1] % 2:
+        raise ValueError(f"dwt2 needs an array of even sizes along its first and last axes, got shape {x.shape}")
     h, g = daubechies(n)
-    lo, hi = _analyse(x, h, 1), _analyse(x, g, 1)
+    lo, hi = _analyse(x, h, -1), _analyse(x, g, -1)
     return _analyse(lo, h, 0), (_analyse(hi, h, 0), _analyse(lo, g, 0), _analyse(hi, g, 0))
 
 
@@ -79,4 +80,4 @@ def idwt2(approx, details, n: int) -> np.ndarray:
     vert, horiz, diag = details
     lo = _synthesise(approx, h, 0) + _synthesise(horiz, g, 0)
     hi = _synthesise(vert, h, 0) + _synthesise(diag, g, 0)
-    return _synthesise(lo, h, 1) + _synthesise(hi, g, 1)
+    return _synthesise(lo, h, -1) + _synthesise(hi, g, -1)
