@@ -131,3 +131,18 @@ def test_preview_shows_what_prepare_does_to_that_view_and_row():
     assert pv.row == 6 and pv.side_by_side("view").shape == (12, 82) and pv.side_by_side("sinogram").shape == (16, 82)
     with pytest.raises(ValueError, match="view must be an index in 0..15"):
         correction_preview(scan, pre, view=16)
+
+
+def test_non_finite_data_is_refused_by_the_corrections_not_spread():
+    _, t = _counts_scan()
+    t = t.astype(np.float32)
+    t[3, 4, 5] = np.nan
+    scan = RawScan(t, pixel_size=(0.5, 0.5), values="transmission")
+    for key in ({"zingers": {"threshold": 0.1}}, {"phase": {"delta_beta": 10, "energy_kev": 20, "distance_mm": 5}}):
+        with pytest.raises(ValueError, match="1 non-finite values"):
+            prepare(scan, PreprocessConfig(**key))
+    lines = RawScan(-np.log(t), pixel_size=(0.5, 0.5), values="line_integrals")
+    for key in ({"rings": {"method": "sorting"}}, {"rings": {"method": "wavelet", "level": 2}},
+                {"beam_hardening": {"coefficients": [1.0, 0.1]}}):
+        with pytest.raises(ValueError, match="1 non-finite values"):
+            prepare(lines, PreprocessConfig(**key))
