@@ -30,6 +30,7 @@ dev-deps: $(VENV)/.dev-installed
 
 system-deps:
 	bash scripts/install-system-deps.sh
+	bash scripts/install-cross-deps.sh
 
 run: venv
 	$(VENV)/bin/ctbench demo --out $(OUTDIR)
@@ -55,7 +56,7 @@ gpu-check:
 gpu-rehearse: dev-deps
 	PY=$(VPY) bash scripts/gpu-check.sh --rehearse
 
-GPU_WHEELS ?= zarr numcodecs donfig crc32c pydantic pydantic-core annotated-types typing-inspection diffct
+GPU_WHEELS ?= zarr numcodecs donfig crc32c pydantic pydantic-core annotated-types typing-inspection diffct archspec
 gpu-wheels:
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

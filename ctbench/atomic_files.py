@@ -2,14 +2,88 @@
 
 A file is written to a temporary sibling and renamed over its final name, so a
 kill at any moment leaves the old file or the new one, never a mixture.
+
+Durability (a power cut, not only a kill): at a commit point the new bytes
+and the directory entry that names them are flushed with :func:`fsync_tree` /
+:func:`fsync_dir` before the commit and after it.  ``CTBENCH_FSYNC=0`` (or
+:func:`durability` ``(False)``) turns the flushes off, e.g. for a scratch disk
+or to measure their cost (benchmarks/bench_durability.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+import threading
 from pathlib import Path
+
+_local = threading.local()
+
+
+def durable() -> bool:
+    """Whether commit points flush to disk: on unless ``CTBENCH_FSYNC=0`` or inside ``durability(False)``."""
+    forced = getattr(_local, "durable", None)
+    if forced is not None:
+        return forced
+    return os.environ.get("CTBENCH_FSYNC", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+@contextlib.contextmanager
+def durability(enabled: bool):
+    """Flush at commit points (``True``) or not (``False``) inside the block, in this thread."""
+    before = getattr(_local, "durable", None)
+    _local.durable = bool(enabled)
+    try:
+        yield
+    finally:
+        _local.durable = before
+
+
+def fsync_dir(path) -> None:
+    """Flush a directory's entries (a rename or create inside it) to disk; a no-op where unsupported."""
+    if not durable():
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return   # Windows and some file systems cannot open a directory: nothing to flush there
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path) -> None:
+    """Flush one regular file's bytes to disk (links and special files are left alone)."""
+    if not durable():
+        return
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path) -> None:
+    """Flush a file, or every file and folder under a folder (never following links), before a commit."""
+    if not durable():
+        return
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        if path.is_file() and not path.is_symlink():
+            fsync_file(path)
+        return
+    for root, dirs, files in os.walk(path):
+        for name in files:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):
+                fsync_file(p)
+        fsync_dir(root)
 
 
 def atomic_write_bytes(path: Path, data, fsync: bool = False, suffix: str = ".partial") -> int:
@@ -21,10 +95,12 @@ def atomic_write_bytes(path: Path, data, fsync: bool = False, suffix: str = ".pa
     try:
         with os.fdopen(fd, "wb") as f:
             n = f.write(data)
-            if fsync:
+            if fsync and durable():
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if fsync:
+            fsync_dir(path.parent)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -5,6 +5,7 @@
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
 ``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/io/pipeline.py)
+``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/io/calibrate_run.py)
 ``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 """
 
@@ -91,16 +92,22 @@ def _gui(args) -> int:
 def _info(args) -> int:
     import torch
 
-    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library
+    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
+    from .engine.cpu_prebuilt import host_levels
 
     info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "kernels": str(kernel_dir()),
-            "cache": str(cache_dir()), "cuda": torch.cuda.is_available()}
+            "cache": str(cache_dir()), "cuda": torch.cuda.is_available(), "cpu_levels": list(host_levels())}
     try:
         info["compiler"] = find_compiler()
+    except RuntimeError:
+        info["compiler"] = None  # not needed when the prebuilt kernels load
+    try:
         load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
     except Exception as e:  # reported, not raised: this is a diagnostic command
         info["cpu_backend"] = f"unavailable: {e}"
+    # which build of the kernels is loaded: prebuilt variant (and file) or the JIT build
+    info["cpu_kernels"] = loaded_libraries()
     print(json.dumps(info, indent=2))
     return 0
 
@@ -120,6 +127,8 @@ def main(argv=None) -> int:
     p.set_defaults(func=_info)
     from .io.pipeline import register_cli as _register_recon
     _register_recon(sub)   # ctbench recon CONFIG.json
+    from .io.calibrate_run import register_cli as _register_calibrate
+    _register_calibrate(sub)   # ctbench calibrate CONFIG.json
     from .jobs.cli import add_commands as add_job_commands, run as run_job_command
     add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)

@@ -61,6 +61,8 @@ def _positive_ints(value, name: str, n: int | None = None) -> tuple[int, ...]:
 
 
 def _spacing(value, name: str, n: int) -> tuple[float, ...]:
+    if isinstance(value, bool) or (isinstance(value, (tuple, list)) and any(isinstance(v, bool) for v in value)):
+        raise ValueError(f"{name} must be lengths in mm, got {value!r} (a boolean is not a length)")
     if isinstance(value, (int, float)):
         vals = (float(value),) * n
     else:

@@ -3,7 +3,9 @@
 // called through ctypes (which releases the GIL).
 #include <omp.h>
 
-#include <sys/mman.h>
+#if !defined(_WIN32)
+#include <sys/mman.h>  // madvise (huge pages); Windows builds go without it
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -33,14 +35,23 @@ struct SlabBuffer {
     if (n == 0) return;
     const size_t bytes = n * sizeof(real);
     void* p = nullptr;
+#if defined(_WIN32)
+    p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
+    if (p == nullptr) throw std::bad_alloc();
+#else
     if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
+#endif
     data = static_cast<real*>(p);
 #ifdef MADV_HUGEPAGE
     const size_t page = 4096;
     madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
 #endif
   }
+#if defined(_WIN32)
+  ~SlabBuffer() { _aligned_free(data); }
+#else
   ~SlabBuffer() { std::free(data); }
+#endif
   SlabBuffer(const SlabBuffer&) = delete;
   SlabBuffer& operator=(const SlabBuffer&) = delete;
 };

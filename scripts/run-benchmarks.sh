@@ -16,5 +16,6 @@ $PY benchmarks/bench_streaming.py --out $R/bench_streaming.jsonl
 $PY benchmarks/bench_distributed.py --out $R/bench_distributed.jsonl
 $PY benchmarks/bench_gui.py --out $R/bench_gui.jsonl
 $PY benchmarks/bench_jobs.py --out $R/bench_jobs.jsonl
+$PY benchmarks/bench_durability.py --out $R/bench_durability.jsonl
 $PY benchmarks/bench_preprocessing_peers.py --out $R/bench_preprocessing_peers.jsonl
 $PY benchmarks/readme_table.py --write

@@ -32,3 +32,7 @@ def test_info_reports_the_cpu_backend(capsys):
     assert main(["info"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["cpu_backend"] == "ok" and info["threads"] >= 1
+    # which kernel build is loaded: prebuilt level (installed wheel) or the JIT build (a checkout)
+    joseph = info["cpu_kernels"]["joseph"]
+    assert joseph["source"] in ("prebuilt", "jit") and joseph["variant"]
+    assert info["cpu_levels"] and (joseph["source"] == "jit" or joseph["variant"] in info["cpu_levels"])

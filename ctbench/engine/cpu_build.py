@@ -1,7 +1,10 @@
 """Compile the single-source kernels for the CPU at first use, and load them safely.
 
-The C++ entry file of a kernel family (``kernels/<family>_cpu.cpp``) is
-compiled with the host compiler (``-O3 -fopenmp`` and the host's best
+A wheel carries the kernels compiled for several instruction sets
+(``cpu_prebuilt``: chosen at run time from the CPU's features).  Elsewhere
+(a checkout, ``CTBENCH_CPU_BUILD=native``, or a CPU the wheel has no
+library for) the C++ entry file of a kernel family
+(``kernels/<family>_cpu.cpp``) is compiled with the host compiler (``-O3 -fopenmp`` and the host's best
 ``-march``) into a per-user cache and loaded with ctypes (calls release the
 GIL).  What the cache promises (docs/RELIABILITY.md, "Kernel library cache"):
 
@@ -45,24 +48,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..atomic_files import atomic_write_bytes, pid_alive
+from . import cpu_prebuilt
+from .library_trust import CorruptLibrary, UntrustedCache, load_verified, open_trusted, read_fd  # noqa: F401 (re-exported)
+from .library_trust import check_owned as _check_owned
 
 _LOCK = threading.Lock()
 BASE_FLAGS = ("-O3", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
 _STALE_SECONDS = 24 * 3600
 _RECORD_FORMAT = "ctbench.kernel-library"
-_LOADED_FDS: list[int] = []  # fds of loaded libraries (see _verified_load)
-
-
-class UntrustedCache(RuntimeError):
-    """A cache directory or file that another user could have written."""
-
-
-class CorruptLibrary(ValueError):
-    """A record or library that fails verification; ``file`` is the library the record named."""
-
-    def __init__(self, message: str, file: str = ""):
-        super().__init__(message)
-        self.file = file
+_LOADED: dict[str, dict] = {}  # family -> what load_cpu_library loaded (ctbench info shows it)
 
 
 def kernel_dir() -> Path:
@@ -185,21 +179,6 @@ def _compiler_tag(cxx: str) -> str:
 
 
 # ---------------------------------------------------------------- the trust
-def _euid() -> int | None:
-    return os.geteuid() if hasattr(os, "geteuid") else None
-
-
-def _check_owned(st: os.stat_result, what: str) -> None:
-    """Refuse a file or folder that another user owns or may write."""
-    uid = _euid()
-    if uid is None:  # no POSIX ownership (Windows): nothing to compare
-        return
-    if st.st_uid != uid:
-        raise UntrustedCache(f"{what} is owned by uid {st.st_uid}, not by the current user (uid {uid})")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UntrustedCache(f"{what} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-
-
 def private_dir(path: Path, levels: int = 1) -> Path:
     """Create ``path`` (0700) if missing and check that its last ``levels`` components are ours.
 
@@ -226,28 +205,8 @@ def private_dir(path: Path, levels: int = 1) -> Path:
     return path
 
 
-def _open_trusted(path: Path) -> int:
-    """An fd of the regular file ``path`` (links refused) owned by us and not writable by others."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UntrustedCache(f"{path} is not a regular file")
-        _check_owned(st, str(path))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _read_fd(fd: int) -> bytes:
-    chunks = []
-    while True:
-        b = os.read(fd, 1 << 20)
-        if not b:
-            return b"".join(chunks)
-        chunks.append(b)
+_open_trusted = open_trusted
+_read_fd = read_fd
 
 
 # --------------------------------------------------------- build and load
@@ -324,26 +283,7 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     name = str(record.get("file", ""))
     if "/" in name or not name.startswith(f"lib{family}-"):
         raise ValueError(f"kernel library record {rec_path} names an unexpected file {name!r}")
-    lib = rec_path.parent / name
-    fd = _open_trusted(lib)
-    try:
-        data = _read_fd(fd)
-        if len(data) != record.get("size") or hashlib.sha256(data).hexdigest() != record.get("sha256"):
-            raise CorruptLibrary(f"kernel library {lib} does not match its record ({len(data)} bytes; recorded "
-                                 f"{record.get('size')} bytes and another SHA-256): corrupt or replaced", name)
-        proc_fd = f"/proc/self/fd/{fd}"
-        if not os.path.exists(proc_fd):
-            return ctypes.CDLL(str(lib))
-        # dlopen the very file just verified (no window to swap it).  The fd stays
-        # open for the life of the process: dlopen recognises loaded objects by
-        # name, and a reused fd number would return an earlier library.
-        handle = ctypes.CDLL(proc_fd)
-        _LOADED_FDS.append(fd)
-        fd = -1
-        return handle
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    return load_verified(rec_path.parent / name, record.get("size"), record.get("sha256"), record_name=name)
 
 
 def _record_file(rec_path: Path) -> str:
@@ -424,10 +364,51 @@ def load_library(family: str, src_dir: Path, cache_root: Path) -> ctypes.CDLL:
         return _verified_load(rec, family)
 
 
+BUILD_ENV = "CTBENCH_CPU_BUILD"
+_BUILD_MODES = ("auto", "prebuilt", "native")
+
+
+def build_mode() -> str:
+    """``CTBENCH_CPU_BUILD``: ``auto`` (default: the wheel's prebuilt library for this CPU, else the JIT
+    build), ``prebuilt`` (only the prebuilt one) or ``native`` (always the JIT build, ``-march=native``
+    unless ``CTBENCH_MARCH`` says otherwise)."""
+    mode = os.environ.get(BUILD_ENV, "").strip().lower() or "auto"
+    if mode not in _BUILD_MODES:
+        raise ValueError(f"{BUILD_ENV}={mode!r}: expected one of {', '.join(_BUILD_MODES)}")
+    return mode
+
+
+def loaded_libraries() -> dict[str, dict]:
+    """What ``load_cpu_library`` loaded so far, per family (source, variant, file)."""
+    return {k: dict(v) for k, v in _LOADED.items()}
+
+
 @lru_cache(maxsize=None)
 def load_cpu_library(family: str) -> ctypes.CDLL:
-    """Build (if needed) and load ``kernels/<family>_cpu.cpp`` from the per-user cache."""
-    return load_library(family, kernel_dir(), cache_dir())
+    """Load ``kernels/<family>_cpu.cpp``: prebuilt for this CPU (in a wheel) or built into the per-user cache."""
+    mode = build_mode()
+    src_dir = kernel_dir()
+    # An explicit -march or extra flags ask for a build of their own: auto honours them.
+    explicit = "CTBENCH_MARCH" in os.environ or bool(extra_flags())
+    reason = ""
+    if mode == "prebuilt" or (mode == "auto" and not explicit):
+        try:
+            lib, info = cpu_prebuilt.load(family, _source_files(src_dir, family))
+            _LOADED[family] = info
+            return lib
+        except cpu_prebuilt.NoPrebuilt as e:
+            reason = str(e)
+        except (UntrustedCache, ValueError, OSError) as e:
+            reason = str(e)
+            warnings.warn(f"ctbench: not using the prebuilt {family} kernels ({e}); building them instead",
+                          RuntimeWarning, stacklevel=2)
+        if mode == "prebuilt":
+            raise RuntimeError(f"{BUILD_ENV}=prebuilt but {reason}; unset {BUILD_ENV} to build the kernels "
+                               "with the host compiler")
+    lib = load_library(family, src_dir, cache_dir())
+    _LOADED[family] = {"source": "jit", "variant": f"march={requested_march() or 'none'}",
+                       "flags": [*BASE_FLAGS, *extra_flags()], "prebuilt_unused": reason}
+    return lib
 
 
 # ctypes argument types of the kernels' extern "C" entries, and the dtype suffix

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ScanFileError
+from .. import guarded_open
+from .errors import ScanFileError, check_frame, check_input
 from .scan import RawScan, lazy_stack
 
 NEXUS_SUFFIXES = (".h5", ".hdf5", ".hdf", ".nxs", ".nx", ".nx5")
@@ -60,13 +61,43 @@ def _length_mm(ds, path: Path, what: str) -> float:
     return value * _LENGTH_TO_MM[units]
 
 
+def _check_declared(path: Path, data, n: int) -> None:
+    """Bounds before allocation: frame size, frame count and h5py chunk size, from the metadata alone."""
+    max_views = guarded_open.reader_limit("CTBENCH_READER_MAX_VIEWS", 1_000_000)
+    if n > max_views:
+        raise ScanFileError(path, f"{data.name} declares {n} frames, more than the reader's bound of {max_views}; "
+                                  "raise CTBENCH_READER_MAX_VIEWS to read it")
+    itemsize = np.dtype(data.dtype).itemsize
+    check_frame(path, data.shape[1:], itemsize, f"{data.name} frames")
+    if data.chunks is not None:     # reading one pixel decompresses its whole chunk
+        check_frame(path, data.chunks, itemsize, f"{data.name} chunks")
+
+
+def _image_keys(path: Path, key_ds, n: int) -> np.ndarray:
+    """The image_key of every frame: whole numbers in {0, 1, 2, 3} (a 0.7 is not silently a projection)."""
+    if key_ds is None:
+        return np.zeros(n, dtype=np.int64)
+    if key_ds.size != n:
+        raise ScanFileError(path, f"{key_ds.name} has {key_ds.size} entries for {n} frames")
+    raw = np.asarray(key_ds[()]).reshape(-1)
+    if raw.dtype.kind not in "iuf":
+        raise ScanFileError(path, f"{key_ds.name} must hold integers, got {raw.dtype}")
+    if raw.dtype.kind == "f" and not (np.isfinite(raw).all() and (raw == np.round(raw)).all()):
+        bad = raw[~(np.isfinite(raw) & (raw == np.round(raw)))][:5].tolist()
+        raise ScanFileError(path, f"{key_ds.name} must hold whole numbers 0-3, got {bad}")
+    keys = raw.astype(np.int64)
+    bad = sorted(set(np.unique(keys).tolist()) - {0, 1, 2, 3})
+    if bad:
+        raise ScanFileError(path, f"{key_ds.name} holds {bad}; NXtomo uses 0 projection, 1 flat, 2 dark, 3 invalid")
+    return keys
+
+
 def read_nexus(path, entry: str | None = None) -> RawScan:
     """An NXtomo file -> :class:`RawScan` with projections, flats and darks split by ``image_key``."""
     import h5py
 
     path = Path(path)
-    if not path.is_file():
-        raise ScanFileError(path, "does not exist")
+    check_input(path)     # a FIFO or device is refused before h5py opens it by name
     try:
         f = h5py.File(path, "r")
     except OSError as e:
@@ -92,15 +123,12 @@ def read_nexus(path, entry: str | None = None) -> RawScan:
         f.close()
         raise ScanFileError(path, f"{data.name} has shape {data.shape}; expected (frames, rows, cols)")
     n = data.shape[0]
-    key_ds = _first(ent, ["instrument/detector/image_key", "data/image_key"])
-    keys = np.zeros(n, dtype=np.int64) if key_ds is None else np.asarray(key_ds[()]).astype(np.int64).reshape(-1)
-    if keys.size != n:
+    try:
+        _check_declared(path, data, n)
+        keys = _image_keys(path, _first(ent, ["instrument/detector/image_key", "data/image_key"]), n)
+    except ScanFileError:
         f.close()
-        raise ScanFileError(path, f"image_key has {keys.size} entries for {n} frames")
-    bad = sorted(set(np.unique(keys).tolist()) - {0, 1, 2, 3})
-    if bad:
-        f.close()
-        raise ScanFileError(path, f"image_key holds {bad}; NXtomo uses 0 projection, 1 flat, 2 dark, 3 invalid")
+        raise
     try:
         # Reading a frame's first pixel finds truncated or damaged files now rather than mid-reconstruction.
         data[n - 1, 0, 0]
@@ -119,10 +147,11 @@ def read_nexus(path, entry: str | None = None) -> RawScan:
         if unit not in _ANGLE_TO_RAD:
             f.close()
             raise ScanFileError(path, f"{ang.name} has units {unit!r}; expected degree or rad")
-        a = np.asarray(ang[()], dtype=np.float64).reshape(-1)
-        if a.size != n:
+        ang_name = ang.name        # read before the file is closed: a closed dataset has no name
+        if ang.size != n:
             f.close()
-            raise ScanFileError(path, f"{ang.name} has {a.size} angles for {n} frames")
+            raise ScanFileError(path, f"{ang_name} has {ang.size} angles for {n} frames")
+        a = np.asarray(ang[()], dtype=np.float64).reshape(-1)
         angles = a[proj_idx] * _ANGLE_TO_RAD[unit]
     pixel = None
     scanner: dict = {}

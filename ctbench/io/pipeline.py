@@ -17,13 +17,17 @@ A config (JSON; every section but ``input`` optional)::
                     "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": 0,
                     "volume_shape": null, "voxel_size_mm": null},
      "algorithm":  {"name": "fbp", "params": {}},
-     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false}}
+     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false, "force": false}}
 
 ``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
 (the volume grid covers the field of view at the detector's resolution
 scaled to the isocentre).  ``detector_offset_u_mm`` is "auto" (centre
 finder, on the preprocessed data) or the offset of the *uncropped*
 detector in mm; crops and binning are accounted for.
+
+The output follows :mod:`ctbench.output_policy`, checked before the scan is
+read: it may not be, contain or lie inside the scan, its flats or darks;
+``overwrite`` replaces only what ctbench wrote, ``force`` anything else.
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .calibrate_config import CalibrateConfig
 from .corrections_config import CorrectionKeys, clean_outliers, correct_line_integrals, to_line_integrals
 from .errors import ScanFileError, read_json_object
 from .readers import FORMATS, read_scan
@@ -48,8 +53,13 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Sizes and indices are JSON integers: 2.7 or true is refused, never truncated (finding 10 of issue 20).
+PosInt = Annotated[int, Field(strict=True, gt=0)]
+Index = Annotated[int, Field(strict=True, ge=0)]
+
+
 class RawOptions(_Model):
-    shape: tuple[int, int, int]
+    shape: tuple[PosInt, PosInt, PosInt]
     dtype: str = "uint16"
     byte_order: Literal["little", "big", "native"] = "little"
     header: int = Field(0, ge=0)
@@ -64,12 +74,12 @@ class InputConfig(_Model):
 
 
 class PreprocessConfig(CorrectionKeys):      # + zingers, rings, phase, beam_hardening (corrections_config)
-    rows: Optional[tuple[int, int]] = None
-    cols: Optional[tuple[int, int]] = None
-    bin: int = Field(1, ge=1)
-    every: int = Field(1, ge=1)
+    rows: Optional[tuple[Index, Index]] = None
+    cols: Optional[tuple[Index, Index]] = None
+    bin: int = Field(1, ge=1, strict=True)
+    every: int = Field(1, ge=1, strict=True)
     angle_range_deg: Optional[tuple[float, float]] = None
-    ring_filter: int = Field(0, ge=0, description="median width in pixels; 0 = off")
+    ring_filter: int = Field(0, ge=0, strict=True, description="median width in pixels; 0 = off")
     min_transmission: float = Field(1e-4, gt=0, lt=1)
 
     @field_validator("ring_filter")
@@ -88,8 +98,10 @@ class GeometryConfig(_Model):
     start_angle_deg: float = 0.0
     detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
     detector_offset_v_mm: float = 0.0
-    volume_shape: Optional[tuple[int, int, int]] = None
+    volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
+    # a calibrated trajectory JSON (ctbench calibrate) used in place of the circular orbit built here
+    trajectory: Optional[str] = None
 
 
 class AlgorithmConfig(_Model):
@@ -101,6 +113,7 @@ class OutputConfig(_Model):
     path: str
     format: Literal["auto", "tiff", "hdf5", "zarr"] = "auto"
     overwrite: bool = False
+    force: bool = Field(False, description="replace an existing output even if ctbench did not write it")
 
 
 class ReconConfig(_Model):
@@ -112,6 +125,7 @@ class ReconConfig(_Model):
     geometry: GeometryConfig = Field(default_factory=GeometryConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     output: Optional[OutputConfig] = None
+    calibrate: Optional[CalibrateConfig] = None   # ctbench calibrate (ctbench/io/calibrate_run.py)
 
 
 def _explain(e: ValidationError, where) -> str:
@@ -133,8 +147,7 @@ def parse_config(doc: dict, where: str = "config") -> ReconConfig:
 def load_config(path) -> ReconConfig:
     """Read a recon config; relative paths in it are taken relative to the config's folder."""
     path = Path(path)
-    if not path.is_file():
-        raise ScanFileError(path, "does not exist")
+    # Guarded: a FIFO, device or huge file is refused; JSON nested too deeply is a ScanFileError, not a crash.
     cfg = parse_config(read_json_object(path), str(path))
     base = path.resolve().parent
 
@@ -142,6 +155,9 @@ def load_config(path) -> ReconConfig:
         return None if p is None else str(p if Path(p).is_absolute() else base / p)
 
     cfg.input.path, cfg.input.flats, cfg.input.darks = rel(cfg.input.path), rel(cfg.input.flats), rel(cfg.input.darks)
+    cfg.geometry.trajectory = rel(cfg.geometry.trajectory)
+    if cfg.calibrate is not None:
+        cfg.calibrate.trajectory, cfg.calibrate.report = rel(cfg.calibrate.trajectory), rel(cfg.calibrate.report)
     if cfg.output is not None:
         cfg.output.path = rel(cfg.output.path)
     return cfg
@@ -181,6 +197,7 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise and ring-filter a scan."""
     from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
                                  flat_dark_correct, remove_stripes, view_subset)
+    from ..preprocessing.correction import replace_nonfinite
 
     pitch = tuple(pixel_size) if pixel_size is not None else scan.pixel_size
     if pitch is None:
@@ -194,8 +211,10 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     report = CorrectionReport()
     extra: dict = {}                            # what zingers, phase, hardening and rings did
     if scan.values == "counts":
-        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats")
-        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks")
+        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats",
+                                                               report=report)
+        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks",
+                                                               report=report)
         chunks = []
         for i in range(0, proj.shape[0], 32):   # bounded memory: 32 raw views at a time
             t = flat_dark_correct(proj[i:i + 32], flat, dark, min_transmission=pre.min_transmission, report=report)
@@ -207,6 +226,12 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
         images = to_line_integrals(np.concatenate(chunks), pre, binned_pitch, extra)
     else:
         data = np.asarray(proj.compute() if hasattr(proj, "compute") else proj, dtype=np.float32)
+        # Same non-finite rule as for counts: neighbours' median, counted; none left for -log or the solver.
+        data, n_bad, left = replace_nonfinite(data)
+        data[left] = 1.0 if scan.values == "transmission" else 0.0
+        report.n_values += data.size
+        report.n_nonfinite_counts += n_bad
+        report.n_nonfinite_unfilled += int(left.sum())
         data = clean_outliers(data, pre, extra, line_integrals=scan.values != "transmission")
         data = bin_pixels(data, pre.bin, pitch=pitch, change=change)
         binned_pitch = tuple(p * f for p, f in zip(pitch, change.pitch_factor))
@@ -258,7 +283,20 @@ def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, 
     shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
     traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=torch.as_tensor(angles, dtype=torch.float32),
                                   detector_offset=(float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v)))
+    if geo.trajectory is not None:
+        traj = _calibrated(geo.trajectory, traj)
     return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
+
+
+def _calibrated(path: str, built):
+    """The trajectory of ``geometry.trajectory`` (a calibration's output), checked against the scan."""
+    from ..geometry import load_trajectory
+
+    traj = load_trajectory(path)
+    if traj.n_views != built.n_views or traj.beam != built.beam:
+        raise ValueError(f"geometry.trajectory {path} has {traj.n_views} {traj.beam}-beam views; the preprocessed "
+                         f"scan has {built.n_views} {built.beam}-beam views (calibrate with the same preprocessing)")
+    return traj.to(dtype=built.dtype)
 
 
 def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: float = 0.0, *, cross_check=True):
@@ -268,21 +306,33 @@ def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: flo
                        offset_v=offset_v_mm + prep.shift_v, cross_check=cross_check)
 
 
+def recon_inputs(cfg: ReconConfig) -> list[str]:
+    """Every path a recon reads: the output may not be, contain or lie inside any of them."""
+    return [p for p in (cfg.input.path, cfg.input.flats, cfg.input.darks) if p]
+
+
 def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     """Run a config end to end; returns a JSON-able report (the exported path under ``"output"``)."""
     from ..workbench.workflow import ReconRequest, run
 
     say = log or (lambda msg: None)
     t0 = time.perf_counter()
-    if cfg.output is not None:
-        out = Path(cfg.output.path)
-        if out.exists() and not cfg.output.overwrite:
-            raise FileExistsError(f"{out} exists; set output.overwrite to replace it")
+    if cfg.output is not None:   # refused before any work: an output over the scan, or a foreign file
+        from ..output_policy import check_output
+        check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite, force=cfg.output.force,
+                     what="output.path")
+        if not Path(cfg.output.path).parent.is_dir():
+            raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
+                                                 "does not exist")
     request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
     scan = open_scan(cfg.input)
     say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
     prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
     say(f"preprocessed: {prep.images.shape} line integrals; clipped {prep.correction.get('n_clipped', 0)} values")
+    n_nonfinite = sum(prep.correction.get(k, 0) for k in ("n_nonfinite_counts", "n_nonfinite_flat_values",
+                                                           "n_nonfinite_dark_values"))
+    if n_nonfinite:
+        say(f"non-finite input values: {n_nonfinite} ({prep.correction['nonfinite_rule']})")
     if "zingers" in prep.correction:
         say(f"zingers: replaced {prep.correction['zingers']['n_replaced']} outlier values")
     sid, sdd = distances(scan, cfg.geometry)
@@ -303,12 +353,13 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "correction": prep.correction, "centre": None if centre is None else centre.to_dict(),
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
-                           "voxel_spacing": list(geometry.voxel_spacing)},
+                           "voxel_spacing": list(geometry.voxel_spacing), "trajectory": cfg.geometry.trajectory},
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
         path = export_volume(cfg.output.path, finished.volume, geometry.voxel_spacing, format=cfg.output.format,
-                             overwrite=cfg.output.overwrite, geometry=geometry,
+                             overwrite=cfg.output.overwrite, force=cfg.output.force,
+                             inputs=recon_inputs(cfg), geometry=geometry,
                              meta={"config": cfg.model_dump(mode="json"), "recon": finished.metadata()})
         report["output"] = str(path)
         say(f"wrote {path}")
@@ -325,7 +376,9 @@ def register_cli(subparsers) -> None:
                                             "(docs/SCANS.md)")
     p.add_argument("config", help="recon config (JSON)")
     p.add_argument("--out", help="output path (overrides output.path; .tif, .h5 or .zarr)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output that ctbench wrote")
+    p.add_argument("--force", action="store_true", help="replace an existing output even if ctbench did not "
+                                                        "write it (never an input)")
     p.set_defaults(func=_cli)
 
 
@@ -334,12 +387,16 @@ def _cli(args) -> int:
 
     try:
         cfg = load_config(args.config)
+        force = getattr(args, "force", False)
         if args.out:
-            cfg.output = OutputConfig(path=args.out, overwrite=args.overwrite)
-        elif args.overwrite and cfg.output is not None:
-            cfg.output.overwrite = True
+            cfg.output = OutputConfig(path=args.out, overwrite=args.overwrite or force, force=force)
+        elif cfg.output is not None:
+            cfg.output.overwrite = cfg.output.overwrite or args.overwrite or force
+            cfg.output.force = cfg.output.force or force
         report = run_recon(cfg, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, FileExistsError, FileNotFoundError) as e:
+    except (ValueError, OSError, RecursionError, MemoryError) as e:
+        # Every refused input (ScanFileError, bounds, bad config, a file that cannot be read) is rc 2 with one
+        # line, never a traceback (docs/SCANS.md).
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
     for k in ("volume", "geometry_object"):

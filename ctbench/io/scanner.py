@@ -21,12 +21,12 @@ scanners rarely know it to a fraction of a pixel; the centre finder does.
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ScanFileError, read_json_object
+from .errors import ScanFileError, check_input, read_json_any, read_json_object
 from .scan import RawScan
 from .tiff import read_tiff_folder
 
@@ -37,17 +37,23 @@ def find_scanner_json(folder) -> Path | None:
     """``folder/scan.json``, or the folder's only JSON file that has a "files" section; None if none."""
     folder = Path(folder)
     p = folder / SCANNER_JSON
-    if p.is_file():
+    if os.path.lexists(p):
+        check_input(p)   # a FIFO or device named scan.json is an error, never read (it would block or not end)
         return p
     cands = []
     for q in folder.glob("*.json"):
         try:
-            doc = json.loads(q.read_text())
-        except (OSError, ValueError):
+            doc = read_json_any(q)    # regular files within the whole-read bound only
+        except ScanFileError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("files"), dict):
             cands.append(q)
     return cands[0] if len(cands) == 1 else None
+
+
+def _whole(v) -> bool:
+    """A JSON whole number (not a bool, string, fraction or inf)."""
+    return (not isinstance(v, bool) and isinstance(v, (int, float)) and np.isfinite(v) and v == int(v))
 
 
 def _number(d: dict, key: str, where: Path, *, positive=True, default=None):
@@ -55,10 +61,9 @@ def _number(d: dict, key: str, where: Path, *, positive=True, default=None):
         if default is not None:
             return default
         raise ScanFileError(where, f"lacks geometry.{key}")
-    try:
-        v = float(d[key])
-    except (TypeError, ValueError):
-        raise ScanFileError(where, f"geometry.{key} must be a number, got {d[key]!r}") from None
+    if isinstance(d[key], bool) or not isinstance(d[key], (int, float)):   # "200" or true is not a length
+        raise ScanFileError(where, f"geometry.{key} must be a number, got {d[key]!r}")
+    v = float(d[key])
     if not np.isfinite(v) or (positive and v <= 0):
         raise ScanFileError(where, f"geometry.{key} must be a positive number, got {d[key]!r}")
     return v
@@ -82,17 +87,30 @@ def read_scanner_folder(folder) -> RawScan:
         pattern = files.get(key)
         if not pattern:
             return None
+        if not isinstance(pattern, str):
+            raise ScanFileError(jpath, f"files.{key} must be a glob such as '{key}/*.tif', got {pattern!r}")
         sub = Path(pattern)
-        return read_tiff_folder(folder / sub.parent, sub.name)
+        # The scan's images are its own files: a glob or link leading out of the folder is refused.
+        return read_tiff_folder(folder / sub.parent, sub.name, root=folder)
 
     proj = stack("projections")
     n = int(proj.shape[0])
-    n_expected = doc.get("acquisition", {}).get("n_projections")
+    acq = doc.get("acquisition", {})
+    if not isinstance(acq, dict):
+        raise ScanFileError(jpath, "'acquisition' must be a JSON object")
+    n_expected = acq.get("n_projections")
+    if n_expected is not None and not _whole(n_expected):
+        raise ScanFileError(jpath, f"acquisition.n_projections must be a whole number, got {n_expected!r}")
     if n_expected is not None and int(n_expected) != n:
         raise ScanFileError(jpath, f"announces {n_expected} projections but {files['projections']} matches {n} files")
     pitch = geo.get("detector_pixel_size_mm")
     if pitch is not None:
+        if isinstance(pitch, bool) or not isinstance(pitch, (int, float, list)):
+            raise ScanFileError(jpath, f"geometry.detector_pixel_size_mm must be a length or [du, dv] in mm, "
+                                       f"got {pitch!r}")
         pitch = (pitch, pitch) if isinstance(pitch, (int, float)) else tuple(pitch)
+        if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in pitch):
+            raise ScanFileError(jpath, f"geometry.detector_pixel_size_mm must hold numbers, got {pitch!r}")
     start = _number(geo, "rotation_start_deg", jpath, positive=False, default=0.0)
     rng = _number(geo, "rotation_range_deg", jpath, default=360.0)
     direction = geo.get("rotation_direction", "ccw")

@@ -7,12 +7,14 @@ only when a view is indexed or the stack is computed.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import numpy as np
 
-from .errors import ScanFileError
+from .. import guarded_open
+from .errors import ScanFileError, as_scan_error, check_frame, check_input
 from .scan import lazy_stack
 
 TIFF_SUFFIXES = (".tif", ".tiff")
@@ -22,12 +24,30 @@ def _natural_key(p: Path):
     return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", p.name)]
 
 
-def tiff_files(folder, pattern: str | None = None) -> list[Path]:
-    """The TIFF files of ``folder`` in natural order (proj_2 before proj_10); ``pattern`` is a glob."""
+def _open(path: Path):
+    """The file opened for reading if it is a regular file (a FIFO or device is refused, never read)."""
+    try:
+        return guarded_open.open_regular(path)
+    except guarded_open.InputError as e:
+        raise as_scan_error(e) from None
+
+
+def tiff_files(folder, pattern: str | None = None, *, root=None) -> list[Path]:
+    """The TIFF files of ``folder`` in natural order (proj_2 before proj_10); ``pattern`` is a glob.
+
+    With ``root``, the folder and every file must resolve inside ``root`` (links out are refused).  Names with
+    a TIFF suffix that are not regular files (FIFOs, devices) are errors, not skipped silently."""
     folder = Path(folder)
+    if root is not None:
+        try:
+            guarded_open.check_inside(folder, root)
+        except guarded_open.InputError as e:
+            raise as_scan_error(e) from None
     if not folder.is_dir():
         raise ScanFileError(folder, "is not a folder of TIFF files")
-    files = [p for p in folder.glob(pattern or "*") if p.is_file() and p.suffix.lower() in TIFF_SUFFIXES]
+    files = [p for p in folder.glob(pattern or "*") if p.suffix.lower() in TIFF_SUFFIXES and not p.is_dir()]
+    for p in files:
+        check_input(p, root=root)
     if not files:
         raise ScanFileError(folder, f"contains no TIFF files{f' matching {pattern!r}' if pattern else ''}")
     return sorted(files, key=_natural_key)
@@ -37,11 +57,15 @@ def _page_info(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     """Shape, dtype and page count of a TIFF file; ScanFileError if unreadable or truncated."""
     import tifffile
 
+    fh = _open(path)
     try:
-        size = path.stat().st_size
-        with tifffile.TiffFile(path) as tif:
+        size = os.fstat(fh.fileno()).st_size
+        with tifffile.TiffFile(fh) as tif:
             series = tif.series[0]
             shape, dtype = tuple(series.shape), np.dtype(series.dtype)
+            # Bounds before allocation: a tiny compressed file may declare a huge page (a decompression bomb).
+            check_frame(path, shape[-2:] if len(shape) >= 3 else shape, dtype.itemsize, "a page")
+            check_frame(path, tif.pages[0].shape, dtype.itemsize, "a page")
             # Truncation: the last strip or tile must end inside the file.
             end = 0
             if series.dataoffset is not None:       # contiguous series: pages may not all be parsed
@@ -54,6 +78,8 @@ def _page_info(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
         raise
     except Exception as e:  # tifffile raises several types for damaged files
         raise ScanFileError(path, f"is not a readable TIFF file ({e})") from None
+    finally:
+        fh.close()
     if end > size:
         raise ScanFileError(path, f"is truncated: its image data needs {end} bytes but the file has {size}")
     return shape, dtype, len(shape) == 3 and shape[0] or 1
@@ -62,21 +88,26 @@ def _page_info(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 def _read_file(path: Path, shape: tuple[int, int], dtype) -> np.ndarray:
     import tifffile
 
-    try:
-        img = tifffile.imread(path)
-    except Exception as e:
-        raise ScanFileError(path, f"could not be read ({e})") from None
+    with _open(path) as fh:
+        try:
+            with tifffile.TiffFile(fh) as tif:      # the page is bounded again: the file may have changed
+                check_frame(path, tif.pages[0].shape, np.dtype(tif.pages[0].dtype).itemsize, "a page")
+                img = tif.asarray()
+        except ScanFileError:
+            raise
+        except Exception as e:
+            raise ScanFileError(path, f"could not be read ({e})") from None
     if img.shape != tuple(shape):
         raise ScanFileError(path, f"holds a {img.shape} image but the stack's images are {tuple(shape)}")
     return img.astype(dtype, copy=False)
 
 
-def read_tiff_folder(folder, pattern: str | None = None):
+def read_tiff_folder(folder, pattern: str | None = None, *, root=None):
     """A folder of 2D TIFF images -> lazy ``(n, rows, cols)`` dask array, one chunk per file."""
     import dask
     import dask.array as da
 
-    files = tiff_files(folder, pattern)
+    files = tiff_files(folder, pattern, root=root)
     shape, dtype, _ = _page_info(files[0])
     if len(shape) != 2:
         raise ScanFileError(files[0], f"holds a {shape} array; a folder stack needs one 2D image per file")
@@ -100,8 +131,7 @@ def read_tiff_file(path):
     import tifffile
 
     path = Path(path)
-    if not path.is_file():
-        raise ScanFileError(path, "does not exist")
+    check_input(path)
     shape, dtype, _ = _page_info(path)
     if len(shape) not in (2, 3):
         raise ScanFileError(path, f"holds a {len(shape)}-dimensional {shape} array; expected 2D images or a "
@@ -121,10 +151,16 @@ def read_tiff_file(path):
 def _read_page(path: Path, index: int, shape) -> np.ndarray:
     import tifffile
 
-    try:
-        img = tifffile.imread(path, key=index)
-    except Exception as e:
-        raise ScanFileError(path, f"page {index} could not be read ({e})") from None
+    with _open(path) as fh:
+        try:
+            with tifffile.TiffFile(fh) as tif:
+                page = tif.pages[index]
+                check_frame(path, page.shape, np.dtype(page.dtype).itemsize, f"page {index}")
+                img = page.asarray()
+        except ScanFileError:
+            raise
+        except Exception as e:
+            raise ScanFileError(path, f"page {index} could not be read ({e})") from None
     if img.shape != tuple(shape):
         raise ScanFileError(path, f"page {index} is {img.shape}, expected {tuple(shape)}")
     return img
@@ -135,7 +171,7 @@ def read_tiff(path, pattern: str | None = None):
     path = Path(path)
     if path.is_dir():
         return read_tiff_folder(path, pattern)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ScanFileError(path, "does not exist")
     if path.suffix.lower() not in TIFF_SUFFIXES:
         raise ScanFileError(path, "is not a TIFF file (expected .tif or .tiff)")

@@ -146,24 +146,37 @@ class Bridge:
 
     # -------------------------------------------------------------- submit
     def submit(self, spec: JobSpec) -> JobRecord:
-        """Queue a job. Relative dataset/output paths resolve under the data directory."""
+        """Queue a job. Relative dataset/output paths resolve under the data directory.
+
+        The output is reserved atomically with the job's row (:class:`~.store.OutputReserved` for a second
+        job on the same output while the first is queued or running); an existing path, or one inside or
+        around the dataset, is refused.  A submit that fails (a full disk) leaves no job directory.
+        """
+        from ..output_policy import check_overlap
         from ..workbench.dataset import is_dataset
 
         ds = Path(spec.dataset) if os.path.isabs(spec.dataset) else self.data_path(spec.dataset)
         if not is_dataset(ds):
             raise FileNotFoundError(f"dataset: no ctbench dataset at {ds}")
         changes = {"dataset": str(ds)}
-        if spec.output is not None:
-            out = Path(spec.output) if os.path.isabs(spec.output) else self.data_path(spec.output)
-            if out.exists():
-                raise FileExistsError(f"output: {out} exists; choose another output or delete it")
-            changes["output"] = str(out)
-        spec = spec.model_copy(update=changes)
         job_id = self.store.new_id()
         d = self.job_dir(job_id)
+        if spec.output is not None:
+            out = Path(os.path.realpath(spec.output if os.path.isabs(spec.output) else self.data_path(spec.output)))
+            if os.path.lexists(out):
+                raise FileExistsError(f"output: {out} exists; choose another output or delete it")
+            check_overlap(out, [ds, self.state_dir / "jobs.db", self.jobs_dir])
+            changes["output"] = str(out)
+        else:
+            out = Path(os.path.realpath(d)) / "result.zarr"
+        spec = spec.model_copy(update=changes)
         d.mkdir(parents=True)
-        write_json_atomic(d / "spec.json", spec.model_dump(mode="json"))
-        return self.store.add(job_id, spec.model_dump(mode="json"), d, spec.name)
+        try:
+            write_json_atomic(d / "spec.json", spec.model_dump(mode="json"))
+            return self.store.add(job_id, spec.model_dump(mode="json"), d, spec.name, output=str(out))
+        except BaseException:
+            shutil.rmtree(d, ignore_errors=True)   # no half-made job directory (full disk, reserved output)
+            raise
 
     def cancel(self, job_id: str, wait: float = 0.0) -> JobRecord | None:
         rec = self.store.request_cancel(job_id)

@@ -10,11 +10,13 @@ and leave nothing behind.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import json
 import os
 import secrets
 import socket
+import sqlite3
 import sys
 import tarfile
 from pathlib import Path
@@ -25,7 +27,22 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Str
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from .bridge import Bridge, PathError
+from .data_files import DataPathError, delete_entry, discard_part, write_chunk
 from .spec import STATES, JobSpec
+from .store import OutputReserved
+
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether ``e`` says the disk (or quota) is full: an OSError, or SQLite's "database or disk is full"."""
+    if isinstance(e, OSError):
+        return e.errno in _FULL
+    return isinstance(e, sqlite3.OperationalError) and "full" in str(e).lower()
+
+
+def _full_error(what: str, e: BaseException) -> HTTPException:
+    return HTTPException(507, f"{what}: the bridge's disk is full ({e}); free space on it and try again")
 
 API_VERSION = "1"
 
@@ -51,6 +68,18 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
         if not secrets.compare_digest(cred.credentials.encode(), bridge.token.encode()):
             raise HTTPException(403, "wrong bearer token")
+
+    @app.exception_handler(OSError)
+    @app.exception_handler(sqlite3.OperationalError)
+    async def _storage(request: Request, exc: Exception):
+        # A full disk anywhere (state, job table, data) is a clear 507, never a bare 500.
+        if disk_full(exc):
+            return JSONResponse({"detail": f"the bridge's disk is full ({exc}); free space on it and try again"},
+                                status_code=507)
+        import traceback
+        traceback.print_exception(exc)   # a real fault: keep the traceback in the bridge's log
+        return JSONResponse({"detail": f"the bridge could not complete the request: {type(exc).__name__}: {exc}"},
+                            status_code=500)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
@@ -80,10 +109,16 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
     def submit(spec: JobSpec) -> dict:
         try:
             rec = bridge.submit(spec)
-        except (FileNotFoundError, FileExistsError) as e:
-            raise HTTPException(422, str(e)) from None
+        except OutputReserved as e:
+            raise HTTPException(409, str(e)) from None
         except PathError as e:
             raise HTTPException(403, str(e)) from None
+        except (FileNotFoundError, FileExistsError, ValueError) as e:   # ValueError: output overlaps the dataset
+            raise HTTPException(422, str(e)) from None
+        except (OSError, sqlite3.OperationalError) as e:
+            if disk_full(e):
+                raise _full_error("submit", e) from None
+            raise
         return public(rec)
 
     @app.get("/jobs", dependencies=[Depends(auth)])
@@ -166,6 +201,10 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         out = Path(info["output"])
         if not out.exists():
             raise HTTPException(410, f"the result {out} is gone")
+        owner = _result_owner(out)
+        if owner != job_id and not (owner is None and _result_dir(out) == rec.job_dir):
+            raise HTTPException(410, f"the result of job {job_id} at {out} is gone: that path now holds "
+                                     f"{'the result of job ' + owner if owner else 'something else'}")
         return StreamingResponse(_tar_stream(out, "result.zarr"), media_type="application/x-tar")
 
     @app.delete("/jobs/{job_id}", status_code=204, dependencies=[Depends(auth)])
@@ -192,32 +231,29 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(409, f"{path} is a directory")
         if target == bridge.data_dir.resolve():
             raise HTTPException(409, "give a file path under the data directory")
-        part = target.with_name(target.name + ".part")
         declared = request.headers.get("content-length")
         limit = bridge.max_upload_bytes
         if declared is not None and offset + int(declared) > limit:
             if offset:   # the upload as a whole is refused: drop what its earlier chunks left
-                part.unlink(missing_ok=True)
+                discard_part(bridge.data_dir, path)
             raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
-        if offset and (not part.exists() or part.stat().st_size != offset):
-            raise HTTPException(409, f"offset {offset} does not continue {path} "
-                                     f"(have {part.stat().st_size if part.exists() else 0} bytes)")
         # The body is read before anything is created, so a refused upload writes nothing.
         body = bytearray()
         async for chunk in request.stream():
             body += chunk
             if offset + len(body) > limit:
                 if offset:
-                    part.unlink(missing_ok=True)
+                    discard_part(bridge.data_dir, path)
                 raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(part, "r+b" if offset else "wb") as f:
-                f.seek(offset)
-                f.write(body)
-            if final:
-                os.replace(part, target)
+            # Descriptor-relative, O_NOFOLLOW|O_EXCL: a planted PATH.part link cannot redirect the write.
+            write_chunk(bridge.data_dir, path, offset, bytes(body), final)
+        except DataPathError as e:
+            raise HTTPException(409, f"cannot write {path}: {e}") from None
         except OSError as e:   # a file where a folder is needed, a full disk, ...
+            if disk_full(e):   # the whole upload failed: no PATH.part stays behind
+                part.unlink(missing_ok=True)
+                raise _full_error(f"upload of {path}", e) from None
             raise HTTPException(409, f"cannot write {path}: {e.strerror or e}") from None
         size = offset + len(body)
         return {"path": path, "size": size, "final": final}
@@ -237,20 +273,38 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
     @app.delete("/data/{path:path}", status_code=204, dependencies=[Depends(auth)])
     def delete_data(path: str):
         """Remove a file or folder of the data directory (not the directory itself)."""
-        import shutil
-
         p = data_path(path)
         if p == bridge.data_dir.resolve():
             raise HTTPException(409, "the data directory itself cannot be deleted")
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        elif p.is_dir():
-            shutil.rmtree(p)
-        else:
+        try:
+            # The unresolved path, walked without following links: DELETE of a link removes the link only.
+            found = delete_entry(bridge.data_dir, path)
+        except DataPathError as e:
+            raise HTTPException(409, f"cannot delete {path}: {e}") from None
+        if not found:
             raise HTTPException(404, f"no file or folder {path!r} in the data directory")
         return Response(status_code=204)
 
     return app
+
+
+def _result_meta(out: Path) -> dict:
+    from ..workbench.dataset import _group_attrs
+    try:
+        meta = _group_attrs(out).get("meta")
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _result_owner(out: Path) -> str | None:
+    """The job id a result dataset names as its writer (None: not a job result, or written before ids)."""
+    owner = _result_meta(out).get("job_id")
+    return owner if isinstance(owner, str) else None
+
+
+def _result_dir(out: Path) -> str | None:
+    return _result_meta(out).get("job_dir")
 
 
 def _tar_stream(folder: Path, arcname: str, chunk: int = 1 << 20):

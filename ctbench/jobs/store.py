@@ -4,7 +4,12 @@ Every state change is one transaction whose ``WHERE`` names the states it
 may leave (``queued -> running`` only from ``queued``), so two schedulers, or
 a scheduler and a cancel arriving at once, can never both win: a job runs at
 most once and a finished job never changes again.  WAL mode lets readers
-(``list``, ``status``) run beside the writer; the file survives restarts.
+(``list``, ``status``) run beside the writer; the file survives restarts,
+and ``synchronous=FULL`` makes every committed transition survive a power cut.
+
+A job's output path is reserved in the same transaction that adds the job: a
+unique index over the outputs of queued and running jobs refuses a second job
+naming the same output (:class:`OutputReserved`) until the first has ended.
 """
 
 from __future__ import annotations
@@ -38,6 +43,13 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 """
+_RESERVE = """
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_output_active ON jobs(output) WHERE state IN ('queued','running');
+"""
+
+
+class OutputReserved(FileExistsError):
+    """Another queued or running job already writes to this output."""
 
 
 @dataclass
@@ -58,6 +70,7 @@ class JobRecord:
     attempts: int
     cancel_requested: bool
     seq: int = 0
+    output: str | None = None   # the resolved output path, reserved while the job is queued or running
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,7 +87,11 @@ class JobStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._conn().executescript(_SCHEMA)   # idempotent (IF NOT EXISTS); executescript commits itself
+        c = self._conn()
+        c.executescript(_SCHEMA)   # idempotent (IF NOT EXISTS); executescript commits itself
+        if "output" not in {r["name"] for r in c.execute("PRAGMA table_info(jobs)")}:
+            c.execute("ALTER TABLE jobs ADD COLUMN output TEXT")   # a table of an older bridge
+        c.executescript(_RESERVE)
 
     def _conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
@@ -82,7 +99,7 @@ class JobStore:
             c = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             c.row_factory = sqlite3.Row
             c.execute("PRAGMA journal_mode=WAL")
-            c.execute("PRAGMA synchronous=NORMAL")
+            c.execute("PRAGMA synchronous=FULL")   # a committed transition is on disk (WAL fsync per commit)
             self._local.conn = c
         return c
 
@@ -113,11 +130,21 @@ class JobStore:
     def new_id() -> str:
         return uuid.uuid4().hex[:12]
 
-    def add(self, job_id: str, spec: dict, job_dir: Path, name: str | None = None) -> JobRecord:
-        """A new queued job (its directory and spec.json are written before, so a claimed job has them)."""
-        with self._tx() as db:
-            db.execute("INSERT INTO jobs (id, name, state, spec, job_dir, submitted) VALUES (?,?,?,?,?,?)",
-                       (job_id, name, "queued", json.dumps(spec), str(job_dir), time.time()))
+    def add(self, job_id: str, spec: dict, job_dir: Path, name: str | None = None,
+            output: str | None = None) -> JobRecord:
+        """A new queued job (its directory and spec.json are written before, so a claimed job has them),
+        reserving ``output``; :class:`OutputReserved` if a queued or running job already holds it."""
+        try:
+            with self._tx() as db:
+                db.execute("INSERT INTO jobs (id, name, state, spec, job_dir, submitted, output) "
+                           "VALUES (?,?,?,?,?,?,?)",
+                           (job_id, name, "queued", json.dumps(spec), str(job_dir), time.time(), output))
+        except sqlite3.IntegrityError:
+            row = self._conn().execute("SELECT id, state FROM jobs WHERE output=? AND state IN "
+                                       "('queued','running')", (output,)).fetchone()
+            other = f"job {row['id']} ({row['state']})" if row else "another job"
+            raise OutputReserved(f"output: {output} is reserved by {other}; choose another output or wait "
+                                 "until that job has ended") from None
         return self.get(job_id)
 
     def claim_next(self) -> JobRecord | None:

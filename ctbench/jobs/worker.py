@@ -161,7 +161,8 @@ class Job:
         elapsed = time.perf_counter() - t0
         fin = Finished(volume, residuals, it if request.spec.iterative else 1, stopped, elapsed,
                        request, prob.voxel_spacing, prob.origin, prob.note)
-        meta = {**fin.metadata(), "nproc": self.world, "partition": spec.partition, "job_dir": str(self.dir)}
+        meta = {**fin.metadata(), "nproc": self.world, "partition": spec.partition, "job_dir": str(self.dir),
+                "job_id": self.dir.name}   # binds the result to this job (the bridge serves only its own)
         out = self.write_result(volume, meta)
         if self.rank == 0:
             write_json_atomic(self.dir / "result.json", {"output": str(out), "metadata": meta})
@@ -200,26 +201,74 @@ class Job:
         return Path(self.spec.output) if self.spec.output else self.dir / "result.zarr"
 
     def write_result(self, volume: torch.Tensor, meta: dict) -> Path:
-        """The result as a ctbench dataset; every rank that owns a slab writes its planes."""
-        import zarr
+        """The result as a ctbench dataset; every rank that owns a slab writes its planes.
 
-        from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array, swap_into_place
+        Written aside (``NAME.tmp-write``) and exchanged into place; a failure (a full disk) removes the
+        aside copy, and a folder found at the output path is replaced only if it is this job's own result
+        (the bridge reserved the path at submit; anything else there was put by someone else).
+        """
+        from ..workbench.dataset import swap_into_place
 
         out = self.output_path()
         tmp = out.with_name(out.name + ".tmp-write")
+        error = None
+        try:
+            self._write_aside(tmp, volume, meta)
+        except Exception as e:  # noqa: BLE001 - every rank learns of it below
+            error = e
+        failed = torch.tensor([1 if error is not None else 0], dtype=torch.int32, device=self.device)
+        if dist.is_initialized() and self.world > 1:
+            dist.all_reduce(failed)
+        if failed.item():
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)   # nothing half-written stays behind
+            raise error if error is not None else RuntimeError("writing the result failed on another rank")
+        placed: list[BaseException] = []
+        if self.rank == 0:
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                job_id = self.dir.name
+                # An earlier result stays whole until this one is; a foreign folder is swapped back untouched.
+                swap_into_place(tmp, out, may_replace=lambda old: _result_of(old, job_id))
+            except Exception as e:  # noqa: BLE001 - every rank learns of it (no rank left at a barrier)
+                shutil.rmtree(tmp, ignore_errors=True)
+                placed.append(e)
+        self._agree(placed)
+        if placed:
+            raise placed[0]
+        return out
+
+    def _write_aside(self, tmp: Path, volume: torch.Tensor, meta: dict) -> None:
+        """Fill ``tmp`` in three phases (rank 0 creates, the owners write, rank 0 finishes); every rank meets
+        every barrier even after a failure of its own (a full disk), so a failing rank never strands the others."""
+        import zarr
+
+        from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array
+
         geo, P = self.geometry, self.projector
         shape = tuple(geo.volume_shape)
         writes = P.view_rank == 0 if P.space_world_size > 1 else self.rank == 0
-        if self.rank == 0:
+        error: list[BaseException] = []
+
+        def phase(fn):
+            if not error:
+                try:
+                    fn()
+                except Exception as e:  # noqa: BLE001 - raised after the barriers
+                    error.append(e)
+
+        manifest = {}
+
+        def create():
             if tmp.exists():
                 shutil.rmtree(tmp)
             group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
             # One chunk per plane: ranks write disjoint chunks, so slabs never race.
             chunks = shape if len(shape) == 2 else (1, *shape[1:])
-            _, entry = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""), chunks)
-            manifest = {"volume": entry}
-        dist.barrier()
-        if writes:
+            _, manifest["volume"] = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""),
+                                                 chunks)
+
+        def write():
             arr = zarr.open_array(str(tmp / "volume"), mode="r+", config=WRITE_CONFIG)
             local = volume.detach().cpu().numpy()
             if len(shape) == 2 or P.space_world_size == 1:
@@ -228,16 +277,48 @@ class Job:
                 s = P.volume_slice
                 if s.stop > s.start:
                     arr[s.start:s.stop] = local.reshape(s.stop - s.start, *shape[1:])
-        dist.barrier()
-        if self.rank == 0:
+
+        def finish():
+            from ..storage.zarr_store import write_chunk_positions
+            write_chunk_positions(tmp / "volume")   # every rank has written: bind each chunk to its position
             group = zarr.open_group(str(tmp), mode="r+")
             group.attrs.update({"format": FORMAT, "version": VERSION, "units": UNITS, "geometry": geo.to_dict(),
                                 "meta": meta, "manifest": manifest, "volume": {"axes": _axes("volume", len(shape)),
                                                          "voxel_spacing": list(geo.voxel_spacing)}})
-            out.parent.mkdir(parents=True, exist_ok=True)
-            swap_into_place(tmp, out)  # an earlier result stays whole until this one is
+
+        if self.rank == 0:
+            phase(create)
+        self._agree(error)   # the others must not open an array rank 0 failed to create
+        if writes:
+            phase(write)
         dist.barrier()
-        return out
+        if self.rank == 0:
+            phase(finish)
+        if error:
+            raise error[0]
+
+    def _agree(self, error: list) -> None:
+        """Barrier that also tells every rank whether any rank has failed (then all skip the next phases)."""
+        flag = torch.tensor([1 if error else 0], dtype=torch.int32, device=self.device)
+        if dist.is_initialized() and self.world > 1:
+            dist.all_reduce(flag)
+        if flag.item() and not error:
+            error.append(RuntimeError("writing the result failed on another rank"))
+
+
+def _result_of(folder: Path, job_id: str) -> bool:
+    """Whether ``folder`` is a result dataset of job ``job_id`` (or empty): the only thing a job may replace."""
+    from ..output_policy import _is_dataset_folder
+
+    try:
+        if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+            return True
+        if not _is_dataset_folder(folder):
+            return False
+        from ..workbench.dataset import _group_attrs
+        return (_group_attrs(folder).get("meta") or {}).get("job_id") == job_id
+    except (OSError, ValueError):
+        return False
 
 
 def _tensor(v):

@@ -20,6 +20,18 @@ circular cone-beam scan is an exact fan-beam scan.
    maximises it.
 
 :func:`find_centre` runs the first and cross-checks it with the second.
+
+It refuses input that holds no centre (a constant or all-zero sinogram, a
+single view, NaN angles, a search range wider than the detector), fills
+non-finite pixels from their neighbours along the row (counted in the
+result), and reports a ``confidence`` in [0, 1] with every answer: the
+agreement of two independent estimates, the conjugate-ray offsets of the
+even and of the odd views (``split_px`` apart):
+``confidence = 1 / (1 + (split_px / 0.5 px)**2)``.  Data with a centre give
+the same answer from either half (confidence near 1); noise or data without
+structure give two unrelated minima (near 0).  The depth of the mismatch
+curve's minimum (``depth`` = 1 - min / median) is reported beside it.  Below
+``LOW_CONFIDENCE`` the result's text says the answer is not to be trusted.
 """
 
 from __future__ import annotations
@@ -41,6 +53,20 @@ class CentreResult:
     cross_check_px: float | None = None
     cross_check_method: str = ""
     curve: dict = field(default_factory=dict)      # method -> (offsets_px, costs) for plots
+    depth: float | None = None          # 1 - min/median of the conjugate mismatch curve (0: flat, 1: sharp)
+    n_nonfinite: int = 0                # sinogram pixels that were NaN/inf and were filled along their row
+    split_px: float | None = None       # |offset from the even views - offset from the odd views|
+
+    @property
+    def confidence(self) -> float | None:
+        """Agreement of the even- and odd-view estimates (see the module doc); 0..1, None if not measured."""
+        if self.split_px is None:
+            return None
+        return float(1.0 / (1.0 + (self.split_px / 0.5) ** 2))
+
+    @property
+    def low_confidence(self) -> bool:
+        return self.confidence is not None and self.confidence < LOW_CONFIDENCE
 
     @property
     def offset_mm(self) -> float:
@@ -55,12 +81,23 @@ class CentreResult:
         if self.cross_check_px is not None:
             s += (f"; {self.cross_check_method}: {self.cross_check_px:+.2f} px "
                   f"(differ by {self.agreement_px:.2f} px)")
+        if self.confidence is not None:
+            s += f"; confidence {self.confidence:.2f}"
+            if self.low_confidence:
+                s += " (LOW: check the centre by eye before trusting it)"
+        if self.n_nonfinite:
+            s += f"; {self.n_nonfinite} non-finite pixels filled from their row"
         return s
 
     def to_dict(self) -> dict:
         return {"offset_px": self.offset_px, "offset_mm": self.offset_mm, "pitch_mm": self.pitch,
                 "method": self.method, "cross_check_px": self.cross_check_px,
-                "cross_check_method": self.cross_check_method, "agreement_px": self.agreement_px}
+                "cross_check_method": self.cross_check_method, "agreement_px": self.agreement_px,
+                "depth": self.depth, "split_px": self.split_px, "confidence": self.confidence, "low_confidence": self.low_confidence,
+                "n_nonfinite": self.n_nonfinite}
+
+
+LOW_CONFIDENCE = 0.5    # the two halves differ by more than 0.5 px
 
 
 # ----------------------------------------------------------------- helpers
@@ -88,13 +125,46 @@ def _check(sino, angles, pitch, sid, sdd):
     a = np.asarray(angles, dtype=np.float64).reshape(-1)
     if s.ndim != 2 or s.shape[0] != a.size:
         raise ValueError(f"sinogram must be (n_views, U) with one angle per view; got {s.shape} and {a.size} angles")
-    if not pitch > 0:
-        raise ValueError(f"pitch must be a positive length in mm, got {pitch!r}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"angles must be finite (radians); {int((~np.isfinite(a)).sum())} are NaN or infinite")
+    if a.size < 2:
+        raise ValueError(f"the centre finder needs views from several angles, got {a.size} view")
+    if s.shape[1] < 2:
+        raise ValueError(f"the centre finder needs at least 2 detector columns, got {s.shape[1]}")
+    if isinstance(pitch, bool) or not (np.isfinite(pitch) and pitch > 0):
+        raise ValueError(f"pitch must be a positive finite length in mm, got {pitch!r}")
     if (sid is None) != (sdd is None):
         raise ValueError("give both sid and sdd (cone/fan beam) or neither (parallel beam)")
-    if sid is not None and not 0 < sid <= sdd:
-        raise ValueError(f"need 0 < sid <= sdd, got sid={sid!r}, sdd={sdd!r}")
+    if sid is not None and not (np.isfinite(sid) and np.isfinite(sdd) and 0 < sid <= sdd):
+        raise ValueError(f"need 0 < sid <= sdd (finite mm), got sid={sid!r}, sdd={sdd!r}")
     return s, a
+
+
+def _fill_rows(s: np.ndarray) -> tuple[np.ndarray, int]:
+    """Non-finite sinogram pixels replaced by linear interpolation along their view's row; how many."""
+    bad = ~np.isfinite(s)
+    n = int(bad.sum())
+    if not n:
+        return s, 0
+    s = s.copy()
+    cols = np.arange(s.shape[1])
+    for k in np.flatnonzero(bad.any(axis=1)):
+        ok = ~bad[k]
+        if not ok.any():
+            raise ValueError(f"view {k} of the sinogram has no finite value; drop it before finding the centre")
+        s[k, ~ok] = np.interp(cols[~ok], cols[ok], s[k, ok])
+    return s, n
+
+
+def _refuse_degenerate(s: np.ndarray) -> None:
+    """A sinogram without structure has no centre: refuse it rather than return a confident number."""
+    finite = s[np.isfinite(s)]
+    if finite.size == 0:
+        raise ValueError("the sinogram holds no finite value; there is no centre to find")
+    lo, hi = float(finite.min()), float(finite.max())
+    if hi - lo <= 1e-12 * max(1.0, abs(hi), abs(lo)):
+        raise ValueError(f"the sinogram is constant (every value {lo:.6g}): it holds no object, so no centre "
+                         "can be found; check the flats/darks and the rows used")
 
 
 class _AngleInterp:
@@ -199,9 +269,15 @@ def _search_range(U: int, search_px) -> tuple[float, float]:
     if search_px is None:
         half = max(2.0, U / 6)
         return -half, half
-    lo, hi = (float(v) for v in search_px)
-    if not lo < hi:
-        raise ValueError(f"search_px must be (low, high) with low < high, got {search_px!r}")
+    try:
+        lo, hi = (float(v) for v in search_px)
+    except (TypeError, ValueError):
+        raise ValueError(f"search_px must be (low, high) offsets in pixels, got {search_px!r}") from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise ValueError(f"search_px must be (low, high) finite offsets with low < high, got {search_px!r}")
+    # Beyond the detector's width no ray meets its conjugate: a wider range only allocates.
+    if max(abs(lo), abs(hi)) > U:
+        raise ValueError(f"search_px must lie within +-{U} px (the detector width), got {search_px!r}")
     return lo, hi
 
 
@@ -266,8 +342,30 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
     bounds the search (default: a sixth of the detector width each way).
     """
     sino = mid_plane_sinogram(images, pitch_v=pitch_v or pitch, offset_v=offset_v, half_rows=half_rows)
+    _check(sino, angles, pitch, sid, sdd)
+    _refuse_degenerate(sino)
+    sino, n_bad = _fill_rows(sino)
+    _refuse_degenerate(sino)
     x, xs, cs = offset_by_conjugate_rays(sino, angles, pitch, sid, sdd, search_px=search_px)
-    res = CentreResult(x, float(pitch), "conjugate-ray registration", curve={"conjugate": (xs, cs)})
+    fin = cs[np.isfinite(cs)]
+    med = float(np.median(fin))
+    depth = 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+    split = float("inf")
+    if sino.shape[0] >= 4:
+        # The halves search +-4 px around the answer (the same grids as the full search): cheaper, and still wide
+        # enough that data without a centre give two unrelated minima (a typical split of ~2.7 px).
+        lo, hi = _search_range(sino.shape[1], search_px)
+        lo, hi = max(lo, x - 4.0), min(hi, x + 4.0)
+        halves = []
+        a_all = np.asarray(angles, dtype=np.float64).reshape(-1)
+        for k in (0, 1):
+            sk, ak = sino[k::2], a_all[k::2]
+            xk, _, ck = _minimise(lambda o: conjugate_mismatch(sk, ak, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
+            halves.append(xk if np.isfinite(ck).any() else np.inf)   # a half may not pair up: confidence 0
+        if np.isfinite(halves).all():
+            split = float(abs(halves[0] - halves[1]))
+    res = CentreResult(x, float(pitch), "conjugate-ray registration", curve={"conjugate": (xs, cs)}, depth=depth,
+                       n_nonfinite=n_bad, split_px=split)
     if cross_check:
         y, ys, ds = offset_by_sharpness(sino, angles, pitch, sid, sdd, search_px=search_px)
         res.cross_check_px, res.cross_check_method = y, "sharpness sweep of FBP slices"

@@ -22,13 +22,23 @@ class DetectorChange:
     shift_v: float = 0.0
 
 
+def _whole(x) -> bool:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
+        return False
+    return bool(np.isfinite(x)) and x == int(x)
+
+
 def _range(r, n: int, name: str) -> tuple[int, int]:
     if r is None:
         return 0, n
     try:
-        a, b = (int(x) for x in r)
+        a, b = r
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be (start, stop) pixel indices, got {r!r}") from None
+    # Indices are whole numbers: (0.5, 3.9) is refused, not truncated to (0, 3); True is not an index.
+    if not all(_whole(x) for x in (a, b)):
+        raise ValueError(f"{name} must be (start, stop) whole pixel indices, got {r!r}")
+    a, b = int(a), int(b)
     if not 0 <= a < b <= n:
         raise ValueError(f"{name} must satisfy 0 <= start < stop <= {n}, got {r!r}")
     return a, b

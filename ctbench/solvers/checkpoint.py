@@ -7,7 +7,8 @@ on different nodes need no shared file system.  Writing checkpoint ``k``:
    SHA-256 of every file in ``part.json``, then renames the folder to ``iter-0000k`` (atomic);
 2. all ranks meet at a barrier: every rank's part is complete;
 3. each rank writes ``manifest.json`` (iteration, solver scalars, fingerprints of the scan geometry,
-   data, grid, partition, world size and dtype) through a temporary file and a rename, last;
+   data, grid, partition, world size and dtype, and a SHA-256 ``checksum`` over all of that) through a
+   temporary file, an fsync and a rename, last;
 4. after a second barrier, older checkpoints are removed.
 
 A checkpoint counts only with its manifest: a crash at any point leaves the previous complete
@@ -15,6 +16,12 @@ checkpoint on every rank.  Resume agrees across ranks on the newest iteration co
 them, checks the manifest's fingerprints against the run (a mismatch names what differs) and every
 file's size and checksum (a truncated or corrupted file is named), and only then restores.  A refused
 checkpoint is left exactly as it was.
+
+What the checks cover: every byte a resume reads.  The manifest's own checksum covers its scalars
+(``gamma``, ``b_norm``), residuals, history, fingerprints and ``part_sha256``; ``part.json`` lists every
+state file by its path relative to the checkpoint with its size and SHA-256, so a chunk file copied
+over another chunk's position fails its check (the digest is bound to the path, i.e. the chunk index).
+The parts are flushed (fsync) before the rename that publishes them, and the folder after it.
 """
 
 from __future__ import annotations
@@ -28,10 +35,10 @@ from pathlib import Path
 
 import torch
 
-from ..atomic_files import atomic_write_bytes
+from ..atomic_files import atomic_write_bytes, fsync_dir, fsync_tree
 
 FORMAT = "ctbench-disk-solver-checkpoint"
-VERSION = 1
+VERSION = 2   # 2: the manifest carries a checksum over its content (version 1 manifests are refused)
 _NAME = re.compile(r"^iter-(\d{6,})$")
 
 
@@ -73,6 +80,12 @@ def agree_on_error(message: str | None, group, what: str) -> None:
 
 
 # --------------------------------------------------------------------- files
+def manifest_checksum(doc: dict) -> str:
+    """SHA-256 of a manifest's content (every key but ``checksum``), in one canonical JSON spelling."""
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -161,13 +174,16 @@ class Checkpoints:
             atomic_write_bytes(tmp / "part.json", json.dumps({"files": file_table(tmp)}, indent=1).encode(), fsync=True)
             if final.exists():  # a part without manifest, left by a crash: never complete
                 shutil.rmtree(final)
+            fsync_tree(tmp)   # the state is on disk before the name that publishes it
             os.replace(tmp, final)
+            fsync_dir(self.folder)
         except Exception as e:  # noqa: BLE001 - reported on every rank below
             error = f"writing checkpoint {iteration} failed on rank {manifest['fingerprints']['rank']}: {e}"
             shutil.rmtree(tmp, ignore_errors=True)
         agree_on_error(error, self.group, f"writing checkpoint {iteration}")  # barrier: all parts are in place
         doc = dict(manifest, format=FORMAT, version=VERSION, iteration=int(iteration),
                    part_sha256=_sha256(final / "part.json"))
+        doc["checksum"] = manifest_checksum(doc)
         atomic_write_bytes(final / "manifest.json", json.dumps(doc, indent=1).encode(), fsync=True)
         barrier(self.group)  # every rank has the manifest: older checkpoints can go
         for old in self.complete():
@@ -200,6 +216,14 @@ class Checkpoints:
                 from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("iteration") != iteration:
             raise CheckpointError(f"{path} is not a ctbench checkpoint manifest of iteration {iteration}")
+        if doc.get("version") != VERSION or "checksum" not in doc:
+            raise CheckpointError(f"{path} is a version {doc.get('version')!r} checkpoint manifest without the "
+                                  f"checksum over its scalars that version {VERSION} has; it cannot be trusted to "
+                                  "resume: start afresh (another work_dir, or delete this one)")
+        if doc["checksum"] != manifest_checksum(doc):
+            raise CheckpointError(f"checkpoint {iteration}: the manifest {path} was modified after it was written "
+                                  "(its checksum over the scalars, residuals and fingerprints does not match); "
+                                  "refusing to resume from it")
         return doc
 
     def check_manifest(self, doc: dict, expected: dict, solver: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import stat
 import sys
@@ -121,6 +122,58 @@ def crc32c_ok(data: bytes) -> bool:
     return google_crc32c.value(data[:-4]) == int.from_bytes(data[-4:], sys.byteorder)
 
 
+# ------------------------------------------------------------ chunk positions
+#: Beside an array's zarr.json: the crc32c each chunk carries, in the chunk grid's C order, then the crc32c
+#: of the table.  A chunk whose own crc32c is not the one recorded for its position holds another chunk's
+#: data (a valid chunk copied over another): the content check alone cannot tell.
+POSITIONS_FILE = "ctbench-chunk-crc32c"
+
+
+def _grid(meta: dict) -> tuple[list[int], str] | None:
+    """(chunks per axis, key separator) of an array's zarr.json; None when it is not a regular v3 grid."""
+    try:
+        shape, chunks = meta["shape"], meta["chunk_grid"]["configuration"]["chunk_shape"]
+        enc = meta.get("chunk_key_encoding") or {"name": "default"}
+        if enc.get("name") != "default" or len(shape) != len(chunks):
+            return None
+        sep = (enc.get("configuration") or {}).get("separator", "/")
+        return [max(1, -(-int(n) // int(c))) for n, c in zip(shape, chunks)], sep
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def write_chunk_positions(array_folder) -> bool:
+    """Record, beside a complete crc32c-checksummed array, the checksum each chunk carries at its position.
+
+    Called by writers once every chunk is written (save_dataset, job results).  False (nothing written)
+    when the array has no crc32c codec, a missing chunk, or not the default chunk grid."""
+    import google_crc32c
+    import itertools
+
+    folder = Path(array_folder)
+    try:
+        meta = json.loads((folder / "zarr.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    codecs = meta.get("codecs") or []
+    grid = _grid(meta)
+    if grid is None or not codecs or not isinstance(codecs[-1], dict) or codecs[-1].get("name") != "crc32c":
+        return False
+    counts, sep = grid
+    table = bytearray()
+    for idx in itertools.product(*(range(n) for n in counts)):
+        key = sep.join(["c", *map(str, idx)])
+        try:
+            with open(folder / key, "rb") as f:
+                f.seek(-4, os.SEEK_END)
+                table += f.read(4)
+        except OSError:
+            return False
+    table += google_crc32c.value(bytes(table)).to_bytes(4, "little")
+    atomic_write_bytes(folder / POSITIONS_FILE, bytes(table))
+    return True
+
+
 class AtomicLocalStore(LocalStore):
     """zarr's LocalStore whose ``set`` writes each key atomically (temporary file + rename) and whose
     reads are checked (safe files only, bounded metadata, crc32c-verified chunks, required chunks)."""
@@ -131,6 +184,7 @@ class AtomicLocalStore(LocalStore):
         # Array paths ("" for a store that is one array) whose every chunk must exist.
         self.require_chunks = frozenset(require_chunks)
         self._checksummed: dict[str, bool] = {}
+        self._positions: dict[str, tuple | None] = {}
         self._root_real: str | None = None
 
     def with_read_only(self, read_only: bool = False) -> "AtomicLocalStore":
@@ -152,6 +206,7 @@ class AtomicLocalStore(LocalStore):
     def _forget(self, key: str) -> None:
         if key.endswith("zarr.json"):
             self._checksummed.clear()
+        self._positions.clear()   # a write makes a recorded table stale: writers record a new one at the end
 
     # ------------------------------------------------------------------ reads
     def _is_checksummed(self, array_path: str) -> bool:
@@ -189,10 +244,55 @@ class AtomicLocalStore(LocalStore):
             data = f.read(size + 1)
         if len(data) != size:
             raise StoreIntegrityError(f"{what} changed size while being read")
-        if chunk is not None and self._is_checksummed(chunk[0]) and not crc32c_ok(data):
-            raise StoreIntegrityError(f"{what} fails its crc32c checksum (bit rot, truncation or an "
-                                      "overwrite from outside ctbench)")
+        if chunk is not None and self._is_checksummed(chunk[0]):
+            if not crc32c_ok(data):
+                raise StoreIntegrityError(f"{what} fails its crc32c checksum (bit rot, truncation or an "
+                                          "overwrite from outside ctbench)")
+            # Read-only stores only: a writer may rewrite chunks after a table was recorded.
+            want = self._recorded_crc(chunk[0], chunk[1], what) if self.read_only else None
+            if want is not None and bytes(data[-4:]) != want:
+                raise StoreIntegrityError(f"{what} is a valid chunk but not the one written at this position "
+                                          "(its checksum is not the one recorded for it: a chunk copied over "
+                                          "another?)")
         return data
+
+    def _recorded_crc(self, array_path: str, chunk_key: str, what: str) -> bytes | None:
+        """The crc32c recorded for this chunk position (None when the array has no position table)."""
+        import google_crc32c
+
+        if array_path not in self._positions:
+            entry = None
+            table_path = self.root / array_path / POSITIONS_FILE if array_path else self.root / POSITIONS_FILE
+            meta = self._read_checked(f"{array_path}/zarr.json" if array_path else "zarr.json", None)
+            grid = None
+            with contextlib.suppress(ValueError, AttributeError, TypeError):
+                grid = _grid(json.loads(bytes(meta))) if meta is not None else None
+            size = safe_file_size(table_path, self._root_real, f"the chunk position table of {what}")
+            if size is not None and grid is not None:
+                n = math.prod(grid[0])
+                if size != 4 * n + 4:
+                    raise StoreIntegrityError(f"the chunk position table {table_path} has {size} bytes; "
+                                              f"{4 * n + 4} expected for {n} chunks (damaged)")
+                with open(table_path, "rb") as f:
+                    table = f.read(size)
+                if google_crc32c.value(table[:-4]).to_bytes(4, "little") != table[-4:]:
+                    raise StoreIntegrityError(f"the chunk position table {table_path} fails its checksum")
+                entry = (grid[0], grid[1], table)
+            self._positions[array_path] = entry
+        entry = self._positions[array_path]
+        if entry is None:
+            return None
+        counts, sep, table = entry
+        parts = chunk_key.split("/")[1:]   # split_chunk_key matched the default "/" keys only
+        if len(parts) != len(counts):
+            return None
+        flat = 0
+        for i, n in zip(parts, counts):
+            i = int(i)
+            if i >= n:
+                return None
+            flat = flat * n + i
+        return table[4 * flat:4 * flat + 4]
 
     def _buffer(self, key: str, prototype, byte_range):
         from zarr.core.buffer import default_buffer_prototype

@@ -16,7 +16,8 @@ dataset opens identically in scripts, in the napari plugin and in jobs.
 
 Reliability (docs/RELIABILITY.md):
 
-- Writes go to a fresh hidden sibling folder; when it is complete it is
+- Writes follow the output policy (:mod:`ctbench.output_policy`) and go to a
+  fresh hidden sibling folder; when it is complete it is flushed to disk and
   swapped with the old dataset by rename (one atomic ``renameat2`` exchange on
   Linux, two renames elsewhere, finished by the next save or load if killed
   between them) and only then is the old one deleted.  Killed at any point, the
@@ -24,22 +25,21 @@ Reliability (docs/RELIABILITY.md):
 - Version 2 datasets hold a ``manifest`` (the arrays with shape, dtype,
   chunks) and crc32c-checksummed chunks, every chunk written; a missing array
   or attribute, a missing chunk or a damaged chunk raises
-  :class:`DatasetError` naming the array and the chunk.
+  :class:`DatasetError` naming the array and the chunk.  Each array also
+  records the checksum of every chunk at its position
+  (:func:`ctbench.storage.zarr_store.write_chunk_positions`), so a valid chunk
+  copied over another is refused too.
 - Reads refuse symlinks out of the dataset and non-regular files (FIFOs,
   devices), and an eager load refuses to allocate more than ``max_bytes``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import glob
 import json
 import math
 import os
 import shutil
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,8 @@ import numpy as np
 
 from ..storage.base import StoreIntegrityError
 from ..atomic_files import pid_alive
-from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size
+from ..output_policy import check_output, replace_into_place, staging_path
+from ..storage.zarr_store import MAX_METADATA_BYTES, atomic_local_store, safe_file_size, write_chunk_positions
 from .design import ScanGeometry
 
 FORMAT = "ctbench.dataset"
@@ -92,6 +93,8 @@ class Dataset:
                     raise ValueError("voxel_spacing is required for a volume (mm per voxel along each axis) "
                                      "unless the volume has the geometry's volume_shape")
             sp = self.voxel_spacing
+            if isinstance(sp, bool) or (isinstance(sp, (tuple, list)) and any(isinstance(v, bool) for v in sp)):
+                raise ValueError(f"voxel_spacing must be lengths in mm, got {sp!r} (a boolean is not a length)")
             sp = (float(sp),) * ndim if isinstance(sp, (int, float)) else tuple(float(s) for s in sp)
             if len(sp) != ndim or not all(math.isfinite(s) and s > 0 for s in sp):
                 raise ValueError(f"voxel_spacing must be {ndim} positive lengths in mm, got {self.voxel_spacing!r}")
@@ -141,14 +144,16 @@ def _check_meta(meta) -> dict:
 
 def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=None, sinogram=None,
                  geometry: ScanGeometry | None = None, voxel_spacing=None, meta: dict | None = None,
-                 overwrite: bool = False, chunks: int = 64) -> Path:
+                 overwrite: bool = False, chunks: int = 64, force: bool = False, inputs=()) -> Path:
     """Write a dataset to ``path`` (a ``.zarr`` folder) and return the path.
 
-    Pass a :class:`Dataset` or its fields as keywords.  ``overwrite=False``
-    refuses to replace an existing path; ``overwrite=True`` replaces a dataset
-    (never another kind of folder) crash-safely: the old one stays complete
-    until the new one is.  Arrays are chunked in blocks of at most ``chunks``
-    along every axis.
+    Pass a :class:`Dataset` or its fields as keywords.  The output policy
+    (:mod:`ctbench.output_policy`) applies: ``overwrite=False`` refuses to
+    replace an existing path; ``overwrite=True`` replaces a dataset or an empty
+    folder (never another kind of folder or file, unless ``force=True``)
+    crash-safely: the old one stays complete until the new one is; the path
+    may not be, contain or lie inside any of ``inputs``.  Arrays are chunked in
+    blocks of at most ``chunks`` along every axis.
     """
     if dataset is None:
         dataset = Dataset(volume=None if volume is None else _as_numpy(volume),
@@ -166,13 +171,9 @@ def save_dataset(path: str | Path, dataset: Dataset | None = None, *, volume=Non
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_interrupted_save(path)
-    if os.path.lexists(path):
-        if not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-        if not is_dataset(path) and not (path.is_dir() and not path.is_symlink() and not any(path.iterdir())):
-            raise FileExistsError(f"{path} exists and is not a ctbench dataset; refusing to replace it "
-                                  "(remove it yourself or choose another path)")
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_NEW}{os.getpid()}-"))
+    check_output(path, inputs, overwrite=overwrite, force=force, what="dataset path")
+    tmp = staging_path(path)
+    tmp.mkdir(mode=0o700)
     try:
         _write_group(tmp, dataset, chunks)
         swap_into_place(tmp, path)
@@ -199,6 +200,7 @@ def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
         chunk_shape = tuple(min(chunks, max(s, 1)) for s in data.shape)
         arr, attrs["manifest"][name] = create_array(group, name, data.shape, data.dtype, chunk_shape)
         arr[...] = data
+        write_chunk_positions(folder / name)   # binds each chunk's checksum to its position
         attrs[name] = {"axes": _axes(name, data.ndim)}
     if dataset.volume is not None:
         attrs["volume"]["voxel_spacing"] = list(dataset.voxel_spacing)
@@ -224,38 +226,10 @@ def create_array(group, name: str, shape, dtype, chunk_shape):
     return arr, {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.EPERM):
-        return False
-    raise OSError(err, f"could not swap {a} and {b}: {os.strerror(err)}")
-
-
-def swap_into_place(new: Path, path: Path) -> None:
-    """Put the complete dataset ``new`` at ``path``; the old dataset is deleted only after."""
-    if not os.path.lexists(path):
-        os.rename(new, path)
-        return
-    if _exchange(new, path):
-        old = new                 # the exchange left the old dataset under the temporary name
-    else:
-        old = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}{_OLD}{os.getpid()}-"))
-        os.rmdir(old)
-        os.rename(path, old)      # killed after this: recover_interrupted_save() puts `new` in place
-        os.rename(new, path)
-    _remove_tree(old)
+def swap_into_place(new: Path, path: Path, *, may_replace=None) -> None:
+    """Put the complete dataset ``new`` at ``path`` by exchange; the old dataset is deleted only after
+    (:func:`ctbench.output_policy.replace_into_place`; ``may_replace(old)`` vetoes deleting a foreign one)."""
+    replace_into_place(new, path, may_replace=may_replace)
 
 
 def _remove_tree(folder: Path) -> None:
@@ -313,7 +287,11 @@ def _read_small_json(path: Path, root: Path, what: str, limit: int = MAX_METADAT
     if size > limit:
         raise DatasetError(f"{what} is {size} bytes; at most {limit} expected")
     with open(path, "rb") as f:
-        return json.loads(f.read(limit + 1))
+        raw = f.read(limit + 1)
+    try:
+        return json.loads(raw)
+    except RecursionError:     # 100000 nested '[' in a small file: an integrity error, not a crash
+        raise DatasetError(f"{what} is nested too deeply to be ctbench metadata") from None
 
 
 def is_dataset(path: str | Path) -> bool:

@@ -14,14 +14,13 @@ The environment variables are the explicit override.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from ctbench import guarded_open
 from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, design_of, scan_from_trajectory
 from ctbench.geometry import Trajectory
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
@@ -68,15 +67,7 @@ def _max_bytes() -> int:
 
 def _load_json(path: str):
     """A JSON file that is a regular file of bounded size (never a FIFO, device or huge file)."""
-    st = os.stat(path)  # follows a link: what is read is the target
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path} is not a regular file (a FIFO, device or folder); not reading it")
-    limit = _limit("CTBENCH_READER_MAX_BYTES", 64 << 20)
-    if st.st_size > limit:
-        raise ValueError(f"{path} is {st.st_size} bytes, more than {limit} for a JSON file; raise "
-                         "CTBENCH_READER_MAX_BYTES to read it")
-    with open(path, "rb") as f:
-        return json.loads(f.read(limit + 1))
+    return guarded_open.read_json(path)   # the one guarded way to open an input (InputError is a ValueError)
 
 
 def _json_format(path: str) -> str | None:
@@ -164,7 +155,7 @@ def write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[st
     """Write image layers as one ctbench dataset (see :func:`_write_dataset`); errors as :class:`DatasetWriteError`."""
     try:
         return _write_dataset(path, layer_data)
-    except (ValueError, TypeError, KeyError, FileExistsError) as e:
+    except (ValueError, TypeError, KeyError, FileExistsError) as e:   # the output policy's refusals included
         raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {str(e).strip(chr(39))}") \
             from e
 
@@ -178,6 +169,7 @@ def _write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[s
     """
     volume = sinogram = geometry = spacing = None
     meta: dict = {}
+    inputs = [src for data, _, _ in layer_data if (src := _lazy_source(data)) is not None]
     for data, attrs, ltype in layer_data:
         if ltype != "image":
             raise ValueError(f"a ctbench dataset stores image layers only, not {ltype} layers")
@@ -203,7 +195,14 @@ def _write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[s
             if geometry is None and isinstance(m.get("geometry"), dict):
                 geometry = ScanGeometry.from_dict(m["geometry"])
     p = path if path.rstrip("/").endswith(".zarr") else path + ".zarr"
+    # The output policy: replaces only a ctbench dataset, never the dataset a lazy layer still reads from.
     save_dataset(p, volume=volume, sinogram=sinogram, geometry=geometry, voxel_spacing=spacing, meta=meta,
-                 overwrite=True)
+                 overwrite=True, inputs=inputs)
     return [p]
+
+
+def _lazy_source(data) -> str | None:
+    """The folder a lazily opened zarr layer reads from (an input of the save), else None."""
+    root = getattr(getattr(data, "store", None), "root", None)
+    return None if root is None else str(root)
 

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ctbench import guarded_open
 from ctbench.io import ScanFileError, detect_format, read_scan
 from ctbench.io.nexus import NEXUS_SUFFIXES
 from ctbench.io.tiff import TIFF_SUFFIXES
@@ -43,8 +44,13 @@ def get_scan_reader(path) -> Callable | None:
     p = Path(str(path))
     if p.suffix.lower() == ".zarr":
         return None                       # ctbench datasets have their own reader
-    if p.is_file() and p.suffix.lower() not in TIFF_SUFFIXES + NEXUS_SUFFIXES:
-        return None
+    if not p.is_dir():
+        if p.suffix.lower() not in TIFF_SUFFIXES + NEXUS_SUFFIXES:
+            return None
+        try:
+            guarded_open.check_regular(p)  # a FIFO or device named scan.tif is declined, never opened
+        except guarded_open.InputError:
+            return None
     try:
         fmt = detect_format(p)
     except ScanFileError:

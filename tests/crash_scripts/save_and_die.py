@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from ctbench.storage import zarr_store
+from ctbench import output_policy
 from ctbench.workbench import dataset
 
 
@@ -41,16 +42,16 @@ def main():
     if mode == "writing_new":              # the n-th file of the new dataset
         zarr_store.atomic_write_bytes = kill_on_call(n, zarr_store.atomic_write_bytes)
     elif mode == "before_swap":            # the new one complete, nothing swapped yet
-        dataset._exchange = lambda a, b: die()
+        output_policy._exchange = lambda a, b: die()
     elif mode == "after_swap":             # swapped, the old one not yet deleted
-        dataset._exchange = kill_on_call(1, dataset._exchange, before=False)
+        output_policy._exchange = kill_on_call(1, output_policy._exchange, before=False)
     elif mode == "between_renames":        # no atomic exchange: old moved aside, new not yet in place
-        dataset._exchange = lambda a, b: False
+        output_policy._exchange = lambda a, b: False
         os.rename = kill_on_call(2, os.rename)
     elif mode == "deleting_old":           # the n-th file of the old dataset being deleted
         os.unlink = kill_on_call(n, os.unlink)
     elif mode == "deleting_old_renames":
-        dataset._exchange = lambda a, b: False
+        output_policy._exchange = lambda a, b: False
         os.unlink = kill_on_call(n, os.unlink)
     else:
         raise SystemExit(f"unknown mode {mode}")

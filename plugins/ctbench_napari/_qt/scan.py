@@ -317,7 +317,9 @@ class ScanImportWidget(QWidget):
         c = prep.correction
         self.message.note(f"{prep.images.shape[0]} views of {prep.images.shape[2]} x {prep.images.shape[1]} "
                           f"pixels; clipped {c.get('n_clipped', 0)} of {c.get('n_values', 0)} values, "
-                          f"{c.get('n_dead_pixels', 0)} dead pixels")
+                          f"{c.get('n_dead_pixels', 0)} dead pixels"
+                          + (f"; replaced {c['n_nonfinite_counts']} NaN/inf values by their neighbours' median"
+                             if c.get("n_nonfinite_counts") else ""))
         return out
 
     def _angles(self, layer) -> np.ndarray:
@@ -389,7 +391,10 @@ class ScanImportWidget(QWidget):
         spacing = tuple(float(s) for s in layer.scale[-layer.data.ndim:])
         geo = info(layer).get("geometry")
         from ctbench.workbench.design import ScanGeometry
-        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(),
+        # The output policy: never over a scan file that a layer of this viewer was read from.
+        scans = [s.get(k) for lyr in self.viewer.layers if isinstance(s := info(lyr).get("source"), dict)
+                 for k in ("path", "flats", "darks") if isinstance(s.get(k), str)]
+        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(), inputs=scans,
                             geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
                             meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
         self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")

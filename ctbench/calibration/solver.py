@@ -1,0 +1,425 @@
+"""Self-calibration: the geometry that makes a reconstruction reproject onto the measured data.
+
+Alternates two steps, coarse to fine (binned detector and volume first):
+
+- reconstruct: a few CGLS iterations, warm-started, with the current geometry;
+- correct the geometry: one Levenberg-Marquardt step on
+  ``0.5 ||A(g(p)) x - y||^2 / ||y||^2 + 0.5 lambda ||D s||^2`` with the volume
+  held.  The gradient comes from the projector's geometry gradients (autograd
+  through :class:`~ctbench.calibration.model.GeometryModel`); the Gauss-Newton
+  curvature from central finite differences of the projection, one projection
+  pair per global parameter and one pair per shift component for all views at
+  once (a view's shift only changes that view).
+
+Per-view shifts ``s`` live in the complement of their gauge (a fixed object
+translation, and the mean shift when the detector offset is free), and a
+first-difference prior (``smoothness``) ties neighbouring views.  After the
+first reconstruction, every free global parameter is tested for
+identifiability against the object (can a changed volume explain its data
+signature?) and the other parameters; one that fails is held at its start and
+reported as "not identifiable" (see :mod:`ctbench.calibration.analysis`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..projector import Projector
+from ..solvers import cgls
+from ..solvers._checks import check_callable, check_cancel, check_sinogram
+from ..solvers.state import is_cancelled
+from .analysis import Analysis, analyse
+from .levels import Level, make_level, resample_volume
+from .model import complement_basis
+from .normal import difference_operator, normal_matrix
+from .parameters import GLOBAL, PER_VIEW, SPECS, check_bounds, check_free, check_start
+from .result import CalibrationResult, ParameterEstimate
+
+__all__ = ["CalibrationState", "calibrate", "calibrate_iterations"]
+
+F64 = torch.float64
+
+
+@dataclass(frozen=True)
+class CalibrationState:
+    """One outer iteration: the level, the loss after the geometry step, the current estimate."""
+
+    iteration: int
+    level: int
+    binning: int
+    loss: float                       # relative data misfit ||A x - y||^2 / ||y||^2 (volume held)
+    parameters: dict                  # global values in their units
+    shifts: dict                      # per-view values (lists, px)
+    volume: torch.Tensor              # current reconstruction at this level's grid
+    extra: dict = field(default_factory=dict)
+
+
+def _check_levels(levels, n_outer):
+    try:
+        levels = tuple(int(f) for f in levels)
+        n_outer = tuple(int(k) for k in ([n_outer] * len(levels) if isinstance(n_outer, int) else n_outer))
+    except (TypeError, ValueError):
+        raise ValueError(f"levels and n_outer must be integers or sequences of integers, got {levels!r}, "
+                         f"{n_outer!r}") from None
+    if not levels or any(f < 1 for f in levels):
+        raise ValueError(f"levels must be binning factors >= 1, coarse first, e.g. (2, 1); got {levels}")
+    if len(n_outer) != len(levels) or any(k < 1 for k in n_outer):
+        raise ValueError(f"n_outer must give at least 1 outer iteration for each of the {len(levels)} levels, "
+                         f"got {n_outer}")
+    return levels, n_outer
+
+
+def _check_structure(y: torch.Tensor) -> None:
+    spread = float(y.std()) if y.numel() > 1 else 0.0
+    scale = float(y.abs().max())
+    if scale == 0.0 or spread <= 1e-6 * scale:
+        raise ValueError("sinogram: the scan has no structure (constant or empty projections); "
+                         "no geometry can be calibrated from it")
+
+
+def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "roll", "shift"), *,
+                         bounds=None, start=None, levels=(2, 1), n_outer=(8, 3), n_inner: int = 3,
+                         n_init: int = 10, volume_factor: int = 2, smoothness: float = 0.05, min_identifiability: float = 0.03,
+                         callback=None, cancel=None):
+    """Generator of self-calibration steps; yields a :class:`CalibrationState` per outer iteration.
+
+    Its return value (``StopIteration.value``; :func:`calibrate` collects it) is
+    the :class:`~ctbench.calibration.result.CalibrationResult`.  Arguments are
+    checked when this function is called.  See :func:`calibrate` for them.
+    """
+    if not isinstance(projector, Projector):
+        raise TypeError(f"projector must be a ctbench Projector, got {type(projector).__name__}")
+    if projector.is_2d:
+        raise ValueError("calibration supports 3D scans (a detector with rows and columns); this projector is 2D")
+    if projector.world_size != 1:
+        raise ValueError("calibration runs in one process; build the projector without a distributed partition")
+    y = check_sinogram(projector, sinogram)
+    _check_structure(y)
+    free = check_free(free, beam=projector.beam, n_views=projector.n_views)
+    bounds = check_bounds(bounds, free)
+    start = check_start(start, free, bounds, projector.n_views)
+    levels, n_outer = _check_levels(levels, n_outer)
+    for f in levels:
+        U, V = projector.detector_shape
+        if U // f < 4 or V // f < 4:
+            raise ValueError(f"levels: binning {f} leaves a {U // f}x{V // f} detector; use smaller factors")
+    for name, val in (("n_inner", n_inner), ("n_init", n_init), ("volume_factor", volume_factor)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}")
+    for name, val in (("smoothness", smoothness), ("min_identifiability", min_identifiability)):
+        if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
+            raise ValueError(f"{name} must be a non-negative number, got {val!r}")
+    callback = check_callable(callback, "callback")
+    cancel = check_cancel(cancel)
+    return _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, volume_factor, float(smoothness),
+                float(min_identifiability), callback, cancel)
+
+
+def calibrate(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "roll", "shift"), **options
+              ) -> CalibrationResult:
+    """Calibrate a scan's geometry from its own data; returns a :class:`CalibrationResult`.
+
+    Parameters
+    ----------
+    projector : the nominal scan (trajectory, volume grid, detector); any 3D beam, one process.
+    sinogram : the measured line integrals ``(n_views, U, V)``.
+    free : parameters to estimate: global ``offset_u``, ``offset_v`` (px), ``roll``, ``pitch``,
+        ``yaw``, ``axis_tilt`` (deg), ``sdd`` (mm, cone beam) and per-view ``shift_u``,
+        ``shift_v`` (px; ``"shift"`` for both).  See docs/CALIBRATION.md.
+    bounds : ``{name: (low, high)}``; defaults are in :data:`ctbench.calibration.parameters.SPECS`.
+    start : ``{name: value}`` (per-view: a list per view); 0 (the nominal geometry) by default.
+    levels : binning factors, coarse first; ``n_outer``: outer iterations per level.
+    n_inner : CGLS iterations per outer iteration (warm-started); ``n_init``: for the first volume.
+    volume_factor : the calibration's volume grid is this many times coarser than the (binned) detector.
+    smoothness : weight of the first-difference prior on per-view shifts, relative to their data curvature.
+    min_identifiability : a global parameter whose data signature is explained to within this
+        fraction by a changed volume and the other parameters is held and reported "not identifiable".
+    callback : called with each :class:`CalibrationState`; returning True stops.
+    cancel : a threading.Event or a callable; checked between outer iterations.
+    """
+    gen = calibrate_iterations(projector, sinogram, free, **options)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+# ------------------------------------------------------------------ the loop
+class _Estimate:
+    """Current values: global (dict of floats) and the per-view shift vector ``s = [shift_u; shift_v]``."""
+
+    def __init__(self, free, start, n):
+        self.glob_names = tuple(k for k in free if k in GLOBAL)
+        self.shift_names = tuple(k for k in free if k in PER_VIEW)
+        self.n = n
+        self.g = {k: float(start.get(k, 0.0)) for k in self.glob_names}
+        self.s = torch.cat([torch.as_tensor(start.get(k, [0.0] * n), dtype=F64) for k in self.shift_names]) \
+            if self.shift_names else torch.zeros(0, dtype=F64)
+        self.held: set[str] = set()
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        return tuple(k for k in self.glob_names if k not in self.held)
+
+    def shifts(self, s=None) -> dict:
+        s = self.s if s is None else s
+        return {k: s[i * self.n:(i + 1) * self.n] for i, k in enumerate(self.shift_names)}
+
+    def trajectory(self, model, g=None, s=None, dtype=None):
+        g = self.g if g is None else g
+        sh = self.shifts(s)
+        return model.apply(g, sh.get("shift_u"), sh.get("shift_v"), dtype=dtype)
+
+
+def _loss(P: Projector, traj, x, y, y_norm2):
+    with torch.no_grad():
+        r = P.project(x, trajectory=traj) - y
+        return float(r.to(F64).square().sum()) / y_norm2
+
+
+def _jacobian(level: Level, est: _Estimate, P: Projector, x, dtype):
+    """Central differences: a column (a sinogram) per active global parameter and per shift component."""
+    cols_g, cols_s = [], []
+    with torch.no_grad():
+        for k in est.active:
+            h = SPECS[k].step
+            gp, gm = dict(est.g), dict(est.g)
+            gp[k] += h
+            gm[k] -= h
+            d = P.project(x, trajectory=est.trajectory(level.model, g=gp, dtype=dtype)) - \
+                P.project(x, trajectory=est.trajectory(level.model, g=gm, dtype=dtype))
+            cols_g.append(d / (2 * h))
+        n = est.n
+        for i, k in enumerate(est.shift_names):
+            h = SPECS[k].step
+            e = torch.zeros_like(est.s)
+            e[i * n:(i + 1) * n] = h
+            d = P.project(x, trajectory=est.trajectory(level.model, s=est.s + e, dtype=dtype)) - \
+                P.project(x, trajectory=est.trajectory(level.model, s=est.s - e, dtype=dtype))
+            cols_s.append(d / (2 * h))
+    return cols_g, cols_s
+
+
+def _gradient(level: Level, est: _Estimate, P: Projector, x, y, dtype):
+    """d(0.5 ||A x - y||^2)/d(parameters) through the projector's geometry gradients."""
+    g = {k: torch.tensor(v, dtype=F64, requires_grad=k in est.active) for k, v in est.g.items()}
+    s = est.s.clone().requires_grad_(est.s.numel() > 0)
+    traj = est.trajectory(level.model, g=g, s=s, dtype=dtype)
+    r = P.project(x.detach(), trajectory=traj) - y
+    loss = 0.5 * r.to(F64).square().sum()
+    wrt = [g[k] for k in est.active] + ([s] if s.numel() else [])
+    grads = torch.autograd.grad(loss, wrt, allow_unused=True) if wrt else []
+    grads = [torch.zeros((), dtype=F64) if gr is None else gr for gr in grads]
+    gg = torch.stack([gr.reshape(()) for gr in grads[:len(est.active)]]) if est.active else torch.zeros(0, dtype=F64)
+    gs = grads[len(est.active)] if s.numel() else torch.zeros(0, dtype=F64)
+    return gg.to(F64), gs.to(F64)
+
+
+def _clip(est: _Estimate, g: dict, s: torch.Tensor, bounds, B):
+    g = {k: min(max(v, bounds[k][0]), bounds[k][1]) for k, v in g.items()}
+    if s.numel():
+        n = est.n
+        parts = []
+        for i, k in enumerate(est.shift_names):
+            lo, hi = bounds[k]
+            parts.append(s[i * n:(i + 1) * n].clamp(lo, hi))
+        s = torch.cat(parts)
+        s = B @ (B.T @ s)   # back into the identifiable subspace
+    return g, s
+
+
+def _extrapolate(est: _Estimate, step: torch.Tensor, last: torch.Tensor | None, bounds, B) -> bool:
+    """Aitken jump along a slowly converging direction.
+
+    The volume absorbs part of every geometry error, so alternating steps
+    shrink geometrically (by a ratio rho) along the same direction; the rest of
+    the way is then ``step * rho / (1 - rho)``.  Jumps only when two steps agree
+    in direction; capped at three more steps' worth.  The next reconstruction
+    and Gauss-Newton step correct any overshoot.
+    """
+    if last is None or last.numel() != step.numel() or step.numel() == 0:
+        return False
+    n_step, n_last = float(step.norm()), float(last.norm())
+    if n_step == 0 or n_last == 0:
+        return False
+    cos = float(step @ last) / (n_step * n_last)
+    rho = n_step / n_last
+    if cos < 0.9 or not 0.3 < rho < 0.97:
+        return False
+    jump = step * min(rho / (1 - rho), 3.0)
+    kg = len(est.active)
+    g = {**est.g, **{k: est.g[k] + float(jump[i]) for i, k in enumerate(est.active)}}
+    s = est.s + jump[kg:] if est.s.numel() else est.s
+    est.g, est.s = _clip(est, g, s, bounds, B)
+    return True
+
+
+def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf, smoothness, min_ident,
+         callback, cancel):
+    dtype = y.dtype
+    est = _Estimate(free, start, projector.n_views)
+    y_full_norm2 = float(y.to(F64).square().sum())
+    history: list[dict] = []
+    notes: list[str] = []
+    B = None
+    x = None
+    it = 0
+    stopped = "completed"
+    analysis: Analysis | None = None
+    pre_analysis: Analysis | None = None
+    mu = 1e-3
+    for li, (f, n_it) in enumerate(zip(levels, n_outer)):
+        level = make_level(projector, y, f, vf)
+        yl = level.sinogram
+        y_norm2 = float(yl.to(F64).square().sum())
+        if B is None:
+            N = level.model.gauge_vectors(est.shift_names, est.glob_names) if est.shift_names else None
+            B = complement_basis(N) if N is not None else torch.zeros(0, 0, dtype=F64)
+            if est.s.numel():
+                est.s = B @ (B.T @ est.s)
+        Dm = difference_operator(est.n, len(est.shift_names))
+        last_step = None
+        P = level.projector(est.trajectory(level.model, dtype=dtype))
+        x0 = None if x is None else resample_volume(x, P.volume_shape).to(dtype)
+        x = cgls(P, yl, n_init if x is None else n_inner, x0=x0).volume
+        for k_outer in range(n_it):
+            if is_cancelled(cancel):
+                stopped = "cancelled"
+                break
+            if k_outer > 0:
+                P = level.projector(est.trajectory(level.model, dtype=dtype))
+                x = cgls(P, yl, n_inner, x0=x).volume
+            cols_g, cols_s = _jacobian(level, est, P, x, dtype)
+            if pre_analysis is None:
+                pre_analysis = analyse(P, x, yl, est, cols_g, cols_s, B, smoothness, Dm)
+                weak = [k for k in est.active if pre_analysis.identifiability[k] < min_ident]
+                for k in weak:
+                    est.held.add(k)
+                    notes.append(f"{k}: not identifiable from this scan (only "
+                                 f"{100 * pre_analysis.identifiability[k]:.1f}% of its effect on the data is not "
+                                 "explained by a changed object or the other parameters); held at its start value")
+                if weak:
+                    keep = [i for i, k in enumerate(pre_analysis.names) if k not in weak]
+                    cols_g = [cols_g[i] for i in keep]
+            if not est.active and not est.s.numel():
+                notes.append("no free parameter is identifiable from this scan: the geometry is left nominal")
+                break
+            gg, gs = _gradient(level, est, P, x, yl, dtype)
+            H = normal_matrix(cols_g, cols_s, est.n)
+            kg = len(est.active)
+            # reduce the shifts to their identifiable subspace: z = [global, q], s = B q
+            T = torch.block_diag(torch.eye(kg, dtype=F64), B) if est.s.numel() else torch.eye(kg, dtype=F64)
+            Hz = T.T @ H @ T
+            grad = torch.cat([gg, gs]) if est.s.numel() else gg
+            gz = T.T @ grad
+            lam = 0.0
+            if est.s.numel():
+                hs = torch.diagonal(H)[kg:]
+                lam = smoothness * float(hs.mean()) if float(hs.mean()) > 0 else 0.0
+                R = Dm.T @ Dm
+                Hz[kg:, kg:] += lam * (B.T @ R @ B)
+                gz[kg:] += lam * (B.T @ (R @ est.s))
+            reg = (lambda s: 0.5 * lam * float((Dm @ s).square().sum()) / y_norm2) if est.s.numel() \
+                else (lambda s: 0.0)
+            cur_data = _loss(P, None, x, yl, y_norm2)
+            current = cur_data + reg(est.s)
+            accepted = False
+            diag = torch.diagonal(Hz).clamp_min(1e-30)
+            for _ in range(5):
+                A = Hz + mu * torch.diag(diag)
+                try:
+                    delta = -torch.linalg.solve(A, gz)
+                except RuntimeError:
+                    mu *= 10
+                    continue
+                g_new = dict(est.g)
+                for i, k in enumerate(est.active):
+                    g_new[k] = est.g[k] + float(delta[i])
+                s_new = est.s + B @ delta[kg:] if est.s.numel() else est.s
+                g_new, s_new = _clip(est, g_new, s_new, bounds, B)
+                trial = _loss(P, est.trajectory(level.model, g=g_new, s=s_new, dtype=dtype), x, yl, y_norm2) \
+                    + reg(s_new)
+                if trial < current:
+                    step_g = max([abs(g_new[k] - est.g[k]) for k in est.active] or [0.0])
+                    step_s = float((s_new - est.s).square().mean().sqrt()) if est.s.numel() else 0.0
+                    step = torch.tensor([g_new[k] - est.g[k] for k in est.active] + (s_new - est.s).tolist(),
+                                        dtype=F64)
+                    est.g, est.s = g_new, s_new
+                    extrapolated = _extrapolate(est, step, last_step, bounds, B)
+                    last_step = None if extrapolated else step
+                    current = trial
+                    mu = max(mu / 3, 1e-7)
+                    accepted = True
+                    break
+                mu *= 5
+            it += 1
+            rec = {"iteration": it, "level": li, "binning": f, "loss": current, "data_loss": cur_data,
+                   "accepted": accepted, "damping": mu}
+            history.append(rec)
+            state = CalibrationState(it, li, f, current, dict(est.g),
+                                     {k: v.tolist() for k, v in est.shifts().items()}, x, dict(rec))
+            stop_requested = callback is not None and callback(state) is True
+            yield state
+            if stop_requested:
+                stopped = "callback"
+                break
+            if accepted and step_g < 1e-4 and step_s < 1e-4:
+                break   # converged at this level
+        if stopped != "completed":
+            break
+    # Final uncertainty and identifiability at the coarsest level with the final geometry (cheap, and a
+    # binned pixel carries the same information as the pixels it averages).
+    if stopped == "completed":
+        level = make_level(projector, y, levels[0], vf)
+        P = level.projector(est.trajectory(level.model, dtype=dtype))
+        xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
+        cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
+        analysis = analyse(P, xa, level.sinogram, est, cols_g, cols_s, B, smoothness,
+                           difference_operator(est.n, len(est.shift_names)))
+    else:
+        notes.append(f"stopped early ({stopped}): no final uncertainty analysis")
+    model = make_level(projector, y, 1).model
+    trajectory = est.trajectory(model, dtype=projector.trajectory.dtype)
+    final_loss = _loss(projector, trajectory.to(dtype=dtype), x if tuple(x.shape) == tuple(projector.volume_shape)
+                       else resample_volume(x, projector.volume_shape).to(dtype), y, y_full_norm2)
+    table = []
+    for k in free:
+        spec = SPECS[k]
+        st = start.get(k, 0.0)
+        if k in PER_VIEW:
+            vals = est.shifts()[k]
+            table.append(ParameterEstimate(k, spec.unit, float(vals.square().mean().sqrt()), 0.0, bounds[k],
+                                           None if analysis is None else analysis.shift_rms_sigma.get(k),
+                                           None, "estimated", spec.meaning, per_view=True))
+            continue
+        if k in est.held:
+            table.append(ParameterEstimate(k, spec.unit, None, st, bounds[k], None,
+                                           pre_analysis.identifiability[k], "not identifiable", spec.meaning))
+            continue
+        ident = None if analysis is None else analysis.identifiability.get(k)
+        sigma = None if analysis is None else analysis.sigma.get(k)
+        status = "estimated"
+        lo, hi = bounds[k]
+        if any(abs(est.g[k] - b) < 1e-9 for b in (lo, hi)):
+            status = "at bound"
+            notes.append(f"{k}: the estimate sits at its bound {est.g[k]:g}; widen the bounds")
+        table.append(ParameterEstimate(k, spec.unit, est.g[k], st, bounds[k], sigma, ident, status, spec.meaning))
+    if est.shift_names:
+        gauge = ["a fixed translation of the object (it only moves the reconstruction)"]
+        if "shift_u" in est.shift_names and "offset_u" in est.glob_names:
+            gauge.append("the mean shift_u (it trades with offset_u)")
+        if "shift_v" in est.shift_names and "offset_v" in est.glob_names:
+            gauge.append("the mean shift_v (it trades with offset_v)")
+        notes.append("per-view shifts are not identifiable along " + ", ".join(gauge) +
+                     "; they are constrained to zero there. A translation along the beam is not modelled "
+                     "(invisible in parallel beam, a faint magnification change in cone beam)")
+    return CalibrationResult(trajectory=trajectory, parameters=table,
+                             shifts={k: v.tolist() for k, v in est.shifts().items()},
+                             shift_sigma=None if analysis is None else analysis.shift_sigma,
+                             loss_history=[h["loss"] for h in history], history=history, volume=x,
+                             volume_binning=levels[-1] if stopped == "completed" else f, stopped=stopped,
+                             notes=notes, final_loss=final_loss, levels=list(levels))

@@ -1,0 +1,94 @@
+"""``ctbench calibrate CONFIG.json``: calibrate a measured scan's geometry from its own data.
+
+Reads, preprocesses and builds the nominal geometry exactly as ``ctbench recon``
+does, runs :func:`ctbench.calibration.calibrate` with the config's
+``calibrate`` section, and writes the calibrated trajectory JSON and a report
+(each written aside and renamed into place).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..atomic_files import atomic_write_bytes
+from .calibrate_config import CalibrateConfig
+from .pipeline import (ReconConfig, build_geometry, distances, find_offset, load_config, open_scan, prepare,
+                       scan_angles)
+from .scan import images_to_sinogram
+
+
+def _rel(cfg_path: Path | None, p: str) -> Path:
+    p = Path(p)
+    return p if p.is_absolute() or cfg_path is None else cfg_path.resolve().parent / p
+
+
+def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) -> dict:
+    """Run the config's calibration; returns the report dict (with paths of what was written)."""
+    import torch
+
+    from ..calibration import calibrate
+
+    say = log or (lambda msg: None)
+    cal = cfg.calibrate or CalibrateConfig()
+    traj_path, report_path = _rel(config_path, cal.trajectory), _rel(config_path, cal.report)
+    for p in (traj_path, report_path):
+        if p.exists() and not cal.overwrite:
+            raise FileExistsError(f"{p} exists; set calibrate.overwrite to replace it")
+    t0 = time.perf_counter()
+    scan = open_scan(cfg.input)
+    prep = prepare(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
+    sid, sdd = distances(scan, cfg.geometry)
+    angles = scan_angles(prep, cfg.geometry, scan.n_views)
+    if cfg.geometry.detector_offset_u_mm == "auto":
+        centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
+        offset_u = centre.offset_mm
+        say(centre.text())
+    else:
+        offset_u = float(cfg.geometry.detector_offset_u_mm) + prep.shift_u
+    # Calibrate from the nominal geometry: geometry.trajectory names this run's *output* for ctbench recon.
+    geometry = build_geometry(prep, cfg.geometry.model_copy(update={"trajectory": None}), sid, sdd, angles,
+                              offset_u)
+    sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))
+    P = geometry.projector(backend=cal.backend)
+    say(f"calibrating {', '.join(cal.free)} on {tuple(sino.shape)} line integrals")
+    res = calibrate(P, sino, cal.free, bounds=cal.bounds or None, start=cal.start, levels=tuple(cal.levels),
+                    n_outer=tuple(cal.n_outer), n_inner=cal.n_inner, smoothness=cal.smoothness, cancel=cancel,
+                    callback=lambda s: say(f"  step {s.iteration} (binning {s.binning}): loss {s.loss:.4g}"))
+    say(res.table())
+    report = res.to_dict()
+    report["elapsed_s"] = round(time.perf_counter() - t0, 3)
+    report["trajectory"], report["report"] = str(traj_path), str(report_path)
+    report["nominal_detector_offset_mm"] = [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v]
+    atomic_write_bytes(traj_path, res.trajectory.to_json().encode())
+    atomic_write_bytes(report_path, json.dumps(report, indent=1).encode())
+    say(f"wrote {traj_path} and {report_path}")
+    return report
+
+
+def register_cli(subparsers) -> None:
+    p = subparsers.add_parser("calibrate", help="calibrate a scan's geometry from its own data "
+                                                "(the recon config's calibrate section; docs/CALIBRATION.md)")
+    p.add_argument("config", help="recon config (JSON) with an optional calibrate section")
+    p.add_argument("--overwrite", action="store_true", help="replace existing trajectory and report files")
+    p.set_defaults(func=_cli)
+
+
+def _cli(args) -> int:
+    try:
+        cfg = load_config(args.config)
+        if cfg.calibrate is None:
+            cfg.calibrate = CalibrateConfig()
+        if args.overwrite:
+            cfg.calibrate.overwrite = True
+        report = run_calibrate(cfg, config_path=Path(args.config), log=lambda m: print(m, file=sys.stderr))
+    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as e:
+        print(f"ctbench calibrate: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: report[k] for k in ("trajectory", "report", "final_loss", "elapsed_s")}
+                     | {"parameters": {p["name"]: p["value"] for p in report["parameters"]}}))
+    return 0

@@ -1,0 +1,230 @@
+"""Calibrate: correct a sinogram layer's geometry from its own data (ctbench.calibration).
+
+Choose the parameters, run in a thread worker (progress, cancel), read the
+parameter table and the convergence plot, compare reconstructions before and
+after in the comparison panel, and apply the calibrated geometry to the layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from qtpy.QtCore import Signal
+from qtpy.QtWidgets import (QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView,
+                            QProgressBar, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
+                            QWidget)
+
+from ctbench.calibration import ALL, SPECS, calibrate_iterations
+from ctbench.workbench.design import ScanGeometry
+
+from .._layers import KEY, LayerError, has_geometry, is_sinogram, sinogram_of, volume_layer
+from .common import LayerPicker, MessageLabel, report_errors
+from .compare import ComparePanel
+from .plot import ResidualPlot
+from .runner import LocalRunner
+
+DEFAULT_FREE = ("offset_u", "roll", "shift_u", "shift_v")
+RECON_ITERATIONS = 12      # CGLS iterations of the before/after reconstructions
+
+
+def _misfit(P, x, y) -> float:
+    """Relative reprojection misfit |P x - y|^2 / |y|^2: a figure that needs no phantom."""
+    with torch.no_grad():
+        return float((P.project(x) - y).double().square().sum() / y.double().square().sum())
+
+
+def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel):
+    """Worker generator: calibration states, then ("result", result, before, after)."""
+    from ctbench.solvers import cgls
+
+    P = geo.projector(backend="cpu")
+    y = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
+    gen = calibrate_iterations(P, y, free, levels=(2, 1), n_outer=n_outer, cancel=cancel)
+    while True:
+        try:
+            state = next(gen)
+        except StopIteration as stop:
+            result = stop.value
+            break
+        yield ("state", state)
+    yield ("status", "reconstructing before and after")
+    before = cgls(P, y, RECON_ITERATIONS).volume
+    cal_geo = ScanGeometry(result.trajectory.to(dtype=torch.float32), geo.detector_shape, geo.detector_spacing,
+                           geo.volume_shape, geo.voxel_spacing)
+    Q = cal_geo.projector(backend="cpu")
+    after = cgls(Q, y, RECON_ITERATIONS).volume
+    misfit = {"before": _misfit(P, before, y), "after": _misfit(Q, after, y)}
+    yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
+
+
+class CalibrateWidget(QWidget):
+    """Self-calibration of a sinogram layer with a ctbench geometry."""
+
+    finished = Signal(object)    # the CalibrationResult
+
+    def __init__(self, napari_viewer, parent=None):
+        super().__init__(parent)
+        self.viewer = napari_viewer
+        self.message = MessageLabel()
+        self.sinogram = LayerPicker(napari_viewer, lambda l: is_sinogram(l) and has_geometry(l))
+        self.sinogram.setToolTip("a sinogram layer with a ctbench geometry (projection widget, Scan import, dataset)")
+        self.checks: dict[str, QCheckBox] = {}
+        grid = QGridLayout()
+        for i, name in enumerate(ALL):
+            box = QCheckBox(name)
+            box.setToolTip(f"{SPECS[name].meaning} ({SPECS[name].unit})")
+            box.setChecked(name in DEFAULT_FREE)
+            self.checks[name] = box
+            grid.addWidget(box, i // 3, i % 3)
+        params = QGroupBox("Free parameters")
+        params.setLayout(grid)
+        self.coarse_iters = QSpinBox()
+        self.coarse_iters.setRange(1, 50)
+        self.coarse_iters.setValue(8)
+        self.fine_iters = QSpinBox()
+        self.fine_iters.setRange(1, 50)
+        self.fine_iters.setValue(3)
+        self.run_button = QPushButton("Calibrate")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setEnabled(False)
+        self.apply_button = QPushButton("Apply to layer")
+        self.apply_button.setToolTip("replace the sinogram layer's geometry with the calibrated one")
+        self.apply_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.plot = ResidualPlot()
+        self.plot.title = "relative misfit |Ax - y|^2 / |y|^2"
+        self.table = QTableWidget(0, 5)
+        self.table.setHorizontalHeaderLabels(["parameter", "value", "± 1 sd", "identifiability", "status"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.setMaximumHeight(170)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self.comparison = ComparePanel(napari_viewer, self)
+        form = QFormLayout()
+        form.addRow("Sinogram", self.sinogram)
+        form.addRow("Outer iterations, binned x2", self.coarse_iters)
+        form.addRow("Outer iterations, full", self.fine_iters)
+        buttons = QHBoxLayout()
+        for b in (self.run_button, self.cancel_button, self.apply_button):
+            buttons.addWidget(b)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(params)
+        layout.addLayout(buttons)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.message)
+        layout.addWidget(self.plot)
+        layout.addWidget(self.table)
+        layout.addWidget(self.comparison)
+        layout.addStretch(1)
+        self.runner = LocalRunner(self)
+        self.runner.event.connect(self._event)
+        self.runner.failed.connect(lambda e: self.message.error(f"calibration failed: {e}"))
+        self.runner.done.connect(self._done)
+        self.run_button.clicked.connect(lambda: self.run())
+        self.cancel_button.clicked.connect(lambda: self.runner.cancel())
+        self.apply_button.clicked.connect(lambda: self.apply())
+        self.result = None
+        self.layers: dict = {}
+        self.misfit: dict = {}
+        self._target = None
+
+    # ------------------------------------------------------------ actions
+    @property
+    def running(self) -> bool:
+        return self.runner.running
+
+    def free(self) -> tuple[str, ...]:
+        return tuple(n for n, b in self.checks.items() if b.isChecked())
+
+    def checked_results(self) -> list:
+        """The before/after layers, for the comparison panel."""
+        return [self.layers[k] for k in ("before", "after") if k in self.layers]
+
+    @report_errors
+    def run(self, *_) -> None:
+        layer = self.sinogram.layer()
+        if layer is None:
+            raise LayerError("pick a sinogram layer with a ctbench geometry first")
+        geo, sino = sinogram_of(layer)
+        if geo.is_2d:
+            raise LayerError("calibration needs a 3D scan (a detector with rows); this layer is 2D")
+        free = self.free()
+        n_outer = (self.coarse_iters.value(), self.fine_iters.value())
+        # Argument errors (too few views, no structure) surface here, on the GUI thread, before any work.
+        calibrate_iterations(geo.projector(backend="cpu"), torch.from_numpy(np.ascontiguousarray(sino)), free,
+                             levels=(2, 1), n_outer=n_outer).close()
+        self._target = layer
+        self.result = None
+        self.plot.clear()
+        self.table.setRowCount(0)
+        self.progress.setRange(0, sum(n_outer))
+        self.progress.setValue(0)
+        self.run_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.apply_button.setEnabled(False)
+        self.message.note(f"calibrating {', '.join(free)} …")
+        self.runner.start(lambda cancel: _events(geo, sino, free, n_outer, cancel))
+
+    def _event(self, ev) -> None:
+        kind = ev[0]
+        if kind == "state":
+            s = ev[1]
+            self.plot.add(s.iteration, s.loss)
+            self.progress.setValue(min(self.progress.maximum(), s.iteration))
+            vals = ", ".join(f"{k} {v:.3g}" for k, v in s.parameters.items())
+            self.message.note(f"step {s.iteration} (binning {s.binning}): misfit {s.loss:.3g}; {vals}")
+        elif kind == "status":
+            self.message.note(ev[1])
+        elif kind == "result":
+            _, res, before, after, cal_geo, misfit = ev
+            self.result, self.calibrated_geometry, self.misfit = res, cal_geo, misfit
+            self._fill_table(res)
+            self._add_volumes(before, after, cal_geo)
+            self.apply_button.setEnabled(True)
+            self.message.note(f"{res.stopped}: the reconstruction's reprojection misfit falls from "
+                              f"{misfit['before']:.3g} (nominal geometry) to {misfit['after']:.3g} (calibrated)"
+                              + ("; " + res.notes[0] if res.notes else ""))
+            self.finished.emit(res)
+
+    def _done(self) -> None:
+        self.run_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+
+    def _fill_table(self, res) -> None:
+        self.table.setRowCount(0)
+        for p in res.parameters:
+            r = self.table.rowCount()
+            self.table.insertRow(r)
+            cells = (f"{p.name}{' (rms)' if p.per_view else ''} [{p.unit}]",
+                     "-" if p.value is None else f"{p.value:.4g}",
+                     "-" if p.uncertainty is None else f"{p.uncertainty:.2g}",
+                     "-" if p.identifiability is None else f"{p.identifiability:.2f}", p.status)
+            for c, text in enumerate(cells):
+                self.table.setItem(r, c, QTableWidgetItem(text))
+
+    def _add_volumes(self, before, after, cal_geo) -> None:
+        from napari.layers import Layer
+
+        name = self._target.name
+        for key, vol in (("before", before), ("after", after)):
+            data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{name} {key} calibration",
+                                       extra={"recon": {"algorithm": "cgls", "n_iter": RECON_ITERATIONS,
+                                                        "calibration": key}})
+            old = self.layers.get(key)
+            if old is not None and old in self.viewer.layers:
+                self.viewer.layers.remove(old)
+            self.layers[key] = self.viewer.add_layer(Layer.create(data, kw, "image"))
+        self.comparison.compare(layers=self.checked_results())
+
+    @report_errors
+    def apply(self, *_) -> None:
+        """Store the calibrated geometry in the sinogram layer (the other widgets then use it)."""
+        if self.result is None or self._target is None:
+            raise LayerError("run a calibration first")
+        meta = dict(self._target.metadata)
+        info = dict(meta.get(KEY, {}))
+        info["geometry"] = self.calibrated_geometry.to_dict()
+        info["calibration"] = {p.name: p.value for p in self.result.parameters}
+        meta[KEY] = info
+        self._target.metadata = meta
+        self.message.note(f"'{self._target.name}' now carries the calibrated geometry")
