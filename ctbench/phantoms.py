@@ -1,4 +1,5 @@
-"""Analytic ellipsoid phantoms: the 3D Shepp-Logan head, voxelised and as exact line integrals.
+"""Analytic ellipsoid phantoms: the 3D Shepp-Logan head and a chiral phantom, voxelised and as exact line
+integrals.
 
 A phantom is a list of :class:`Ellipsoid` objects whose values add up.  Each
 ellipsoid lives in *normalised* coordinates (the Shepp-Logan head fits in
@@ -37,6 +38,9 @@ __all__ = [
     "ellipsoid_line_integrals",
     "ellipsoid_projections",
     "shepp_logan_line_integrals",
+    "chiral_ellipsoids",
+    "chiral_phantom",
+    "chiral_line_integrals",
 ]
 
 _IDENTITY = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
@@ -627,3 +631,53 @@ def shepp_logan_line_integrals(trajectory, detector_shape, detector_spacing=1.0,
     """
     return ellipsoid_projections(shepp_logan_ellipsoids(modified), trajectory, detector_shape, detector_spacing,
                                  scale=scale, dtype=dtype)
+
+
+# ---------------------------------------------------------------- chiral phantom
+# An "F" (no mirror line in any axial slice), a helix of balls that climbs anticlockwise seen from +z (a
+# handedness in 3D), and one tilted ellipsoid, in a soft body.  A reconstruction that comes out mirrored in
+# x, in y or in z correlates worse with this phantom than with the mirror image.  Normalised units, like the
+# Shepp-Logan head: everything stays inside the ball of radius 0.85.
+#        A      a      b      c       x0      y0      z0
+_CHIRAL_BODY = (0.2, (0.80, 0.80, 0.58), (0.0, 0.0, 0.0))
+_CHIRAL_F = (
+    (0.8, (0.09, 0.46, 0.62), (-0.22, -0.02, 0.0)),    # stem
+    (0.8, (0.26, 0.08, 0.62), (0.05, 0.36, 0.0)),      # top arm (long)
+    (0.8, (0.15, 0.07, 0.62), (-0.04, 0.02, 0.0)),     # middle arm (short)
+)
+_CHIRAL_HELIX = 5          # balls, at 72 degrees steps, radius 0.1, on a circle of radius 0.56
+
+
+def chiral_ellipsoids() -> list[Ellipsoid]:
+    """The ellipsoids of ctbench's chiral test phantom in normalised coordinates (see :func:`chiral_phantom`)."""
+    A, axes, centre = _CHIRAL_BODY
+    out = [Ellipsoid(A, axes, centre)]
+    out += [Ellipsoid(a, ax, c) for a, ax, c in _CHIRAL_F]
+    for k in range(_CHIRAL_HELIX):
+        t = math.radians(200.0 + 72.0 * k)       # anticlockwise seen from +z as z rises
+        z = -0.42 + 0.21 * k
+        out.append(Ellipsoid.sphere(0.1, (0.56 * math.cos(t), 0.56 * math.sin(t), z), intensity=0.6))
+    out.append(Ellipsoid.from_euler(-0.15, (0.16, 0.07, 0.22), (0.38, -0.40, -0.18), phi=35.0, theta=40.0))
+    return out
+
+
+def chiral_phantom(shape, voxel_spacing=1.0, *, scale=None, supersample: int = 1,
+                   dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """A phantom without mirror symmetry, for orientation tests: shape ``(D, H, W)`` or ``(H, W)``.
+
+    Every axial slice with any content holds the letter "F" (which is a little taller than the body) (upright with
+    +y up and +x to the right, the arms pointing to +x), so no slice equals
+    its mirror image; five balls climb anticlockwise (seen from +z) as z
+    grows, so the volume is not its own mirror in z either; a tilted
+    ellipsoid sits in the (+x, -y) quadrant.  Same ``scale`` rule as
+    :func:`shepp_logan_3d`; exact line integrals: :func:`chiral_line_integrals`.
+    """
+    return ellipsoids_volume(chiral_ellipsoids(), shape, voxel_spacing, scale, supersample, dtype=dtype,
+                             device=device)
+
+
+def chiral_line_integrals(trajectory, detector_shape, detector_spacing=1.0, *, scale: float,
+                          dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Exact line integrals of :func:`chiral_phantom` (same arguments as :func:`shepp_logan_line_integrals`)."""
+    return ellipsoid_projections(chiral_ellipsoids(), trajectory, detector_shape, detector_spacing, scale=scale,
+                                 dtype=dtype)

@@ -14,14 +14,17 @@ A config (JSON; every section but ``input`` optional)::
                     "ring_filter": 0, "min_transmission": 1e-4,
                     "zingers": null, "rings": null, "phase": null, "beam_hardening": null},
      "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
-                    "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": 0,
+                    "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": null,
                     "volume_shape": null, "voxel_size_mm": null},
      "algorithm":  {"name": "fbp", "params": {}},
      "output":     {"path": "recon.tif", "format": "auto", "overwrite": false, "force": false}}
 
 ``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
 (the volume grid covers the field of view at the detector's resolution
-scaled to the isocentre).  ``detector_offset_u_mm`` is "auto" (centre
+scaled to the isocentre).  The orientation keys (``image_seen_from``,
+``image_columns``, ``image_rows``, ``rotation_direction``), ``beam``,
+``detector_roll_deg`` and ``detector_offset_v_mm`` (null = the file's)
+are described in docs/SCANS.md.  ``detector_offset_u_mm`` is "auto" (centre
 finder, on the preprocessed data) or the offset of the *uncropped*
 detector in mm; crops and binning are accounted for.
 
@@ -91,17 +94,24 @@ class PreprocessConfig(CorrectionKeys):      # + zingers, rings, phase, beam_har
 
 
 class GeometryConfig(_Model):
+    beam: Optional[Literal["cone", "parallel"]] = None     # null: what the file says (cone if it says nothing)
     sid_mm: Optional[float] = Field(None, gt=0)
     sdd_mm: Optional[float] = Field(None, gt=0)
     pixel_size_mm: Optional[tuple[float, float]] = None
     angle_range_deg: float = Field(360.0, gt=0)
     start_angle_deg: float = 0.0
     detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
-    detector_offset_v_mm: float = 0.0
+    detector_offset_v_mm: Optional[float] = None    # null: what the file says (Bruker's optical axis), else 0
     volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
     # a calibrated trajectory JSON (ctbench calibrate) used in place of the circular orbit built here
     trajectory: Optional[str] = None
+    # Orientation (ctbench/io/orientation.py); null = what the file says ("auto" where it says nothing).
+    image_seen_from: Optional[Literal["source", "detector", "auto"]] = None
+    image_columns: Optional[Literal["right", "left"]] = None
+    image_rows: Optional[Literal["down", "up"]] = None
+    rotation_direction: Optional[Literal["ccw", "cw", "auto"]] = None
+    detector_roll_deg: float = Field(0.0, ge=-45.0, le=45.0, description="in-plane rotation of the detector")
 
 
 class AlgorithmConfig(_Model):
@@ -256,7 +266,14 @@ def scan_angles(prep: Prepared, geo: GeometryConfig, n_views_file: int) -> np.nd
     return all_angles if prep.views is None else all_angles[prep.views]
 
 
-def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float, float]:
+def beam_of(scan: RawScan, geo: GeometryConfig) -> str:
+    return geo.beam or ("parallel" if scan.scanner.get("beam") == "parallel" else "cone")
+
+
+def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float | None, float | None]:
+    """SID and SDD in mm; (None, None) for a parallel beam."""
+    if beam_of(scan, geo) == "parallel":
+        return None, None
     sid = geo.sid_mm or scan.scanner.get("source_object_distance_mm") or scan.scanner.get("source_sample_distance_mm")
     sdd = geo.sdd_mm or scan.scanner.get("source_detector_distance_mm")
     if sdd is None and sid and scan.scanner.get("sample_detector_distance_mm"):
@@ -270,19 +287,29 @@ def distances(scan: RawScan, geo: GeometryConfig) -> tuple[float, float]:
 
 def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, angles: np.ndarray,
                    offset_u_mm: float):
-    """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam)."""
+    """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam, or parallel
+    beam when ``sid`` is None)."""
     import torch
 
     from ..geometry import circular_trajectory_3d
     from ..workbench.design import ScanGeometry
 
+    from ..geometry import circular_trajectory_3d_parallel
+
     n, rows, cols = prep.images.shape
     du, dv = prep.pitch
-    mag = sdd / sid
+    mag = 1.0 if sid is None else sdd / sid
     vox = geo.voxel_size_mm or du / mag
     shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
-    traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=torch.as_tensor(angles, dtype=torch.float32),
-                                  detector_offset=(float(offset_u_mm), float(geo.detector_offset_v_mm + prep.shift_v)))
+    offset = (float(offset_u_mm), float((geo.detector_offset_v_mm or 0.0) + prep.shift_v))
+    ang = torch.as_tensor(angles, dtype=torch.float32)
+    if sid is None:       # parallel beam (synchrotron scans)
+        traj = circular_trajectory_3d_parallel(angles=ang, detector_offset=offset)
+    else:
+        traj = circular_trajectory_3d(sid=sid, sdd=sdd, angles=ang, detector_offset=offset)
+    if geo.detector_roll_deg:
+        from .orientation import roll_detector
+        traj = roll_detector(traj, geo.detector_roll_deg)
     if geo.trajectory is not None:
         traj = _calibrated(geo.trajectory, traj)
     return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
@@ -297,6 +324,37 @@ def _calibrated(path: str, built):
         raise ValueError(f"geometry.trajectory {path} has {traj.n_views} {traj.beam}-beam views; the preprocessed "
                          f"scan has {built.n_views} {built.beam}-beam views (calibrate with the same preprocessing)")
     return traj.to(dtype=built.dtype)
+
+
+def scan_orientation(scan: RawScan, geo: GeometryConfig):
+    """The scan's orientation with the config's fields (null = the file's) applied."""
+    return scan.orientation.replace(seen_from=geo.image_seen_from, columns=geo.image_columns, rows=geo.image_rows,
+                                    rotation=geo.rotation_direction)
+
+
+def orient(prep: Prepared, scan: RawScan, geo: GeometryConfig, sid: float, sdd: float):
+    """Prepared data in ctbench's frame, the angles of its views, and the :class:`~ctbench.io.handedness.Resolved`
+    orientation (chosen from the data where "auto"; centre searched when the offset is "auto")."""
+    from dataclasses import replace
+
+    from .handedness import ctbench_angles, resolve_orientation
+
+    o = scan_orientation(scan, geo)
+    images, shift_v = prep.images, prep.shift_v
+    if o.flip_rows:
+        images, shift_v = np.ascontiguousarray(images[:, ::-1, :]), -shift_v
+    angles = scan_angles(prep, geo, scan.n_views)
+    res = resolve_orientation(images, angles, o, scan.orientation.rotation, pitch=prep.pitch[0],
+                              pitch_v=prep.pitch[1], sid=sid, sdd=sdd,
+                              offset_v_mm=(geo.detector_offset_v_mm or 0.0) + shift_v,
+                              search_centre=geo.detector_offset_u_mm == "auto")
+    shift_u = prep.shift_u
+    if res.orientation.flip_columns:
+        images, shift_u = np.ascontiguousarray(images[:, :, ::-1]), -shift_u
+    out = replace(prep, images=images, shift_u=shift_u, shift_v=shift_v,
+                  angles=None if prep.angles is None else ctbench_angles(prep.angles, scan.orientation.rotation,
+                                                                         res.orientation.rotation))
+    return out, ctbench_angles(angles, scan.orientation.rotation, res.orientation.rotation), res
 
 
 def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: float = 0.0, *, cross_check=True):
@@ -336,10 +394,29 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
     if "zingers" in prep.correction:
         say(f"zingers: replaced {prep.correction['zingers']['n_replaced']} outlier values")
     sid, sdd = distances(scan, cfg.geometry)
-    angles = scan_angles(prep, cfg.geometry, scan.n_views)
-    centre = None
+    if cfg.geometry.detector_offset_v_mm is None:
+        cfg = cfg.model_copy(deep=True)
+        cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
+    prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
+    for note in resolved.notes:
+        say(note)
+    centre = resolved.centre
+    roll_how = None
+    if cfg.geometry.detector_roll_deg:
+        if request.algorithm in ("fbp", "fdk"):      # FBP/FDK filters rows: resample onto an unrolled detector instead
+            from dataclasses import replace
+
+            from .orientation import unroll_images
+            prep = replace(prep, images=unroll_images(prep.images, cfg.geometry.detector_roll_deg, prep.pitch))
+            if cfg.geometry.detector_offset_u_mm == "auto":
+                centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
+            cfg = cfg.model_copy(deep=True)
+            roll_how = f"images resampled onto an unrolled detector ({cfg.geometry.detector_roll_deg} deg)"
+            cfg.geometry.detector_roll_deg = 0.0
+        else:
+            roll_how = f"detector turned in the trajectory ({cfg.geometry.detector_roll_deg} deg)"
+        say(f"detector roll: {roll_how}")
     if cfg.geometry.detector_offset_u_mm == "auto":
-        centre = find_offset(prep, angles, sid, sdd, cfg.geometry.detector_offset_v_mm)
         offset_u = centre.offset_mm
         say(centre.text())
     else:
@@ -354,6 +431,7 @@ def run_recon(cfg: ReconConfig, *, log=None) -> dict:
               "detector_offset_mm": [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v],
               "geometry": {"sid_mm": sid, "sdd_mm": sdd, "volume_shape": list(geometry.volume_shape),
                            "voxel_spacing": list(geometry.voxel_spacing), "trajectory": cfg.geometry.trajectory},
+              "orientation": resolved.to_dict(), "warnings": list(resolved.warnings), "detector_roll": roll_how,
               "algorithm": finished.metadata(), "output": None}
     if cfg.output is not None:
         from .export import export_volume
@@ -399,6 +477,8 @@ def _cli(args) -> int:
         # line, never a traceback (docs/SCANS.md).
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
+    for w in report.get("warnings", []):
+        print(f"ctbench recon: warning: {w}", file=sys.stderr)
     for k in ("volume", "geometry_object"):
         report.pop(k)
     print(json.dumps(report))

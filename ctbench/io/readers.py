@@ -3,8 +3,9 @@
 Formats: a lab-scanner folder (TIFF projections, flats and darks plus a JSON
 of the scanner's parameters, see :mod:`ctbench.io.scanner`), a folder of
 TIFF files or one multi-page TIFF, an HDF5/NeXus NXtomo file, a raw binary
-file (shape, dtype, byte order and header given), and the ctbench zarr
-dataset (already line integrals, with its geometry).
+file (shape, dtype, byte order and header given), the ctbench zarr
+dataset (already line integrals, with its geometry), and the vendors'
+formats (:mod:`ctbench.io.dxchange`, ...).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .scan import RawScan, sinogram_to_images
 from .scanner import find_scanner_json, read_scanner_folder
 from .tiff import TIFF_SUFFIXES, read_tiff
 
-FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr")
+FORMATS = ("auto", "scanner", "tiff", "nexus", "raw", "zarr", "dxchange", "nikon", "bruker", "zeiss")
 
 
 def detect_format(path) -> str:
@@ -35,12 +36,28 @@ def detect_format(path) -> str:
             return "zarr"
         if find_scanner_json(path) is not None:
             return "scanner"
+        from .nikon import find_xtekct
+
+        if find_xtekct(path) is not None:
+            return "nikon"
+        from .bruker import find_skyscan_log
+
+        if find_skyscan_log(path) is not None:
+            return "bruker"
         return "tiff"
     suffix = path.suffix.lower()
     if suffix in TIFF_SUFFIXES:
         return "tiff"
     if suffix in NEXUS_SUFFIXES:
-        return "nexus"
+        from .dxchange import is_dxchange
+
+        return "dxchange" if is_dxchange(path) else "nexus"
+    if suffix == ".xtekct":
+        return "nikon"
+    if suffix == ".log":
+        return "bruker"
+    if suffix in (".txrm", ".txm"):
+        return "zeiss"
     if suffix in (".raw", ".bin", ".dat", ".img"):
         return "raw"
     raise ScanFileError(path, f"has an unknown format (suffix {suffix!r}); give format= one of {FORMATS[1:]}")
@@ -66,8 +83,10 @@ def read_ctbench_dataset(path) -> RawScan:
     pixel = None
     if ds.geometry is not None:
         pixel = tuple(ds.geometry.detector_spacing)
+    from .orientation import CTBENCH   # written by ctbench: its own frame
+
     return RawScan(images, values="line_integrals", pixel_size=pixel, scanner=scanner, source=str(path),
-                   format="zarr")
+                   format="zarr", orientation=CTBENCH)
 
 
 def _read_images(path, format: str, raw: dict | None):
@@ -100,6 +119,22 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
         scan = read_scanner_folder(path)
     elif fmt == "nexus":
         scan = read_nexus(path)
+    elif fmt == "nikon":
+        from .nikon import read_nikon
+
+        scan = read_nikon(path)
+    elif fmt == "zeiss":
+        from .zeiss import read_zeiss
+
+        scan = read_zeiss(path)
+    elif fmt == "bruker":
+        from .bruker import read_bruker
+
+        scan = read_bruker(path)
+    elif fmt == "dxchange":
+        from .dxchange import read_dxchange
+
+        scan = read_dxchange(path)
     elif fmt == "zarr":
         scan = read_ctbench_dataset(path)
     else:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .orientation import Orientation
 from .scan import sinogram_to_images
 from .scanner import SCANNER_JSON, scanner_json
 
@@ -39,6 +40,7 @@ class LabScanSpec:
     sid: float = 200.0
     sdd: float = 400.0
     offset_px: float = SAMPLE_OFFSET_PX
+    offset_v_px: float = 0.0        # vertical detector offset (rows), as the u offset not in scan.json
     volume: int = 64                # phantom grid (voxels per axis) for the truth
     voxel: float = 1.0
     attenuation: float = 0.03       # per mm, of a unit value of the Shepp-Logan table
@@ -48,10 +50,27 @@ class LabScanSpec:
     n_flats: int = 8
     n_darks: int = 8
     seed: int = 13
+    phantom_name: str = "shepp-logan"   # or "chiral" (ctbench.phantoms.chiral_phantom)
+    rotation: str = "ccw"           # how the scanner turned (docs/SCANS.md, "Orientation")
+    seen_from: str = "detector"     # how it writes images: "detector" (ctbench's) or "source" (camera)
+    beam: str = "cone"              # or "parallel" (sid/sdd unused): a beamline scan
+
+    def __post_init__(self) -> None:
+        if self.phantom_name not in ("shepp-logan", "chiral"):
+            raise ValueError(f"phantom_name must be 'shepp-logan' or 'chiral', got {self.phantom_name!r}")
+        Orientation(seen_from=self.seen_from, rotation=self.rotation)      # validates both
+        if self.beam not in ("cone", "parallel"):
+            raise ValueError(f"beam must be 'cone' or 'parallel', got {self.beam!r}")
+
+    @property
+    def orientation(self) -> Orientation:
+        return Orientation(self.seen_from, "right", "down", self.rotation)
 
     @property
     def angles(self) -> np.ndarray:
-        return 2 * np.pi * np.arange(self.n_views) / self.n_views
+        """ctbench angles of the views (decreasing for a clockwise scan)."""
+        a = 2 * np.pi * np.arange(self.n_views) / self.n_views
+        return a if self.rotation == "ccw" else -a
 
     def phantom_scale(self) -> float:
         from ..phantoms import default_scale
@@ -60,28 +79,51 @@ class LabScanSpec:
     def trajectory(self, offset_px: float | None = None):
         import torch
 
-        from ..geometry import circular_trajectory_3d
+        from ..geometry import circular_trajectory_3d, circular_trajectory_3d_parallel
         o = self.offset_px if offset_px is None else offset_px
+        if self.beam == "parallel":
+            return circular_trajectory_3d_parallel(angles=torch.from_numpy(self.angles),
+                                                   detector_offset=(o * self.pitch, self.offset_v_px * self.pitch),
+                                                   dtype=torch.float64)
         return circular_trajectory_3d(sid=self.sid, sdd=self.sdd, angles=torch.from_numpy(self.angles),
-                                      detector_offset=(o * self.pitch, 0.0), dtype=torch.float64)
+                                      detector_offset=(o * self.pitch, self.offset_v_px * self.pitch),
+                                      dtype=torch.float64)
 
     def phantom(self) -> np.ndarray:
         """The true attenuation (per mm) on the ``volume``^3 grid."""
-        from ..phantoms import shepp_logan_3d
-        n = self.volume
-        return (shepp_logan_3d((n, n, n), self.voxel, modified=True, scale=self.phantom_scale())
-                * self.attenuation).numpy()
+        return self.truth()
+
+    def truth(self, shape=None, voxel=None) -> np.ndarray:
+        """The true attenuation (per mm) on the ``volume``^3 grid, or on ``shape`` with ``voxel`` (mm)."""
+        from ..phantoms import chiral_phantom, shepp_logan_3d
+        shape = (self.volume,) * 3 if shape is None else tuple(shape)
+        voxel = self.voxel if voxel is None else voxel
+        if self.phantom_name == "chiral":
+            vol = chiral_phantom(shape, voxel, scale=self.phantom_scale())
+        else:
+            vol = shepp_logan_3d(shape, voxel, modified=True, scale=self.phantom_scale())
+        return (vol * self.attenuation).numpy()
+
+    def line_integrals(self, trajectory=None):
+        """Exact ``(view, U, V)`` line integrals (per mm x mm) of the phantom for the scan (or ``trajectory``)."""
+        from ..phantoms import chiral_line_integrals, shepp_logan_line_integrals
+        traj = self.trajectory() if trajectory is None else trajectory
+        det = (self.detector_u, self.detector_v)
+        if self.phantom_name == "chiral":
+            sino = chiral_line_integrals(traj, det, self.pitch, scale=self.phantom_scale())
+        else:
+            sino = shepp_logan_line_integrals(traj, det, self.pitch, modified=True, scale=self.phantom_scale())
+        return sino.numpy() * self.attenuation
 
 
 def simulate_counts(spec: LabScanSpec = LabScanSpec()):
     """(projections, flats, darks) as uint16 ``(n, rows, cols)`` stacks and the exact line integrals."""
-    from ..phantoms import shepp_logan_line_integrals
-
     rng = np.random.default_rng(spec.seed)
     U, V = spec.detector_u, spec.detector_v
-    sino = shepp_logan_line_integrals(spec.trajectory(), (U, V), spec.pitch, modified=True,
-                                      scale=spec.phantom_scale()).numpy() * spec.attenuation
-    line = sinogram_to_images(sino)                                        # (n, rows, cols)
+    sino = spec.line_integrals()
+    line = sinogram_to_images(sino)                                        # (n, rows, cols), ctbench's images
+    if spec.seen_from == "source":
+        line = line[:, :, ::-1]                                            # seen from the source, +u is left
     r, c = np.mgrid[:V, :U]
     rr = ((r - (V - 1) / 2) / V) ** 2 + ((c - (U - 1) / 2) / U) ** 2
     beam = spec.i0 * (1 - 0.3 * rr) * rng.normal(1.0, 0.02, (V, U))          # fall-off x fixed gain pattern
@@ -99,8 +141,12 @@ def simulate_counts(spec: LabScanSpec = LabScanSpec()):
     return proj, flats, darks, sino
 
 
-def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool = False) -> Path:
-    """Simulate the scan and write it as a lab-scanner folder (written aside, then renamed into place)."""
+def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool = False,
+                   state_orientation: bool = True) -> Path:
+    """Simulate the scan and write it as a lab-scanner folder (written aside, then renamed into place).
+
+    ``state_orientation=False`` leaves the image orientation and rotation direction out of ``scan.json``.
+    """
     import tifffile
 
     folder = Path(folder)
@@ -116,6 +162,7 @@ def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool
             tifffile.imwrite(tmp / sub / f"{stem}_{i:0{width}d}.tif", img, compression="zlib")
     doc = scanner_json(sid=spec.sid, sdd=spec.sdd, pixel_size=(spec.pitch, spec.pitch), n_projections=spec.n_views,
                        scanner="ctbench simulated lab micro-CT",
+                       orientation=spec.orientation if state_orientation else None,
                        acquisition={"tube_voltage_kv": 90, "exposure_ms": 500, "n_flats": spec.n_flats,
                                     "n_darks": spec.n_darks})
     (tmp / SCANNER_JSON).write_text(json.dumps(doc, indent=2))

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .orientation import Orientation
+
 
 @dataclass
 class RawScan:
@@ -30,6 +32,8 @@ class RawScan:
     ``pixel_size``: detector pitch ``(du, dv)`` in mm (column, row), or None.
     ``values``: "counts" (raw intensities), "transmission" or "line_integrals".
     ``scanner``: other parameters the file carries (SID/SDD in mm when known), JSON-able.
+    ``orientation``: how the images and angles map onto ctbench's frame (:mod:`ctbench.io.orientation`);
+    "auto" where the file does not say.  ``angles`` follow ``orientation.rotation`` (as "ccw" when "auto").
     """
 
     projections: Any
@@ -41,8 +45,12 @@ class RawScan:
     scanner: dict = field(default_factory=dict)
     source: str = ""
     format: str = ""
+    orientation: Orientation = field(default_factory=Orientation)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.orientation, Orientation):
+            raise ValueError(f"{self.source or 'scan'}: orientation must be an Orientation, "
+                             f"got {type(self.orientation).__name__}")
         shape = tuple(self.projections.shape)
         if len(shape) != 3:
             raise ValueError(f"{self.source or 'scan'}: projections must be a (view, row, column) stack, "
@@ -93,6 +101,7 @@ class RawScan:
                 "n_darks": 0 if self.darks is None else int(self.darks.shape[0]),
                 "angles_deg": None if self.angles is None else np.degrees(self.angles).round(6).tolist(),
                 "pixel_size": None if self.pixel_size is None else list(self.pixel_size),
+                "orientation": self.orientation.to_dict(),
                 "scanner": dict(self.scanner)}
 
 

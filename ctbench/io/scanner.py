@@ -7,7 +7,8 @@ vendor; ctbench reads this documented layout, docs/SCANS.md)::
       scan.json          {"geometry": {"source_object_distance_mm": 200.0,
                                        "source_detector_distance_mm": 400.0,
                                        "detector_pixel_size_mm": [1.0, 1.0],
-                                       "rotation_start_deg": 0.0, "rotation_range_deg": 360.0},
+                                       "rotation_start_deg": 0.0, "rotation_range_deg": 360.0,
+                                       "rotation_direction": "ccw", "image_seen_from": "source"},
                           "acquisition": {"n_projections": 120, ...},
                           "files": {"projections": "projections/*.tif",
                                     "flats": "flats/*.tif", "darks": "darks/*.tif"}}
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ScanFileError, check_input, read_json_any, read_json_object
+from .orientation import CTBENCH, FILE_KEYS, Orientation
 from .scan import RawScan
 from .tiff import read_tiff_folder
 
@@ -113,10 +115,12 @@ def read_scanner_folder(folder) -> RawScan:
             raise ScanFileError(jpath, f"geometry.detector_pixel_size_mm must hold numbers, got {pitch!r}")
     start = _number(geo, "rotation_start_deg", jpath, positive=False, default=0.0)
     rng = _number(geo, "rotation_range_deg", jpath, default=360.0)
-    direction = geo.get("rotation_direction", "ccw")
-    if direction not in ("ccw", "cw"):
-        raise ScanFileError(jpath, f"geometry.rotation_direction must be 'ccw' or 'cw', got {direction!r}")
-    sign = 1.0 if direction == "ccw" else -1.0
+    try:   # orientation fields: what the file does not state stays "auto" (docs/SCANS.md, "Orientation")
+        orientation = Orientation.from_dict({k: geo.get(k) for k in FILE_KEYS.values()}, "geometry")
+    except ValueError as e:
+        raise ScanFileError(jpath, str(e)) from None
+    direction = orientation.rotation
+    sign = -1.0 if direction == "cw" else 1.0       # "auto": as ccw until the pipeline decides
     angles = np.radians(start + sign * rng * np.arange(n) / n)
     scanner = {"source_object_distance_mm": _number(geo, "source_object_distance_mm", jpath),
                "source_detector_distance_mm": _number(geo, "source_detector_distance_mm", jpath),
@@ -127,18 +131,23 @@ def read_scanner_folder(folder) -> RawScan:
                                    "source_object_distance_mm")
     try:
         return RawScan(proj, stack("flats"), stack("darks"), angles=angles, pixel_size=pitch, scanner=scanner,
-                       source=str(folder), format="scanner")
+                       source=str(folder), format="scanner", orientation=orientation)
     except ValueError as e:
         raise ScanFileError(jpath, str(e)) from None
 
 
 def scanner_json(*, sid: float, sdd: float, pixel_size, n_projections: int, rotation_range_deg: float = 360.0,
-                 rotation_start_deg: float = 0.0, acquisition: dict | None = None, scanner: str = "") -> dict:
-    """The JSON document of a lab-scanner folder with the standard file layout."""
+                 rotation_start_deg: float = 0.0, acquisition: dict | None = None, scanner: str = "",
+                 orientation: Orientation | None = CTBENCH) -> dict:
+    """The JSON document of a lab-scanner folder with the standard file layout.
+
+    ``orientation``: the fields to state (those "auto" are left out; None states none).
+    """
+    stated = {} if orientation is None else {k: v for k, v in orientation.to_dict().items() if v != "auto"}
     return {"scanner": scanner,
             "geometry": {"source_object_distance_mm": float(sid), "source_detector_distance_mm": float(sdd),
                          "detector_pixel_size_mm": [float(p) for p in pixel_size],
                          "rotation_start_deg": float(rotation_start_deg),
-                         "rotation_range_deg": float(rotation_range_deg), "rotation_direction": "ccw"},
+                         "rotation_range_deg": float(rotation_range_deg), **stated},
             "acquisition": {"n_projections": int(n_projections), **(acquisition or {})},
             "files": {"projections": "projections/*.tif", "flats": "flats/*.tif", "darks": "darks/*.tif"}}

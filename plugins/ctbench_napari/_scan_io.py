@@ -1,4 +1,5 @@
-"""Reader contribution for measured scans: TIFF stacks, NeXus NXtomo files, lab-scanner folders (no Qt).
+"""Reader contribution for measured scans: TIFF stacks, NeXus NXtomo and DXchange files, lab-scanner folders and
+the vendors' formats (Nikon, Zeiss, Bruker) (no Qt).
 
 A scan opens as one lazy image layer of raw projections ``(view, row, col)``
 (only the displayed view is read) with ``metadata["ctbench"]`` =
@@ -16,10 +17,13 @@ import numpy as np
 
 from ctbench import guarded_open
 from ctbench.io import ScanFileError, detect_format, read_scan
+from ctbench.io.bruker import find_skyscan_log
 from ctbench.io.nexus import NEXUS_SUFFIXES
 from ctbench.io.tiff import TIFF_SUFFIXES
 
 from ._layers import KEY, LayerData
+
+VENDOR_SUFFIXES = (".xtekct", ".txrm", ".log")     # Nikon, Zeiss, Bruker SkyScan (DXchange is .h5)
 
 
 def scan_layer(path, *, format: str = "auto", raw: dict | None = None, name: str | None = None) -> LayerData:
@@ -45,17 +49,19 @@ def get_scan_reader(path) -> Callable | None:
     if p.suffix.lower() == ".zarr":
         return None                       # ctbench datasets have their own reader
     if not p.is_dir():
-        if p.suffix.lower() not in TIFF_SUFFIXES + NEXUS_SUFFIXES:
+        if p.suffix.lower() not in TIFF_SUFFIXES + NEXUS_SUFFIXES + VENDOR_SUFFIXES:
             return None
         try:
             guarded_open.check_regular(p)  # a FIFO or device named scan.tif is declined, never opened
         except guarded_open.InputError:
             return None
+        if p.suffix.lower() == ".log" and find_skyscan_log(p) is None:
+            return None                   # a .log that is not a SkyScan scan
     try:
         fmt = detect_format(p)
     except ScanFileError:
         return None
-    if fmt not in ("tiff", "nexus", "scanner"):
+    if fmt not in ("tiff", "nexus", "scanner", "dxchange", "nikon", "bruker", "zeiss"):
         return None
 
     def reader(path_arg) -> list[LayerData]:

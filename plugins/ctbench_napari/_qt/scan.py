@@ -20,7 +20,7 @@ from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, Q
 
 from ctbench.io import FORMATS, export_volume
 from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
-                                 PreprocessConfig, RawOptions, ReconConfig, build_geometry, find_offset, prepare,
+                                 PreprocessConfig, RawOptions, ReconConfig, build_geometry, prepare,
                                  save_config)
 from ctbench.io.readers import read_scan
 from ctbench.io.scan import images_to_sinogram
@@ -137,6 +137,14 @@ class ScanImportWidget(QWidget):
         form.addRow("Detector offset u / v", _row(self.offset_u, self.offset_v))
         self.angle_range, self.start_angle = _spin(1, 3600, 360, 10, 2, "°"), _spin(-3600, 3600, 0, 10, 2, "°")
         form.addRow("Range / start (no angles in file)", _row(self.angle_range, self.start_angle))
+        # Orientation (docs/SCANS.md): "auto" is decided by Find centre from the data.
+        self.seen_from, self.rotation = QComboBox(), QComboBox()
+        self.seen_from.addItems(["auto", "source", "detector"])
+        self.rotation.addItems(["auto", "ccw", "cw"])
+        self.seen_from.setToolTip("source: the image as a camera at the source sees the detector (most scanners, "
+                                  "ASTRA); detector: as seen from behind the detector (ctbench's own images)")
+        self.rotation.setToolTip("how the source turns about the object seen from above as the views go on")
+        form.addRow("Image seen from / rotation", _row(self.seen_from, self.rotation))
         self.vol_d, self.vol_h, self.vol_w = (_ispin(0, 100000, 0, "auto") for _ in range(3))
         form.addRow("Volume D, H, W", _row(self.vol_d, self.vol_h, self.vol_w))
         self.voxel = _spin(0.0, 1e3, 0.0, 0.1, 4, "mm")
@@ -286,6 +294,11 @@ class ScanImportWidget(QWidget):
         if d.get("pixel_size"):
             self.pitch_u.setValue(d["pixel_size"][0])
             self.pitch_v.setValue(d["pixel_size"][1])
+        o = d.get("orientation") or {}
+        if o.get("image_seen_from"):
+            self.seen_from.setCurrentText(o["image_seen_from"])
+        if o.get("rotation_direction"):
+            self.rotation.setCurrentText(o["rotation_direction"])
 
     @report_errors
     def correct(self, *_):
@@ -341,21 +354,43 @@ class ScanImportWidget(QWidget):
         self.message.clear()
         layer = self._target()
         images = np.asarray(layer.data, dtype=np.float32)
-        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
-        args = (prep, self._angles(layer), self.sid.value(), self.sdd.value(), self.offset_v.value())
-        return self._start(find_offset, args, self._show_centre, "finding the centre…")
+        o, file_rot = self._orientation(layer)
+        args = (images, self._angles(layer), o, file_rot)
+        kw = dict(pitch=self.pitch_u.value(), pitch_v=self.pitch_v.value(), sid=self.sid.value(),
+                  sdd=self.sdd.value(), offset_v_mm=self.offset_v.value())
+        return self._start(lambda *a: _orient(*a, **kw), args, self._show_centre, "finding the centre…")
+
+    def _orientation(self, layer):
+        """The form's orientation (the file's columns/rows) and the rotation the layer's angles follow."""
+        from ctbench.io.orientation import Orientation
+
+        fo = info(layer).get("scan", {}).get("orientation") or {}
+        o = Orientation.from_dict({"image_seen_from": self.seen_from.currentText(),
+                                   "rotation_direction": self.rotation.currentText()},
+                                  defaults=Orientation.from_dict(fo))
+        return o, fo.get("rotation_direction", "auto")
 
     def _show_centre(self, res) -> None:
-        self.offset_u.setValue(res.offset_mm)
-        self.last_centre = res
-        self.message.note(res.text())
+        self.seen_from.setCurrentText(res.orientation.seen_from)
+        self.rotation.setCurrentText(res.orientation.rotation)
+        self.offset_u.setValue(res.centre.offset_mm)
+        self.last_centre = res.centre
+        self.last_orientation = res
+        text = res.centre.text()
+        if res.detected:
+            text += f"; orientation from the data: {res.orientation.text()} (its mirror reading fits as well)"
+        for w in res.warnings:
+            text += f"\nwarning: {w}"
+        self.message.note(text)
 
     def geometry_config(self) -> GeometryConfig:
         shape = (self.vol_d.value(), self.vol_h.value(), self.vol_w.value())
         return GeometryConfig(sid_mm=self.sid.value(), sdd_mm=self.sdd.value(),
                               angle_range_deg=self.angle_range.value(), start_angle_deg=self.start_angle.value(),
                               detector_offset_u_mm=self.offset_u.value(), detector_offset_v_mm=self.offset_v.value(),
-                              volume_shape=shape if all(shape) else None, voxel_size_mm=self.voxel.value() or None)
+                              volume_shape=shape if all(shape) else None, voxel_size_mm=self.voxel.value() or None,
+                              image_seen_from=self.seen_from.currentText(),
+                              rotation_direction=self.rotation.currentText())
 
     @report_errors
     def attach_geometry(self, *_):
@@ -364,9 +399,17 @@ class ScanImportWidget(QWidget):
         images = np.asarray(layer.data, dtype=np.float32)
         if self.sdd.value() < self.sid.value():
             raise ValueError(f"SDD ({self.sdd.value()} mm) must be at least SID ({self.sid.value()} mm)")
+        from ctbench.io.handedness import ctbench_angles
+        from ctbench.io.orientation import to_ctbench_images
+
+        o, file_rot = self._orientation(layer)
+        if not o.resolved:
+            raise ValueError("the image orientation or rotation is 'auto': press Find centre to decide it from "
+                             "the data, or choose it")
+        images = to_ctbench_images(images, o)
         prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
-        geo = build_geometry(prep, self.geometry_config(), self.sid.value(), self.sdd.value(), self._angles(layer),
-                             self.offset_u.value())
+        geo = build_geometry(prep, self.geometry_config(), self.sid.value(), self.sdd.value(),
+                             ctbench_angles(self._angles(layer), file_rot, o.rotation), self.offset_u.value())
         sino = np.ascontiguousarray(images_to_sinogram(images))
         data, kw, ltype = sinogram_layer(sino, geo, f"{layer.name} sinogram",
                                          extra={"source": info(layer).get("source"), "units": "line integral",
@@ -411,8 +454,11 @@ class ScanImportWidget(QWidget):
         pre = PreprocessConfig(**meta["preprocess"])
         geo = self.geometry_config()
         # The form's offset is for the corrected detector; a config names the offset of the whole detector.
-        geo.detector_offset_u_mm = self.offset_u.value() - meta["shift_mm"][0]
-        geo.detector_offset_v_mm = self.offset_v.value() - meta["shift_mm"][1]
+        o, _ = self._orientation(layer)      # a crop's shift reverses with the columns (rows) it is counted in
+        su = -meta["shift_mm"][0] if o.seen_from != "auto" and o.flip_columns else meta["shift_mm"][0]
+        sv = -meta["shift_mm"][1] if o.flip_rows else meta["shift_mm"][1]
+        geo.detector_offset_u_mm = self.offset_u.value() - su
+        geo.detector_offset_v_mm = self.offset_v.value() - sv
         geo.pixel_size_mm = tuple(p / pre.bin for p in meta["pitch"])
         vol = self.volume.layer()
         rec = info(vol).get("recon", {}) if vol is not None else {}
@@ -434,6 +480,15 @@ class ScanImportWidget(QWidget):
         out = save_config(self.recon_config(), path)
         self.message.note(f"saved {out}; run it with: ctbench recon {out}")
         return out
+
+
+def _orient(images, angles, orientation, file_rotation, **kw):
+    """Decide an "auto" orientation from the data and find the centre (runs in a worker thread)."""
+    from ctbench.io.handedness import resolve_orientation
+
+    if orientation.flip_rows:
+        images = images[:, ::-1, :]
+    return resolve_orientation(images, angles, orientation, file_rotation, **kw)
 
 
 def _prepare(src: dict, pre: PreprocessConfig, pitch) -> Prepared:

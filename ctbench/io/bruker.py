@@ -1,0 +1,144 @@
+"""Bruker SkyScan scans: a ``<prefix>.log`` parameter file beside TIFF projections ``<prefix>0000.tif`` ...; lazy.
+
+The ``.log`` file is INI-like text (``[System]``, ``[Acquisition]``,
+``[Reconstruction]``, ``key=value`` with spaces around values).  The keys used:
+
+- ``Filename Prefix``, ``Number of Files`` (a scan of ``range`` degrees in
+  steps of ``step`` has ``range / step + 1`` files: both end views),
+  ``Number of Rows`` / ``Columns``;
+- ``Object to Source (mm)`` (SID), ``Camera to Source (mm)`` (SDD);
+- ``Image Pixel Size (um)``: the pixel at the *object* (binning included),
+  so the detector pitch is it times SDD / SID; without it,
+  ``Camera Pixel Size (um)`` (``[System]``) times ``Camera binning`` (``2x2``);
+- ``Rotation Step (deg)``; angles ``step * i`` (negated for a ``"cw"`` scan: ctbench's angles);
+- ``Optical Axis (line)``: the detector row the central ray hits, giving the
+  vertical detector offset ``(line - (rows - 1) / 2) * dv`` (``scanner["detector_offset_v_mm"]``, used
+  when the recon config leaves ``detector_offset_v_mm`` null);
+- ``Rotation Direction`` (``CC`` / ``CW``, the stage turning the object seen
+  from above): the source turns the other way about the object, so ``CC`` is
+  ctbench's ``"cw"``; absent: ``"auto"``.
+
+The projections are flat-field corrected by the scanner (``Flat Field
+Correction=ON``), so their flat field is the full scale of their type (65535
+for 16-bit files) unless ``flats=`` gives one.  The images are taken to be
+in the camera convention (seen from the source, columns right, rows down);
+the pipeline checks that against the data.  Not read: per-view shifts of
+"Random Movement" scans and ``Postalignment``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ScanFileError
+from .orientation import Orientation
+from .scan import RawScan
+
+
+def find_skyscan_log(path) -> Path | None:
+    """``path`` if it is a SkyScan ``.log`` file, or the only one in folder ``path`` that is; else None."""
+    p = Path(path)
+    cands = [p] if p.is_file() else (sorted(p.glob("*.log")) if p.is_dir() else [])
+    found = []
+    for q in cands:
+        try:
+            head = q.read_text(errors="replace")[:4096]
+        except OSError:
+            continue
+        if q.suffix.lower() == ".log" and "[Acquisition]" in head and "Filename Prefix" in head:
+            found.append(q)
+    return found[0] if len(found) == 1 else None
+
+
+def read_skyscan_log(path) -> dict:
+    """``{"Section/Key": "value"}`` and ``{"Key": "value"}`` (keys as written, values stripped)."""
+    out: dict = {}
+    section = ""
+    for line in Path(path).read_text(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            out[f"{section}/{k.strip()}"] = v.strip()
+            out.setdefault(k.strip(), v.strip())
+    return out
+
+
+def _get(d: dict, key: str):
+    for k, v in d.items():            # SkyScan versions differ in capitals ("Number Of Files")
+        if k.lower() == key.lower():
+            return v
+    return None
+
+
+def _num(d: dict, key: str, path: Path, *, default=None, positive=True) -> float:
+    raw = _get(d, key)
+    if raw is None or not raw.strip():
+        if default is None:
+            raise ScanFileError(path, f"lacks '{key}'")
+        return float(default)
+    m = re.match(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", raw)
+    if m is None:
+        raise ScanFileError(path, f"'{key}' must be a number, got {raw!r}")
+    v = float(m.group(1))
+    if positive and not v > 0:
+        raise ScanFileError(path, f"'{key}' must be a positive number, got {raw!r}")
+    return v
+
+
+def read_bruker(path, *, flats=None) -> RawScan:
+    """A SkyScan ``.log`` (or its folder) -> :class:`RawScan` (counts, cone beam), lazy."""
+    import dask.array as da
+
+    from .tiff import read_tiff_folder
+
+    log = find_skyscan_log(path)
+    if log is None:
+        raise ScanFileError(path, "is not a SkyScan .log file (with [Acquisition] and 'Filename Prefix') or a "
+                                  "folder with exactly one")
+    d = read_skyscan_log(log)
+    prefix = (_get(d, "Filename Prefix") or "").strip()
+    if not prefix:
+        raise ScanFileError(log, "lacks 'Filename Prefix'")
+    n = int(_num(d, "Number of Files", log))
+    rows, cols = int(_num(d, "Number of Rows", log)), int(_num(d, "Number of Columns", log))
+    sid, sdd = _num(d, "Object to Source (mm)", log), _num(d, "Camera to Source (mm)", log)
+    if sdd < sid:
+        raise ScanFileError(log, f"'Camera to Source (mm)' ({sdd}) is smaller than 'Object to Source (mm)' ({sid})")
+    img_um = _get(d, "Image Pixel Size (um)")
+    if img_um is not None:
+        pitch_mm = _num(d, "Image Pixel Size (um)", log) * 1e-3 * sdd / sid
+    else:
+        b = re.match(r"\s*(\d+)", _get(d, "Camera binning") or "1")
+        pitch_mm = _num(d, "Camera Pixel Size (um)", log) * 1e-3 * (int(b.group(1)) if b else 1)
+    step = _num(d, "Rotation Step (deg)", log)
+    direction = (_get(d, "Rotation Direction") or "").strip().upper()
+    rotation = {"CC": "cw", "CCW": "cw", "CW": "ccw"}.get(direction, "auto")
+    files = [q for q in log.parent.iterdir() if re.fullmatch(rf"{re.escape(prefix)}\d+\.tiff?", q.name, re.I)]
+    if len(files) != n:
+        raise ScanFileError(log, f"announces {n} files but {log.parent} holds {len(files)} {prefix}NNNN.tif files")
+    proj = read_tiff_folder(log.parent, f"{prefix}[0-9]*.tif*")
+    if tuple(proj.shape[1:]) != (rows, cols):
+        raise ScanFileError(log, f"announces {cols} x {rows} pixels but the projections are "
+                                 f"{proj.shape[2]} x {proj.shape[1]}")
+    if flats is None:
+        full = float(np.iinfo(proj.dtype).max) if np.issubdtype(proj.dtype, np.integer) else 1.0
+        flats = da.full((1, rows, cols), full, dtype=np.float32)
+    scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Bruker SkyScan",
+               "log": str(log), "rotation_step_deg": step}
+    axis = _get(d, "Optical Axis (line)")
+    if axis is not None:
+        scanner["detector_offset_v_mm"] = (_num(d, "Optical Axis (line)", log, positive=False)
+                                           - (rows - 1) / 2) * pitch_mm
+    try:
+        # RawScan angles are ctbench's for the stated rotation: decreasing for "cw".
+        sign = -1.0 if rotation == "cw" else 1.0
+        return RawScan(proj, flats, None, angles=np.radians(sign * step * np.arange(n)), pixel_size=(pitch_mm, pitch_mm),
+                       scanner=scanner, source=str(log), format="bruker",
+                       orientation=Orientation("source", "right", "down", rotation))
+    except ValueError as e:
+        raise ScanFileError(log, str(e)) from None

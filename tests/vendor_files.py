@@ -1,0 +1,231 @@
+"""Vendor files written the way the scanners and beamlines write them (for the reader tests).
+
+Each writer follows the vendor's layout as the vendor's documentation and the
+open readers (dxchange, CIL's cil.io, TIGRE's dataloaders) describe it; the
+readers under test are in ctbench/io/.  Written independently of the readers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ctbench.io.orientation import Orientation
+
+_RESOLUTION = "measurement/instrument/detection_system/objective/resolution"
+_MAGNIFICATION = "measurement/instrument/detection_system/objective/magnification"
+_DETECTOR = "measurement/instrument/detector"
+
+
+def write_dxchange(path, projections, flats, darks, theta_deg, *, resolution_um: float | None = None,
+                   pixel_size_um: float | None = None, magnification: float = 1.0, binning: int = 1,
+                   orientation: Orientation | None = None) -> Path:
+    """Write a DXchange file the way the beamline software lays it out (for tests and examples).
+
+    Either ``resolution_um`` (effective pixel) or ``pixel_size_um`` (sensor,
+    with ``magnification`` and ``binning``).  ``orientation``: ctbench's
+    attributes on ``/exchange`` (None writes none, as beamlines do).
+    """
+    import h5py
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with h5py.File(tmp, "w") as f:
+        ex = f.create_group("exchange")
+        ex.create_dataset("data", data=np.asarray(projections), chunks=(1, *np.shape(projections)[1:]))
+        ex["data"].attrs["units"] = "counts"
+        ex.create_dataset("data_white", data=np.asarray(flats))
+        ex.create_dataset("data_dark", data=np.asarray(darks))
+        ex.create_dataset("theta", data=np.asarray(theta_deg, dtype=np.float64))
+        ex["theta"].attrs["units"] = "degrees"
+        if orientation is not None:
+            for k, v in orientation.to_dict().items():
+                ex.attrs[k] = v
+        det = f.create_group(_DETECTOR)
+        if resolution_um is not None:
+            f.create_dataset(_RESOLUTION, data=float(resolution_um))
+        if pixel_size_um is not None:
+            for axis in ("x", "y"):
+                det.create_dataset(f"pixel_size_{axis}", data=float(pixel_size_um))
+                det.create_dataset(f"binning_{axis}", data=int(binning))
+            f.create_dataset(_MAGNIFICATION, data=float(magnification))
+    tmp.replace(path)
+    return path
+
+
+def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white_level, ctdata_deg=None,
+                binning: int = 1, extra: dict | None = None) -> Path:
+    """A Nikon XT H folder: ``<name>.xtekct`` (INI, [XTekCT]), ``<name>_0001.tif`` ... (uint16, shading
+    corrected, open beam at ``white_level``) and, when given, ``_ctdata.txt`` with the measured angles."""
+    import tifffile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n, rows, cols = projections.shape
+    step = float(angles_deg[1] - angles_deg[0]) if n > 1 else 0.0
+    keys = {"Name": name, "InputSeparator": "_", "InputFolderName": "", "OutputFolderName": "",
+            "VoxelsX": cols, "VoxelsY": cols, "VoxelsZ": rows,
+            "DetectorPixelsX": cols * binning, "DetectorPixelsY": rows * binning,
+            "DetectorPixelSizeX": pitch / binning, "DetectorPixelSizeY": pitch / binning,
+            "DetectorOffsetX": 0.0, "DetectorOffsetY": 0.0, "SrcToObject": sid, "SrcToDetector": sdd,
+            "MaskRadius": 0.0, "InitialAngle": float(angles_deg[0]), "AngularStep": step, "Projections": n,
+            "WhiteLevel": white_level, "Scattering": 0.0, "CoefX4": 0.0, "Scaling": 1000.0,
+            "ObjectOffsetX": 0.0, "ObjectRoll": 0.0, "ObjectTilt": 0.0, "XraykV": 90, "XrayuA": 100}
+    if binning != 1:
+        keys["DetectorBinning"] = binning
+        keys["DetectorPixelsX"], keys["DetectorPixelsY"] = cols, rows
+    keys.update(extra or {})
+    (folder / f"{name}.xtekct").write_text("[XTekCT]\r\n" + "".join(f"{k}={v}\r\n" for k, v in keys.items()))
+    for i, img in enumerate(projections):
+        tifffile.imwrite(folder / f"{name}_{i + 1:04d}.tif", np.asarray(img, np.uint16))
+    if ctdata_deg is not None:
+        lines = ["Inspect-X CT data", "Projection\tAngle(deg)\tTime(s)", ""]
+        lines += [f"{i + 1}\t{a:.6f}\t{0.5 * i:.2f}" for i, a in enumerate(ctdata_deg)]
+        (folder / "_ctdata.txt").write_text("\n".join(lines) + "\n")
+    return folder / f"{name}.xtekct"
+
+
+def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, direction=None, optical_axis=None,
+                 binning: int = 1) -> Path:
+    """A SkyScan folder: ``<prefix>.log`` ([System], [Acquisition], [Reconstruction]; spaces around values as
+    the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ..."""
+    import tifffile
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n, rows, cols = projections.shape
+    acq = [("Data Directory", str(folder)), ("Filename Prefix", prefix), ("Number of Files", f"{n:6d}"),
+           ("Source Voltage (kV)", " 80"), ("Source Current (uA)", "100"), ("Number of Rows", f"{rows:5d}"),
+           ("Number of Columns", f"{cols:5d}"), ("Camera binning", f"{binning}x{binning}"),
+           ("Image Pixel Size (um)", f"{pitch * 1e3 * sid / sdd:.6f}"),
+           ("Object to Source (mm)", f"{sid:.3f}"), ("Camera to Source (mm)", f"{sdd:.5f}"),
+           ("Image Format", "TIFF"), ("Depth (bits)", "16"), ("Exposure (ms)", "  400"),
+           ("Rotation Step (deg)", f"{step_deg:.3f}"), ("Frame Averaging", "ON (2)"),
+           ("Random Movement", "OFF (10)"), ("Use 360 Rotation", "YES"), ("Geometrical Correction", "ON"),
+           ("Flat Field Correction", "ON"), ("Type of Detector Motion", "STEP AND SHOOT")]
+    if optical_axis is not None:
+        acq.insert(8, ("Optical Axis (line)", f"{optical_axis:g}"))
+    if direction is not None:
+        acq.append(("Rotation Direction", direction))
+    text = ["[System]", "Scanner=SkyScan1272", "Instrument S/N=ctbench-test", "Software=Version 1. 1 (build 18)",
+            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", "CameraXYRatio=1.0000", "[Acquisition]"]
+    text += [f"{k}={v}" for k, v in acq]
+    text += ["[Reconstruction]", "Reconstruction Program=NRecon", "Postalignment=0.00"]
+    (folder / f"{prefix}.log").write_text("\r\n".join(text) + "\r\n")
+    for i, img in enumerate(projections):
+        tifffile.imwrite(folder / f"{prefix}{i:04d}.tif", np.asarray(img, np.uint16))
+    return folder / f"{prefix}.log"
+
+
+# ------------------------------------------------------------------ Zeiss Xradia (.txrm, an OLE2 compound file)
+def _write_cfb(path, streams: dict) -> Path:
+    """A minimal OLE2 compound file (version 3, 512-byte sectors) holding ``{"Storage/Stream": bytes}``.
+
+    Written from the compound-file layout (header, FAT, directory of 128-byte entries, streams under
+    4096 bytes in 64-byte mini sectors of the root's mini stream), so that any OLE reader opens it.
+    """
+    import struct
+
+    SS, MSS, CUT = 512, 64, 4096
+    FREE, END, FATSECT = 0xFFFFFFFF, 0xFFFFFFFE, 0xFFFFFFFD
+    # directory tree: root -> storages -> streams (siblings chained through "right")
+    nodes = [{"name": "Root Entry", "type": 5, "kids": []}]
+    index = {"": 0}
+    for full in streams:
+        parts = full.split("/")
+        parent = ""
+        for depth, part in enumerate(parts):
+            key = "/".join(parts[:depth + 1])
+            if key not in index:
+                index[key] = len(nodes)
+                nodes.append({"name": part, "type": 2 if depth == len(parts) - 1 else 1, "kids": [],
+                              "data": streams[full] if depth == len(parts) - 1 else None})
+                nodes[index[parent]]["kids"].append(index[key])
+            parent = key
+    sectors: list[bytes] = []
+    fat: list[int] = []
+
+    def put(data: bytes) -> int:
+        n = max(1, -(-len(data) // SS))
+        start = len(sectors)
+        for k in range(n):
+            sectors.append(data[k * SS:(k + 1) * SS].ljust(SS, b"\0"))
+            fat.append(start + k + 1 if k < n - 1 else END)
+        return start
+
+    mini, minifat = bytearray(), []
+    for node in nodes[1:]:
+        data = node.get("data")
+        if data is None:
+            node["start"], node["size"] = 0, 0
+        elif len(data) < CUT:
+            n = max(1, -(-len(data) // MSS))
+            start = len(mini) // MSS
+            mini += data.ljust(n * MSS, b"\0")
+            minifat += [start + k + 1 if k < n - 1 else END for k in range(n)]
+            node["start"], node["size"] = start, len(data)
+        else:
+            node["start"], node["size"] = put(data), len(data)
+    root = nodes[0]
+    root["start"], root["size"] = (put(bytes(mini)), len(mini)) if mini else (END, 0)
+    minifat_start = put(b"".join(struct.pack("<I", x) for x in minifat)) if minifat else END
+    n_minifat = -(-len(minifat) * 4 // SS) if minifat else 0
+
+    def entry(i: int) -> bytes:
+        node = nodes[i]
+        name = node["name"].encode("utf-16-le") + b"\0\0"
+        kids = node["kids"]
+        right = FREE
+        for parent in nodes:                       # the next sibling in the parent's chain
+            if i in parent["kids"]:
+                pos = parent["kids"].index(i)
+                right = parent["kids"][pos + 1] if pos + 1 < len(parent["kids"]) else FREE
+        return (name.ljust(64, b"\0") + struct.pack("<HBB", len(name), node["type"], 1)
+                + struct.pack("<III", FREE, right, kids[0] if kids else FREE) + b"\0" * 16 + b"\0" * 4
+                + b"\0" * 16 + struct.pack("<IIi", node["start"], node["size"], 0))
+
+    dir_bytes = b"".join(entry(i) for i in range(len(nodes)))
+    dir_bytes = dir_bytes.ljust(-(-len(dir_bytes) // SS) * SS, b"\0")
+    dir_start = put(dir_bytes)
+    n_fat = 1
+    while (len(sectors) + n_fat) * 4 > n_fat * SS:
+        n_fat += 1
+    fat_start = len(sectors)
+    fat += [FATSECT] * n_fat
+    fat += [FREE] * (n_fat * SS // 4 - len(fat))
+    fat_bytes = b"".join(struct.pack("<I", x) for x in fat)
+    for k in range(n_fat):
+        sectors.append(fat_bytes[k * SS:(k + 1) * SS])
+    assert n_fat <= 109
+    difat = [fat_start + k for k in range(n_fat)] + [FREE] * (109 - n_fat)
+    header = (bytes.fromhex("D0CF11E0A1B11AE1") + b"\0" * 16 + struct.pack("<HHHHH", 0x3E, 3, 0xFFFE, 9, 6)
+              + b"\0" * 6 + struct.pack("<IIIIIIIII", 0, n_fat, dir_start, 0, CUT, minifat_start, n_minifat, END, 0)
+              + b"".join(struct.pack("<I", x) for x in difat))
+    assert len(header) == SS
+    Path(path).write_bytes(header + b"".join(sectors))
+    return Path(path)
+
+
+def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, binning: int = 1,
+               x_shifts=None, y_shifts=None) -> Path:
+    """A Zeiss Xradia ``.txrm``: ImageInfo streams (little-endian int32/float32; the source and detector distances
+    negative for the source side, as Xradia writes them), images as uint16 ``ImageData<k>/Image<i>`` (100 per
+    storage, 1-based), the reference (flat) as float32 ``ReferenceData/Image``, per-view alignment shifts."""
+    import struct
+
+    n, rows, cols = projections.shape
+    f32 = lambda a: np.asarray(a, "<f4").tobytes()            # noqa: E731
+    i32 = lambda v: struct.pack("<i", int(v))                 # noqa: E731
+    s = {"ImageInfo/ImageWidth": i32(cols), "ImageInfo/ImageHeight": i32(rows), "ImageInfo/ImagesTaken": i32(n),
+         "ImageInfo/NoOfImages": i32(n), "ImageInfo/DataType": i32(5), "ImageInfo/PixelSize": f32([pixel_um]),
+         "ImageInfo/Angles": f32(angles_deg), "ImageInfo/StoRADistance": f32(np.full(n, -sid)),
+         "ImageInfo/DtoRADistance": f32(np.full(n, sdd - sid)), "ImageInfo/CameraBinning": i32(binning),
+         "ImageInfo/XrayMagnification": f32(np.full(n, sdd / sid)),
+         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10)}
+    if x_shifts is not None:
+        s["Alignment/X-Shifts"] = f32(x_shifts)
+        s["Alignment/Y-Shifts"] = f32(np.zeros(n) if y_shifts is None else y_shifts)
+    for i, img in enumerate(projections):
+        s[f"ImageData{i // 100 + 1}/Image{i + 1}"] = np.asarray(img, "<u2").tobytes()
+    return _write_cfb(path, s)
