@@ -17,4 +17,5 @@ $PY benchmarks/bench_distributed.py --out $R/bench_distributed.jsonl
 $PY benchmarks/bench_gui.py --out $R/bench_gui.jsonl
 $PY benchmarks/bench_jobs.py --out $R/bench_jobs.jsonl
 $PY benchmarks/bench_durability.py --out $R/bench_durability.jsonl
+$PY benchmarks/bench_preprocessing_peers.py --out $R/bench_preprocessing_peers.jsonl
 $PY benchmarks/readme_table.py --write

@@ -11,7 +11,8 @@ A config (JSON; every section but ``input`` optional)::
     {"input":      {"path": "scan/", "format": "auto", "flats": null, "darks": null,
                     "raw": {"shape": [360, 512, 512], "dtype": "uint16", "byte_order": "little", "header": 0}},
      "preprocess": {"rows": null, "cols": null, "bin": 1, "every": 1, "angle_range_deg": null,
-                    "ring_filter": 0, "min_transmission": 1e-4},
+                    "ring_filter": 0, "min_transmission": 1e-4,
+                    "zingers": null, "rings": null, "phase": null, "beam_hardening": null},
      "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
                     "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": null,
                     "volume_shape": null, "voxel_size_mm": null},
@@ -45,6 +46,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .calibrate_config import CalibrateConfig
+from .corrections_config import CorrectionKeys, clean_outliers, correct_line_integrals, to_line_integrals
 from .errors import ScanFileError, read_json_object
 from .readers import FORMATS, read_scan
 from .scan import RawScan, images_to_sinogram
@@ -74,7 +76,7 @@ class InputConfig(_Model):
     raw: Optional[RawOptions] = None
 
 
-class PreprocessConfig(_Model):
+class PreprocessConfig(CorrectionKeys):      # + zingers, rings, phase, beam_hardening (corrections_config)
     rows: Optional[tuple[Index, Index]] = None
     cols: Optional[tuple[Index, Index]] = None
     bin: int = Field(1, ge=1, strict=True)
@@ -202,9 +204,9 @@ class Prepared:
 
 
 def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
-    """Subset, crop, flat/dark-correct, bin, -log and ring-filter a scan."""
+    """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise and ring-filter a scan."""
     from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
-                                 flat_dark_correct, minus_log, remove_stripes, view_subset)
+                                 flat_dark_correct, remove_stripes, view_subset)
     from ..preprocessing.correction import replace_nonfinite
 
     pitch = tuple(pixel_size) if pixel_size is not None else scan.pixel_size
@@ -217,6 +219,7 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
         proj = proj[idx]
     proj = crop(proj, pre.rows, pre.cols, pitch=pitch, change=change)
     report = CorrectionReport()
+    extra: dict = {}                            # what zingers, phase, hardening and rings did
     if scan.values == "counts":
         flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats",
                                                                report=report)
@@ -225,10 +228,12 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
         chunks = []
         for i in range(0, proj.shape[0], 32):   # bounded memory: 32 raw views at a time
             t = flat_dark_correct(proj[i:i + 32], flat, dark, min_transmission=pre.min_transmission, report=report)
+            t = clean_outliers(t, pre, extra)
             chunks.append(bin_pixels(t, pre.bin, pitch=pitch, change=DetectorChange()) if pre.bin > 1 else t)
         if pre.bin > 1:
             bin_pixels(proj[:1], pre.bin, pitch=pitch, change=change)   # records the binning's geometry once
-        images = minus_log(np.concatenate(chunks))
+        binned_pitch = tuple(p * f for p, f in zip(pitch, change.pitch_factor))
+        images = to_line_integrals(np.concatenate(chunks), pre, binned_pitch, extra)
     else:
         data = np.asarray(proj.compute() if hasattr(proj, "compute") else proj, dtype=np.float32)
         # Same non-finite rule as for counts: neighbours' median, counted; none left for -log or the solver.
@@ -237,15 +242,20 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
         report.n_values += data.size
         report.n_nonfinite_counts += n_bad
         report.n_nonfinite_unfilled += int(left.sum())
+        data = clean_outliers(data, pre, extra, line_integrals=scan.values != "transmission")
         data = bin_pixels(data, pre.bin, pitch=pitch, change=change)
+        binned_pitch = tuple(p * f for p, f in zip(pitch, change.pitch_factor))
         if scan.values == "transmission":
-            data = minus_log(np.clip(data, pre.min_transmission, None))
+            data = to_line_integrals(np.clip(data, pre.min_transmission, None), pre, binned_pitch, extra)
+        elif pre.phase is not None:              # line integrals back to transmission for the phase filter
+            data = to_line_integrals(np.exp(-np.asarray(data, np.float64)), pre, binned_pitch, extra)
         images = np.asarray(data, dtype=np.float32)
     if pre.ring_filter:
         images = remove_stripes(images, pre.ring_filter)
+    images = correct_line_integrals(images, pre, extra)
     du, dv = (p * f for p, f in zip(pitch, change.pitch_factor))
     return Prepared(images, None if scan.angles is None else scan.angles[idx], (du, dv), change.shift_u,
-                    change.shift_v, idx, report.to_dict())
+                    change.shift_v, idx, report.to_dict() | extra)
 
 
 def scan_angles(prep: Prepared, geo: GeometryConfig, n_views_file: int) -> np.ndarray:
@@ -371,6 +381,8 @@ def oriented_scan(cfg: ReconConfig, say):
                                                            "n_nonfinite_dark_values"))
     if n_nonfinite:
         say(f"non-finite input values: {n_nonfinite} ({prep.correction['nonfinite_rule']})")
+    if "zingers" in prep.correction:
+        say(f"zingers: replaced {prep.correction['zingers']['n_replaced']} outlier values")
     sid, sdd = distances(scan, cfg.geometry)
     if cfg.geometry.detector_offset_v_mm is None:
         cfg = cfg.model_copy(deep=True)

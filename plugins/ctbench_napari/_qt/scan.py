@@ -28,6 +28,7 @@ from ctbench.io.scan import images_to_sinogram
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
 from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+from .corrections import CorrectionsBox
 
 
 def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
@@ -116,6 +117,8 @@ class ScanImportWidget(QWidget):
         form.addRow("Angles", _row(self.use_range, self.range0, self.range1))
         self.ring = _ispin(0, 101, 0, "off")
         form.addRow("Ring filter width", self.ring)
+        self.corrections = CorrectionsBox(napari_viewer, self._preview_context)
+        form.addRow(self.corrections)
         self.correct_button = QPushButton("Correct")
         self.correct_button.clicked.connect(self.correct)
         form.addRow(self.correct_button)
@@ -214,7 +217,21 @@ class ScanImportWidget(QWidget):
         return PreprocessConfig(rows=rng(self.row0, self.row1), cols=rng(self.col0, self.col1), bin=self.bin.value(),
                                 every=self.every.value(),
                                 angle_range_deg=(self.range0.value(), self.range1.value())
-                                if self.use_range.isChecked() else None, ring_filter=self.ring.value())
+                                if self.use_range.isChecked() else None, ring_filter=self.ring.value(),
+                                **self.corrections.keys())
+
+    def _preview_context(self):
+        """What the corrections preview needs: how to open the scan (in the worker), the other preprocessing,
+        the form's pitch (used when the file has none) and the view under the slider."""
+        layer = self.projections.layer()
+        if layer is None:
+            raise ValueError("no projections layer: open a scan first (step 1)")
+        src = self._source(layer)
+        pre = self.preprocess_config().model_copy(update={"zingers": None, "rings": None, "phase": None,
+                                                          "beam_hardening": None})
+        view = min(int(self.viewer.dims.current_step[0]), layer.data.shape[0] - 1)
+        return (lambda: read_scan(src["path"], format=src["format"] if src.get("format") in FORMATS else "auto",
+                                  raw=src.get("raw"))), pre, (self.pitch_u.value(), self.pitch_v.value()), view
 
     # ------------------------------------------------------- background work
     @property

@@ -1,0 +1,49 @@
+"""Argument checks shared by the corrections: one message style for a bad array or a bad number."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def finite_stack(a, name: str, ndims=(2, 3)) -> np.ndarray:
+    """``a`` as float32 with ``ndim`` in ``ndims``; a clear ValueError for other shapes or non-finite values.
+
+    The corrections refuse NaN/inf rather than spread them: a median or an
+    FFT would turn one bad value into a patch or a whole image of NaN.
+    """
+    try:
+        arr = np.asarray(a.compute() if hasattr(a, "compute") else a, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a numeric array, got {type(a).__name__} ({e})") from None
+    if arr.ndim not in ndims:
+        want = " or ".join({2: "(view, col)", 3: "(view, row, col)"}.get(n, f"{n}-D") for n in ndims)
+        raise ValueError(f"{name} must be {want}, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} is empty (shape {arr.shape})")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        raise ValueError(f"{name} has {int(bad.sum())} non-finite values (NaN or inf) of {arr.size}; "
+                         "correct or mask them first (flat/dark correction clips and counts them)")
+    return arr
+
+
+def positive_number(x, name: str, *, allow_zero: bool = False) -> float:
+    """``x`` as a finite float > 0 (or >= 0); ValueError naming ``name`` otherwise."""
+    if isinstance(x, bool):
+        raise ValueError(f"{name} must be a number, got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {x!r}") from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {x!r}")
+    return v
+
+
+def int_at_least(x, name: str, lo: int = 3) -> int:
+    """``x`` as an integer >= ``lo`` (filter widths, levels)."""
+    if isinstance(x, bool) or not isinstance(x, (int, np.integer, float)) or int(x) != x or int(x) < lo:
+        raise ValueError(f"{name} must be an integer >= {lo} (pixels), got {x!r}")
+    return int(x)

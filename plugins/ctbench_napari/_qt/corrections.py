@@ -1,0 +1,165 @@
+"""The corrections part of the Scan import widget: zingers, ring method, Paganin, beam hardening, and a preview.
+
+A group box with the four corrections' parameters (:meth:`CorrectionsBox.keys`
+gives them as recon-config keys) and a **Preview** button that runs
+:func:`ctbench.io.corrections_preview.correction_preview` in a napari thread
+worker on the view under the slider (and one detector row over all views
+when a ring method is on) and shows before | after side by side in a
+"correction preview" layer.  The Scan import widget supplies the scan, the
+rest of its preprocessing and the view through a callback.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
+                            QPushButton, QSpinBox, QWidget)
+
+from .common import MessageLabel, add_or_update, error_text
+
+PREVIEW = "correction preview"
+PREVIEW_ROW = "correction preview (sinogram row)"
+
+
+def _dspin(lo, hi, value, decimals=3, suffix=""):
+    s = QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(decimals)
+    s.setValue(value)
+    if suffix:
+        s.setSuffix(f" {suffix}")
+    return s
+
+
+def _ispin(lo, hi, value):
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    return s
+
+
+def _row(*widgets) -> QWidget:
+    w = QWidget()
+    lay = QHBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for x in widgets:
+        lay.addWidget(x)
+    return w
+
+
+class CorrectionsBox(QGroupBox):
+    """``context()`` returns ``(open_scan, preprocess_config, fallback_pitch, view)`` for the preview (the scan
+    is opened in the worker; the pitch is used when the file gives none)."""
+
+    def __init__(self, napari_viewer, context: Callable, parent=None):
+        super().__init__("Corrections", parent)
+        self.viewer = napari_viewer
+        self.context = context
+        form = QFormLayout(self)
+        self.zingers = QCheckBox("zingers")
+        self.z_threshold = _dspin(1e-4, 100, 0.1, 4)
+        self.z_size = _ispin(3, 15, 3)
+        form.addRow(self.zingers, _row(self.z_threshold, self.z_size))
+        self.rings = QComboBox()
+        self.rings.addItems(["off", "sorting", "wavelet"])
+        self.r_size = _ispin(3, 201, 21)
+        self.r_level = _ispin(1, 8, 3)
+        self.r_sigma = _dspin(0.1, 50, 1.0, 2)
+        form.addRow("Rings (size | level, σ)", _row(self.rings, self.r_size, self.r_level, self.r_sigma))
+        self.phase = QCheckBox("Paganin")
+        self.p_ratio = _dspin(1e-3, 1e6, 300, 2)
+        self.p_energy = _dspin(0.1, 1000, 25, 2, "keV")
+        self.p_distance = _dspin(1e-3, 1e6, 100, 3, "mm")
+        form.addRow(self.phase, _row(self.p_ratio, self.p_energy, self.p_distance))
+        self.hardening = QLineEdit()
+        self.hardening.setPlaceholderText("beam hardening c1, c2, … (empty: off)")
+        form.addRow("Beam hardening", self.hardening)
+        self.preview_button = QPushButton("Preview")
+        self.preview_button.clicked.connect(self.preview)
+        form.addRow(self.preview_button)
+        self.message = MessageLabel()
+        form.addRow(self.message)
+        self._worker = None
+        self.last_preview = None
+
+    # ----------------------------------------------------------------- keys
+    def keys(self) -> dict:
+        """The recon-config keys of the chosen corrections (validated by PreprocessConfig)."""
+        out: dict = {}
+        if self.zingers.isChecked():
+            out["zingers"] = {"threshold": self.z_threshold.value(), "size": self.z_size.value()}
+        method = self.rings.currentText()
+        if method == "sorting":
+            out["rings"] = {"method": "sorting", "size": self.r_size.value()}
+        elif method == "wavelet":
+            out["rings"] = {"method": "wavelet", "level": self.r_level.value(), "sigma": self.r_sigma.value()}
+        if self.phase.isChecked():
+            out["phase"] = {"delta_beta": self.p_ratio.value(), "energy_kev": self.p_energy.value(),
+                            "distance_mm": self.p_distance.value()}
+        text = self.hardening.text().strip()
+        if text:
+            try:
+                c = [float(x) for x in text.replace(";", ",").split(",") if x.strip()]
+            except ValueError:
+                raise ValueError(f"beam hardening coefficients must be numbers 'c1, c2, …', got {text!r}") from None
+            out["beam_hardening"] = {"coefficients": c}
+        return out
+
+    # -------------------------------------------------------------- preview
+    @property
+    def busy(self) -> bool:
+        return self._worker is not None
+
+    def preview(self, *_):
+        """Before/after of the current view (and a sinogram row for ring methods), computed in a worker."""
+        from napari.qt.threading import create_worker
+
+        self.message.clear()
+        if self._worker is not None:
+            return None
+        try:
+            open_scan, pre, pitch, view = self.context()
+            pre = type(pre)(**(pre.model_dump() | self.keys()))
+        except Exception as e:  # noqa: BLE001 - shown in the box
+            self.message.error(error_text(e))
+            return None
+        self.preview_button.setEnabled(False)
+        worker = create_worker(_preview, open_scan, pre, pitch, view, _start_thread=False)
+        worker.returned.connect(self._show)
+        worker.errored.connect(lambda e: self.message.error(error_text(e)))
+        worker.finished.connect(self._done)
+        self._worker = worker
+        worker.start()
+        return worker
+
+    def _done(self) -> None:
+        self._worker = None
+        self.preview_button.setEnabled(True)
+
+    def _show(self, pv) -> None:
+        self.last_preview = pv
+        img = pv.side_by_side("view")
+        lo, hi = (float(x) for x in np.percentile(img, [0.5, 99.8]))
+        add_or_update(self.viewer, (img, {"name": PREVIEW, "colormap": "gray", "contrast_limits": (lo, hi or lo + 1)},
+                                    "image"))
+        parts = [f"view {pv.view}: before | after"]
+        if pv.sinogram_before is not None:
+            s = pv.side_by_side("sinogram")
+            lo, hi = (float(x) for x in np.percentile(s, [0.5, 99.8]))
+            add_or_update(self.viewer, (s, {"name": PREVIEW_ROW, "colormap": "gray",
+                                            "contrast_limits": (lo, hi or lo + 1)}, "image"))
+            parts.append(f"row {pv.row} over all views: before | after")
+        z = pv.report.get("zingers")
+        if z:
+            parts.append(f"{z['n_replaced']} zinger values replaced in this view")
+        self.message.note("; ".join(parts))
+
+
+def _preview(open_scan, pre, pitch, view):
+    """Open the scan and compute the preview (runs in the worker thread)."""
+    from ctbench.io.corrections_preview import correction_preview
+
+    scan = open_scan()
+    return correction_preview(scan, pre, view=view, pixel_size=None if scan.pixel_size else pitch)
