@@ -38,10 +38,11 @@ def _designer(viewer, **changes) -> TrajectoryDesignerWidget:
 
 def test_every_widget_docks_from_the_manifest(make_napari_viewer):
     viewer = make_napari_viewer()
+    from ctbench_napari._qt.jobs import JobsPanel
     from ctbench_napari._qt.scan import ScanImportWidget
 
     kinds = {"Trajectory designer": TrajectoryDesignerWidget, "Projection": ProjectionWidget,
-             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget}
+             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Jobs": JobsPanel}
     assert set(WIDGETS) == set(kinds)
     for name in WIDGETS:
         dock, widget = viewer.window.add_plugin_dock_widget(PLUGIN, name)
@@ -261,6 +262,16 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert ran == [True]                                         # it blocks in napari.run()
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
-    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget"}
+    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",
+                      "JobsPanel"}                               # the Jobs panel is docked with the rest
+    from qtpy.QtWidgets import QTabBar
+    bars = [b for b in viewer.window._qt_window.findChildren(QTabBar)
+            if "Trajectory designer" in [b.tabText(i) for i in range(b.count())]]
+    assert len(bars) == 1
+    [bar] = bars
+    from ctbench_napari._testing import wait_for
+    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Trajectory designer", timeout=5)   # starts there
+    assert [bar.tabText(i) for i in range(bar.count())] == list(ctbench_napari.WIDGETS)   # whole titles
+    assert bar.elideMode() == Qt.ElideNone
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)

@@ -203,7 +203,8 @@ class Job:
         """The result as a ctbench dataset; every rank that owns a slab writes its planes."""
         import zarr
 
-        from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array, swap_into_place
+        from ..workbench.dataset import (FORMAT, UNITS, VERSION, _axes, create_array, open_array_for_writing,
+                                         swap_into_place)
 
         out = self.output_path()
         tmp = out.with_name(out.name + ".tmp-write")
@@ -220,7 +221,7 @@ class Job:
             manifest = {"volume": entry}
         dist.barrier()
         if writes:
-            arr = zarr.open_array(str(tmp / "volume"), mode="r+", config=WRITE_CONFIG)
+            arr = open_array_for_writing(tmp / "volume")
             local = volume.detach().cpu().numpy()
             if len(shape) == 2 or P.space_world_size == 1:
                 arr[...] = local.reshape(shape)

@@ -124,6 +124,27 @@ def read_dataset(path) -> list[LayerData]:
     return dataset_layers(ds, Path(p.rstrip("/")).stem)
 
 
+def result_layers(path) -> list[LayerData]:
+    """Layers of a reconstruction result (a job's or a saved local one): the one result loader of the widgets.
+
+    Reads and verifies every chunk now (call it in a worker thread) when the
+    volume fits the reader's bound, else keeps it lazy; the dataset's ``meta``
+    (algorithm, parameters, ranks) becomes the layer's ``recon`` metadata, as
+    for a result made in this window.
+    """
+    p = _single(path)
+    ds = load_dataset(p, lazy=True)
+    for name in ("volume", "sinogram"):
+        a = getattr(ds, name)
+        if a is not None and int(np.prod(a.shape, dtype=np.float64)) * a.dtype.itemsize <= _max_bytes():
+            setattr(ds, name, np.asarray(a[...]))
+    layers = dataset_layers(ds, Path(p.rstrip("/")).stem)
+    for _, kw, _ in layers:
+        meta = kw.setdefault("metadata", {}).setdefault(KEY, {})
+        meta["recon"] = dict(ds.meta)
+    return layers
+
+
 def _check_views(n_views, where: str) -> None:
     limit = _limit("CTBENCH_READER_MAX_VIEWS", 100_000)
     if not isinstance(n_views, int) or n_views > limit:

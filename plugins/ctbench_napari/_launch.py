@@ -17,9 +17,30 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
 
     viewer = viewer or napari.Viewer(title="ctbench workbench")
     docks = [viewer.window.add_plugin_dock_widget(PLUGIN, name, tabify=True)[0] for name in WIDGETS]
-    docks[0].raise_()   # tabbed together; a session starts in the designer
+    for dock, name in zip(docks, WIDGETS):
+        dock.setWindowTitle(name)   # the tab shows the widget's name, not "Trajectory designer (c..."
+    full_tab_titles(viewer)
+    start_in(docks[0])   # tabbed together; a session starts in the designer
     if sample is not None:
         viewer.open_sample(PLUGIN, sample)
     if block:
         napari.run()
     return viewer
+
+
+def full_tab_titles(viewer) -> None:
+    """Tab bars of the docked widgets show whole titles (scroll buttons when they do not fit)."""
+    from qtpy.QtCore import Qt
+    from qtpy.QtWidgets import QTabBar
+
+    for bar in viewer.window._qt_window.findChildren(QTabBar):
+        bar.setElideMode(Qt.ElideNone)
+        bar.setUsesScrollButtons(True)
+
+
+def start_in(dock) -> None:
+    """Raise ``dock`` now and again once the event loop has laid out the tabs (a later tabify raises its own)."""
+    from qtpy.QtCore import QTimer
+
+    dock.raise_()
+    QTimer.singleShot(0, dock.raise_)

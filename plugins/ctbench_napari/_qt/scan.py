@@ -215,7 +215,7 @@ class ScanImportWidget(QWidget):
 
     def _start(self, fn, args: tuple, on_done, what: str):
         """Run ``fn(*args)`` in a napari thread worker; ``on_done(result)`` on the GUI thread afterwards."""
-        from napari.qt.threading import create_worker
+        from .common import start_worker
 
         if self._worker is not None:
             raise RuntimeError("the widget is still working on the previous step; wait for it to finish")
@@ -224,13 +224,11 @@ class ScanImportWidget(QWidget):
         self.progress.show()
         for b in self._buttons:
             b.setEnabled(False)
-        worker = create_worker(fn, *args, _start_thread=False)
-        worker.returned.connect(lambda result: self._deliver(on_done, result))
-        worker.errored.connect(lambda e: self.message.error(error_text(e)))
-        worker.finished.connect(self._finished)
-        self._worker = worker
-        worker.start()
-        return worker
+        # start_worker: errors only in the message line (no toast, no re-raise that aborts a script)
+        self._worker = start_worker(fn, *args, on_return=lambda result: self._deliver(on_done, result),
+                                    on_error=lambda e: self.message.error(error_text(e)),
+                                    on_finished=self._finished)
+        return self._worker
 
     def _deliver(self, on_done, result) -> None:
         try:
