@@ -96,6 +96,27 @@ def test_designer_preview_follows_the_form(make_napari_viewer, qtbot):
     assert np.abs(box[:, 0, 2]).max() == pytest.approx(20.0)
 
 
+def test_the_designer_adds_no_preview_until_the_user_designs_and_edits_compute_off_the_gui_thread(
+        make_napari_viewer, qtbot):
+    import threading
+
+    viewer = make_napari_viewer()
+    _, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Trajectory designer")
+    qtbot.wait(500)                                      # longer than the edit debounce
+    assert not [x.name for x in viewer.layers if x.name.startswith("trajectory")] and w.geometry is None
+    import ctbench_napari._qt.designer as designer_module
+    threads = []
+    real = designer_module._preview_data
+    designer_module._preview_data = lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
+    try:
+        w.form.editors["n_views"].setValue(30)           # the user designs: the preview appears
+        qtbot.waitUntil(lambda: "trajectory" in viewer.layers and not w.busy, timeout=10000)
+    finally:
+        designer_module._preview_data = real
+    assert w.geometry.n_views == 30
+    assert threads and all(t is not threading.main_thread() for t in threads)
+
+
 def test_completeness_map_shows_truncation(make_napari_viewer):
     viewer = make_napari_viewer()
     w = _designer(viewer, detector_u=12, volume_d=8)     # 18 mm of detector: ~9 mm field at the axis
