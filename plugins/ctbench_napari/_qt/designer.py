@@ -15,6 +15,7 @@ from ctbench.geometry import Trajectory
 
 from .._layers import completeness_layer, trajectory_layers
 from .datasets import install as install_dataset_handling
+from .display_rule import install as install_display_rule
 from .common import MessageLabel, ParamForm, add_or_update, error_text, report_errors
 from .display import oblique_3d, show_frame
 
@@ -44,6 +45,7 @@ class TrajectoryDesignerWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.geometry: ScanGeometry | None = None
         self.n_updates = 0
         self._first_preview = True

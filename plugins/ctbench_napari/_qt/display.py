@@ -5,7 +5,8 @@ Two coordinate frames never share the canvas:
 - the **volume frame**, world millimetres ``(z, y, x)``: phantoms,
   reconstructions, the trajectory preview and the completeness map;
 - the **sinogram frame**, ``(view, v, u)`` in detector pixels (v scaled by
-  the pixel aspect dv/du, so the image has the detector's true shape).
+  the pixel aspect dv/du, so the image has the detector's true shape); raw
+  projection stacks and line integrals of the Scan import share it.
 
 Showing a layer of one frame hides the layers of the other, labels the axes
 of that frame, switches to a 2D slice view where the frame is an image
@@ -32,9 +33,13 @@ SINOGRAM_FRAME = "sinogram"
 VOLUME_FRAME = "volume"
 
 
+# Layers in detector pixels: sinograms, raw projection stacks and their line integrals (scan import).
+PIXEL_KINDS = ("sinogram", "projections", "line_integrals")
+
+
 def frame_of(layer) -> str:
-    """``"sinogram"`` for sinogram layers, ``"volume"`` for everything else placed in mm."""
-    return SINOGRAM_FRAME if kind_of(layer) == "sinogram" else VOLUME_FRAME
+    """``"sinogram"`` (the pixel frame) for sinograms and projection stacks, ``"volume"`` for everything in mm."""
+    return SINOGRAM_FRAME if kind_of(layer) in PIXEL_KINDS else VOLUME_FRAME
 
 
 def _label_axes(viewer, labels) -> None:

@@ -119,7 +119,10 @@ class JobsPanel(QWidget):
 
     def __init__(self, napari_viewer, parent=None, *, refresh_ms: int = 2000):
         super().__init__(parent)
+        from .display_rule import install as install_display_rule
+
         self.viewer = napari_viewer
+        install_display_rule(napari_viewer)       # loaded results in their frame
         self.url = QLineEdit()
         self.url.setPlaceholderText("local bridge")
         self.token_file = QLineEdit()

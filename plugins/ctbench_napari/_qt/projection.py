@@ -11,6 +11,7 @@ from ctbench.workbench.design import ScanGeometry
 
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
 from .datasets import install as install_dataset_handling
+from .display_rule import install as install_display_rule
 from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, start_worker
 from .display import show_sinogram
 
@@ -30,6 +31,7 @@ class ProjectionWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.last_layer = None
         self.volume = LayerPicker(napari_viewer, is_volume_candidate)
         self.scan = LayerPicker(napari_viewer, is_trajectory_source,

@@ -16,6 +16,7 @@ from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequ
 
 from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
+from .display_rule import install as install_display_rule
 from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors
 from .compare import ComparePanel
 from .display import show_result
@@ -53,6 +54,7 @@ class ReconstructionWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.runner: Runner = runner or LocalRunner(self)
         self.results: list = []          # result layers of this widget, oldest first
         self.live_layer = None

@@ -28,6 +28,7 @@ from ctbench.io.scan import images_to_sinogram
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
 from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+from .display_rule import install as install_display_rule
 
 
 def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
@@ -68,6 +69,7 @@ class ScanImportWidget(QWidget):
     def __init__(self, napari_viewer, parent=None):
         super().__init__(parent)
         self.viewer = napari_viewer
+        install_display_rule(napari_viewer)       # projections and line integrals in their pixel frame
         self.prepared: dict[str, Prepared] = {}
         self.last_centre = None
         self.last_sinogram = None
@@ -154,7 +156,7 @@ class ScanImportWidget(QWidget):
         form.addRow("Volume", self.volume)
         self.export_path = QLineEdit()
         self.export_path.setPlaceholderText("recon.tif, recon.h5 or recon.zarr")
-        self.overwrite = QCheckBox("overwrite")
+        self.overwrite = QCheckBox("Overwrite")
         form.addRow("File", _row(self.export_path, self.overwrite))
         self.export_button = QPushButton("Export volume")
         self.export_button.clicked.connect(self.export)
@@ -174,6 +176,9 @@ class ScanImportWidget(QWidget):
         lay.addWidget(self.message)
         lay.addStretch(1)
         self._worker = None
+        # The form follows the chosen scan: SID/SDD/pixel pitch from its scan.json as soon as it is picked.
+        self.projections.layer_changed.connect(self._scan_picked)
+        self._scan_picked(self.projections.layer())
         self._buttons = (self.open_button, self.correct_button, self.centre_button, self.attach_button,
                          self.export_button, self.config_button)
 
@@ -258,6 +263,10 @@ class ScanImportWidget(QWidget):
                           f"{layer.data.shape[1]} pixels ({info(layer)['source']['format']})")
         return layer
 
+    def _scan_picked(self, layer) -> None:
+        if layer is not None:
+            self._fill_from_scan(info(layer).get("scan") or {})
+
     def _fill_from_scan(self, d: dict) -> None:
         sc = d.get("scanner", {})
         if sc.get("source_object_distance_mm"):
@@ -281,13 +290,13 @@ class ScanImportWidget(QWidget):
         return self._start(_prepare, (src, pre, pitch), lambda prep: self._show_prepared(layer, src, pre, prep),
                            "correcting…")
 
-    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, prep: Prepared):
+    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, res):
+        prep, (lo, hi) = res          # the line integrals and their window, both from the worker
         name = f"{layer.name.split(' (')[0]} line integrals"
         meta = {"kind": "line_integrals", "source": src, "preprocess": pre.model_dump(mode="json"),
                 "pitch": list(prep.pitch), "shift_mm": [prep.shift_u, prep.shift_v],
                 "angles_deg": None if prep.angles is None else np.degrees(prep.angles).tolist(),
                 "correction": prep.correction, "scan": info(layer).get("scan", {})}
-        lo, hi = np.percentile(prep.images, [0.5, 99.8])
         out = add_or_update(self.viewer, (prep.images, {"name": name, "metadata": {KEY: meta}, "colormap": "gray",
                                                         "contrast_limits": (float(lo), float(hi))}, "image"))
         self.prepared[name] = prep
@@ -340,18 +349,17 @@ class ScanImportWidget(QWidget):
     def attach_geometry(self, *_):
         self.message.clear()
         layer = self._target()
-        images = np.asarray(layer.data, dtype=np.float32)
         if self.sdd.value() < self.sid.value():
             raise ValueError(f"SDD ({self.sdd.value()} mm) must be at least SID ({self.sid.value()} mm)")
-        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
-        geo = build_geometry(prep, self.geometry_config(), self.sid.value(), self.sdd.value(), self._angles(layer),
-                             self.offset_u.value())
-        sino = np.ascontiguousarray(images_to_sinogram(images))
-        data, kw, ltype = sinogram_layer(sino, geo, f"{layer.name} sinogram",
-                                         extra={"source": info(layer).get("source"), "units": "line integral",
-                                                "from_layer": layer.name})
-        kw["contrast_limits"] = tuple(float(x) for x in np.percentile(images, [0.5, 99.8]))
-        out = add_or_update(self.viewer, (data, kw, ltype))
+        args = (layer.data, (self.pitch_u.value(), self.pitch_v.value()), self.geometry_config(), self.sid.value(),
+                self.sdd.value(), self._angles(layer), self.offset_u.value(), f"{layer.name} sinogram",
+                {"source": info(layer).get("source"), "units": "line integral", "from_layer": layer.name})
+        # The geometry, the sinogram's display copy and its window are computed in a worker thread.
+        return self._start(_attach, args, self._show_attached, "attaching the geometry…")
+
+    def _show_attached(self, res):
+        geo, layer_data = res
+        out = add_or_update(self.viewer, layer_data)
         self.last_sinogram = out
         self.message.note(f"{geo.describe()}: detector {geo.detector_shape} x {geo.detector_spacing} mm, offset "
                           f"{self.offset_u.value():+.3f} mm; volume {geo.volume_shape} of {geo.voxel_spacing[0]:.3g} mm "
@@ -370,9 +378,13 @@ class ScanImportWidget(QWidget):
         spacing = tuple(float(s) for s in layer.scale[-layer.data.ndim:])
         geo = info(layer).get("geometry")
         from ctbench.workbench.design import ScanGeometry
-        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(),
-                            geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
-                            meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
+        try:
+            out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(),
+                                geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
+                                meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
+        except FileExistsError as e:
+            # The library's wording names its keyword; here the choice is the checkbox.
+            raise FileExistsError(str(e).strip("'\"").replace("pass overwrite=True", "tick Overwrite")) from None
         self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")
         return out
 
@@ -412,11 +424,23 @@ class ScanImportWidget(QWidget):
         return out
 
 
-def _prepare(src: dict, pre: PreprocessConfig, pitch) -> Prepared:
+def _prepare(src: dict, pre: PreprocessConfig, pitch) -> tuple[Prepared, tuple[float, float]]:
     """Reopen the scan file of a projections layer and preprocess it (runs in a worker thread)."""
     scan = read_scan(src["path"], format=src["format"] if src.get("format") in FORMATS else "auto",
                      raw=src.get("raw"))
-    return prepare(scan, pre, None if scan.pixel_size else pitch)
+    prep = prepare(scan, pre, None if scan.pixel_size else pitch)
+    return prep, tuple(float(x) for x in np.percentile(prep.images, [0.5, 99.8]))   # the window: not on the GUI thread
+
+
+def _attach(data, pitch, config, sid, sdd, angles, offset_u, name, extra):
+    """The sinogram layer of an image stack with a circular cone-beam geometry (runs in a worker thread)."""
+    images = np.asarray(data, dtype=np.float32)
+    prep = Prepared(images, None, pitch)
+    geo = build_geometry(prep, config, sid, sdd, angles, offset_u)
+    sino = np.ascontiguousarray(images_to_sinogram(images))
+    layer_data = sinogram_layer(sino, geo, name, extra=extra)
+    layer_data[1]["contrast_limits"] = tuple(float(x) for x in np.percentile(images, [0.5, 99.8]))
+    return geo, layer_data
 
 
 def _jsonable(x):
