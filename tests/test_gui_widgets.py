@@ -296,3 +296,32 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert bar.elideMode() == Qt.ElideNone
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)
+
+
+def test_the_workbench_fits_a_1080_pixel_screen_and_scrolls_on_a_laptop(make_napari_viewer, monkeypatch):
+    """All widgets docked (tabbed), a result and a comparison present: the window's minimum size is at most
+    1000 px high (1920x1080) and fits 1366x768; tall panels scroll instead of growing the window."""
+    import napari
+
+    import ctbench_napari
+    from qtpy.QtWidgets import QApplication
+
+    monkeypatch.setattr(napari, "Viewer", make_napari_viewer)
+    viewer = ctbench_napari.launch("phantom_scan", block=False)
+    window = viewer.window._qt_window
+    recon = next(w for w in viewer.window.dock_widgets.values() if type(w).__name__ == "ReconstructionWidget")
+    for it in range(1, 6):
+        recon.plot.add(it, 1.0 / it)               # the residual plot drawn, as after a run
+    recon.comparison.profile.set_curves([("a", [0, 1], [0, 1]), ("b", [0, 1], [1, 0]), ("c", [0, 1], [0, 0])])
+    recon.comparison.colour_bar.show()
+    QApplication.processEvents()
+    hint = window.minimumSizeHint()
+    assert hint.height() <= 1000, hint.height()
+    assert hint.height() <= 768 and hint.width() <= 1366, (hint.width(), hint.height())
+    for w in viewer.window.dock_widgets.values():
+        area = w.scroll_area                        # each panel scrolls inside its dock
+        assert area.widget().minimumSizeHint().height() > area.minimumSizeHint().height()
+    window.resize(1366, 768)
+    QApplication.processEvents()
+    assert window.height() <= 768 and window.width() <= 1366
+    assert recon.scroll_area.verticalScrollBar().maximum() > 0   # the Reconstruction panel scrolls there

@@ -16,7 +16,7 @@ from ctbench.geometry import Trajectory
 from .._layers import completeness_layer, trajectory_layers
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import MessageLabel, ParamForm, add_or_update, error_text, report_errors
+from .common import MessageLabel, ParamForm, add_or_update, error_text, report_errors, scroll_contents
 from .display import oblique_3d, show_frame
 
 PREFIX = "trajectory"
@@ -104,6 +104,7 @@ class TrajectoryDesignerWidget(QWidget):
         self.save_button.clicked.connect(self._save_dialog)
         self.load_button.clicked.connect(self._load_dialog)
         self._show_rows()        # no preview layers until the user designs (an edit or Update preview)
+        scroll_contents(self)
 
     # ------------------------------------------------------------------ form
     def design(self) -> TrajectoryDesign:

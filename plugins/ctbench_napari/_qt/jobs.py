@@ -19,7 +19,7 @@ from qtpy.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroupBox
                             QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem,
                             QVBoxLayout, QWidget)
 
-from .common import MessageLabel, error_text
+from .common import MessageLabel, error_text, scroll_contents
 from .runner import LocalRunner
 
 
@@ -179,6 +179,7 @@ class JobsPanel(QWidget):
         self.timer.timeout.connect(self._auto_refresh)
         self.timer.start()
         QTimer.singleShot(0, lambda: self.refresh(quiet=True))   # the first look, before the panel is shown
+        scroll_contents(self)
 
     # ------------------------------------------------------------- plumbing
     def client(self):

@@ -12,7 +12,7 @@ from ctbench.workbench.design import ScanGeometry
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, start_worker
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents, start_worker
 from .display import show_sinogram
 
 VIEW_BATCH = 8      # views per projection batch: the progress bar moves after each
@@ -73,6 +73,7 @@ class ProjectionWidget(QWidget):
         layout.addStretch(1)
         self.run_button.clicked.connect(self.run)
         self._worker = None
+        scroll_contents(self)
 
     # --------------------------------------------------------------- inputs
     def inputs(self):

@@ -17,7 +17,7 @@ from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequ
 from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors
+from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors, scroll_contents
 from .compare import ComparePanel
 from .display import show_result
 from .plot import ResidualPlot
@@ -151,6 +151,7 @@ class ReconstructionWidget(QWidget):
         self.set_runner(self.runner)
         self._algorithm_changed(self.algorithm.currentIndex())
         self._sinogram_changed(self.sinogram.layer())
+        scroll_contents(self)
 
     # ---------------------------------------------------------------- setup
     def set_runner(self, runner: Runner) -> None:

@@ -27,7 +27,7 @@ from ctbench.io.scan import images_to_sinogram
 
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents
 from .display_rule import install as install_display_rule
 
 
@@ -181,6 +181,7 @@ class ScanImportWidget(QWidget):
         self._scan_picked(self.projections.layer())
         self._buttons = (self.open_button, self.correct_button, self.centre_button, self.attach_button,
                          self.export_button, self.config_button)
+        scroll_contents(self)     # last: the steps scroll on a short screen
 
     # ----------------------------------------------------------------- helpers
     def _browse(self) -> None:
