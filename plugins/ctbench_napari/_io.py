@@ -139,9 +139,13 @@ def result_layers(path) -> list[LayerData]:
         if a is not None and int(np.prod(a.shape, dtype=np.float64)) * a.dtype.itemsize <= _max_bytes():
             setattr(ds, name, np.asarray(a[...]))
     layers = dataset_layers(ds, Path(p.rstrip("/")).stem)
-    for _, kw, _ in layers:
+    from ctbench.workbench.metrics import percentile_window
+
+    for data, kw, _ in layers:
         meta = kw.setdefault("metadata", {}).setdefault(KEY, {})
         meta["recon"] = dict(ds.meta)
+        if isinstance(data, np.ndarray) and "contrast_limits" not in kw:
+            kw["contrast_limits"] = percentile_window(data)   # here, in the caller's worker thread
     return layers
 
 

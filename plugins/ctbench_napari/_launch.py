@@ -21,11 +21,37 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
         dock.setWindowTitle(name)   # the tab shows the widget's name, not "Trajectory designer (c..."
     full_tab_titles(viewer)
     start_in(docks[0])   # tabbed together; a session starts in the designer
+    warm_up_samples()
     if sample is not None:
         viewer.open_sample(PLUGIN, sample)
     if block:
         napari.run()
     return viewer
+
+
+WARM_UP = None
+
+
+def warm_up_samples():
+    """Compute the samples in a background thread (File > Open Sample then never projects on the GUI thread)."""
+    global WARM_UP
+    import threading
+
+    from ._samples import warm_up
+
+    if WARM_UP is None or not WARM_UP.is_alive():
+        WARM_UP = threading.Thread(target=_quietly, args=(warm_up,), name="ctbench-sample-warm-up", daemon=True)
+        WARM_UP.start()
+    return WARM_UP
+
+
+def _quietly(fn) -> None:
+    import logging
+
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - a sample that fails here fails again, with its message, when opened
+        logging.getLogger("ctbench_napari").debug("sample warm-up failed", exc_info=True)
 
 
 def full_tab_titles(viewer) -> None:

@@ -187,6 +187,15 @@ class LayerPicker(QComboBox):
         return [self.itemText(i) for i in range(self.count())]
 
 
+def is_deleted(widget) -> bool:
+    """Whether the Qt side of ``widget`` is gone (a worker may finish after its widget was closed)."""
+    try:
+        widget.objectName()
+        return False
+    except RuntimeError:
+        return True
+
+
 def scroll_contents(widget) -> None:
     """Put everything ``widget`` laid out into a vertical scroll area, so a tall panel never sets the
     window's minimum height (the window fits a 1080-pixel screen and scrolls on a 768-pixel laptop).

@@ -201,11 +201,13 @@ class ComparePanel(QGroupBox):
         self.table.setFixedHeight(max(h, 60))
 
     def _in_thread(self, work, done) -> None:
-        from .common import error_text, start_worker
+        from .common import error_text, is_deleted, start_worker
 
         self._pending += 1
 
         def deliver(res):
+            if is_deleted(self):
+                return      # closed while the numbers were computed
             try:
                 done(res)
             except Exception as e:  # noqa: BLE001 - a display problem shows in the widget

@@ -16,7 +16,7 @@ from ctbench.geometry import Trajectory
 from .._layers import completeness_layer, trajectory_layers
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import MessageLabel, ParamForm, add_or_update, error_text, report_errors, scroll_contents
+from .common import MessageLabel, ParamForm, add_or_update, error_text, is_deleted, report_errors, scroll_contents
 from .display import oblique_3d, show_frame
 
 PREFIX = "trajectory"
@@ -170,6 +170,8 @@ class TrajectoryDesignerWidget(QWidget):
                      on_error=lambda e: self.message.error(error_text(e)), on_finished=self._one_done)
 
     def _guard(self, fn, arg) -> None:
+        if is_deleted(self):
+            return          # closed while the preview was computed
         try:
             fn(arg)
         except Exception as e:  # noqa: BLE001 - shown in the widget like report_errors

@@ -215,9 +215,10 @@ def show_sinogram(viewer, layer) -> None:
     show_frame(viewer, [layer], ndisplay=2)
 
 
-def show_result(viewer, layer, *, keep=()) -> None:
-    """A new reconstruction: 2D central slice, fitted, percentile contrast; ``keep`` stays visible with it."""
-    set_contrast(layer)
+def show_result(viewer, layer, *, keep=(), limits=None) -> None:
+    """A new reconstruction: 2D central slice, fitted, percentile contrast (``limits`` when computed already,
+    e.g. in a worker thread); ``keep`` stays visible with it."""
+    set_contrast(layer, limits)
     show_frame(viewer, [layer, *keep], ndisplay=2)
     for other in viewer.layers:
         if other != layer and other not in keep and frame_of(other) == VOLUME_FRAME:

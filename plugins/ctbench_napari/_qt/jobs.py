@@ -19,7 +19,7 @@ from qtpy.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroupBox
                             QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem,
                             QVBoxLayout, QWidget)
 
-from .common import MessageLabel, error_text, scroll_contents
+from .common import MessageLabel, error_text, is_deleted, scroll_contents
 from .runner import LocalRunner
 
 
@@ -196,12 +196,16 @@ class JobsPanel(QWidget):
         self._busy += 1
 
         def failed(e):
+            if is_deleted(self):
+                return          # the panel was closed while the bridge answered
             if _no_bridge(e):
                 self._set_bridge(False, e)
             elif not quiet:
                 self.message.error(error_text(e))
 
         def deliver(result):
+            if is_deleted(self):
+                return
             try:
                 done(result)
             except Exception as e:  # noqa: BLE001 - a display problem shows in the panel
@@ -364,7 +368,7 @@ class JobsPanel(QWidget):
             layer = self.viewer.add_layer(Layer.create(*data))
             self.loaded.append(layer)
             if layer.metadata.get("ctbench", {}).get("kind") == "volume":
-                show_result(self.viewer, layer)
+                show_result(self.viewer, layer, limits=tuple(layer.contrast_limits))
         self.message.note(f"loaded {path.name}")
 
 

@@ -391,7 +391,10 @@ class ReconstructionWidget(QWidget):
         layer = self.live_layer
         if layer is None:
             return
-        data = ev.volume.numpy().astype(np.float32, copy=False)
+        shown = getattr(ev, "display", None) or {}     # made in the worker thread (runner.for_display)
+        data = shown.get("data")
+        if data is None:
+            data = ev.volume.numpy().astype(np.float32, copy=False)
         layer.data = data
         g = self._run.get("geometry")
         layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
@@ -404,7 +407,7 @@ class ReconstructionWidget(QWidget):
         if ev.request.mode == "full":
             self._add_result(layer)
         # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles.
-        show_result(self.viewer, layer)
+        show_result(self.viewer, layer, limits=shown.get("window"))
         self.result_added.emit(layer)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
