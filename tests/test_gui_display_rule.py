@@ -13,7 +13,7 @@ import pytest
 
 from ctbench.workbench.design import TrajectoryDesign
 from ctbench_napari import PLUGIN
-from ctbench_napari._qt.display import SINOGRAM_FRAME, VOLUME_FRAME, frame_of
+from ctbench_napari._qt.display import SINOGRAM_FRAME, VOLUME_FRAME, frame_of, scale_bar
 from ctbench_napari._testing import wait_for
 
 pytestmark = pytest.mark.gui
@@ -92,6 +92,14 @@ def test_every_source_puts_its_layers_in_their_own_frame(make_napari_viewer, qtb
     wait_for(lambda: not proj.busy, timeout=120)
     _settle(qtbot)
     assert_pixel_frame(viewer, proj.last_layer)
+    # The sinogram view: a detector row (the slider) against the view angle, same layer, rows transposed.
+    sino = proj.last_layer
+    proj.show_sinogram_view()
+    n = viewer.dims.ndim
+    assert viewer.dims.order[-3:] == (n - 2, n - 3, n - 1)          # slider: v; shown: view down, u across
+    assert viewer.dims.displayed[-2:] == (n - 3, n - 1)
+    assert viewer.dims.current_step[n - 2] == sino.data.shape[1] // 2   # the middle detector row
+    assert not scale_bar(viewer).visible                             # pixel frames have no mm scale bar
 
     # Reconstruction -> a volume in mm, the sinogram hidden, slider in mm over the result's z.
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction", tabify=True)
@@ -106,6 +114,8 @@ def test_every_source_puts_its_layers_in_their_own_frame(make_napari_viewer, qtb
     zlo, zhi, _ = viewer.dims.range[0]
     ext = np.asarray(result.extent.world)
     assert ext[0, 0] - 1 <= zlo and zhi <= ext[1, 0] + 1            # not "96 | 254": z in mm of the result
+    assert scale_bar(viewer).visible                                 # volumes (world unit: mm) get a scale bar
+    assert viewer.dims.order == tuple(range(viewer.dims.ndim))        # the projection order is back
 
     # Files and job results (the one result loader): a dataset with a volume and a sinogram.
     from napari.layers import Layer

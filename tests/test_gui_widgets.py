@@ -325,3 +325,12 @@ def test_the_workbench_fits_a_1080_pixel_screen_and_scrolls_on_a_laptop(make_nap
     QApplication.processEvents()
     assert window.height() <= 768 and window.width() <= 1366
     assert recon.scroll_area.verticalScrollBar().maximum() > 0   # the Reconstruction panel scrolls there
+
+
+def test_the_eta_uses_the_measured_time_per_iteration_not_the_set_up():
+    from ctbench_napari._qt.reconstruction import eta_seconds
+
+    # The first iteration took 3 s (set-up included), the next ones 1 s each: 7 left take 7 s, not 11.7 s.
+    progress = [(1, 3.0, 0.5), (2, 4.0, 0.4), (3, 5.0, 0.3)]
+    assert eta_seconds(progress, 10) == pytest.approx(7.0)
+    assert eta_seconds(progress[:1], 10) == pytest.approx(27.0)      # only the first known: it is the estimate

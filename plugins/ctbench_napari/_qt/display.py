@@ -69,9 +69,49 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
         _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
     _keep_frame_ranges(viewer)
     apply_frame_range(viewer)
+    n = viewer.dims.ndim
+    viewer.dims.order = tuple(range(n))      # projection view (a sinogram view transposes; undone here)
     centre_slice(viewer, layers)
     fit_camera(viewer, layers)
+    _scale_bar(viewer, frame)
 
+
+def _scale_bar(viewer, frame: str) -> None:
+    """napari's scale bar on volumes (their world unit is the millimetre); none on pixel frames."""
+    bar = scale_bar(viewer)
+    if bar is not None:
+        bar.visible = frame == VOLUME_FRAME      # world units are mm for volumes (napari labels its length)
+
+
+def scale_bar(viewer):
+    """napari's scale-bar overlay (``viewer.canvas.overlays`` since 0.9, ``viewer.scale_bar`` before)."""
+    canvas = getattr(viewer, "canvas", None)
+    overlays = getattr(canvas, "overlays", None)
+    if overlays is not None and "scale_bar" in overlays:
+        return overlays["scale_bar"]
+    return getattr(viewer, "scale_bar", None)
+
+
+def sinogram_view(viewer, layer, row: int | None = None) -> None:
+    """The sinogram proper: one detector row (the slider, default the middle row) against the view angle.
+
+    The layer is the same ``(view, v, u)`` stack; only the viewer's axis order changes, so the image
+    shows ``view`` down and ``u`` across and the slider moves through the detector rows.
+    """
+    if layer.ndim != 3:
+        show_sinogram(viewer, layer)     # a 2D sinogram already is one row against the angle
+        return
+    show_sinogram(viewer, layer)
+    n = viewer.dims.ndim
+    order = list(range(n))
+    order[n - 3], order[n - 2] = n - 2, n - 3          # slider: v (rows); shown: view x u
+    viewer.dims.order = tuple(order)
+    v_axis = n - 2
+    rows = layer.data.shape[1]
+    k = rows // 2 if row is None else int(min(max(row, 0), rows - 1))
+    lo = float(np.asarray(layer.extent.world)[0, 1])
+    viewer.dims.set_point(v_axis, lo + k * float(layer.scale[1]))
+    fit_camera(viewer, [layer])
 
 # napari gives the sliders the range of *all* layers, hidden ones included, so a view index and z in mm
 # would share one slider. The sliders are set to the extent of the visible frame instead, and set again

@@ -65,9 +65,14 @@ class ProjectionWidget(QWidget):
         row.addWidget(self.i0, 1)
         form.addRow("Noise", row)
         form.addRow("Seed", self.seed)
+        self.sinogram_button = QPushButton("Sinogram view (row vs angle)")
+        self.sinogram_button.setToolTip("show the last simulated sinogram as a detector row against the view "
+                                        "angle (the slider moves through the rows); Run shows the projections")
+        self.sinogram_button.clicked.connect(self.show_sinogram_view)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.run_button)
+        layout.addWidget(self.sinogram_button)
         layout.addWidget(self.progress)
         layout.addWidget(self.message)
         layout.addStretch(1)
@@ -147,6 +152,18 @@ class ProjectionWidget(QWidget):
     @property
     def busy(self) -> bool:
         return self._worker is not None
+
+    @report_errors
+    def show_sinogram_view(self, *_) -> None:
+        """The chosen (or last) sinogram as a detector row against the angle."""
+        from .display import sinogram_view
+
+        layer = self.last_layer if self.last_layer is not None and self.last_layer in self.viewer.layers else \
+            next((x for x in reversed(self.viewer.layers) if x.metadata.get("ctbench", {}).get("kind") == "sinogram"),
+                 None)
+        if layer is None:
+            raise LayerError("no sinogram yet: click Run to simulate one, or open a sinogram")
+        sinogram_view(self.viewer, layer)
 
 
 def _simulate(geo: ScanGeometry, data, i0, seed):

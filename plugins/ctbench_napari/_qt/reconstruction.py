@@ -374,7 +374,7 @@ class ReconstructionWidget(QWidget):
         res = f", residual {ev.residual:.4g}" if ev.residual is not None else ""
         eta = ""
         if ev.iteration < ev.n_iter and ev.iteration > 0:
-            left = ev.elapsed / ev.iteration * (ev.n_iter - ev.iteration)
+            left = eta_seconds(self._run["progress"], ev.n_iter)
             eta = f", about {_duration(left)} left"
             self.progress.setFormat(f"%v / %m, {_duration(left)} left")
         self._run["eta"] = eta
@@ -476,6 +476,18 @@ class ReconstructionWidget(QWidget):
     def single_view(self, *_) -> None:
         """Leave the grid and restore what was visible before comparing."""
         self.comparison.single_view()
+
+
+def eta_seconds(progress: list, n_iter: int) -> float:
+    """Time left from the measured time per iteration: the iterations after the first (which also pays the
+    set-up: operators, filters, kernel caches) when there are any, else the first one."""
+    it, elapsed = progress[-1][0], progress[-1][1]
+    first = next(((i, t) for i, t, _ in progress if i >= 1), None)
+    if first is not None and it > first[0]:
+        per = (elapsed - first[1]) / (it - first[0])
+    else:
+        per = elapsed / max(it, 1)
+    return max(per, 0.0) * (n_iter - it)
 
 
 def _duration(seconds: float) -> str:
