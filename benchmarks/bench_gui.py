@@ -200,9 +200,7 @@ def stall_records(run_id: str, label: str) -> list[dict]:
     except (ImportError, TypeError):
         for n in WIDGETS:
             viewer.window.add_plugin_dock_widget(PLUGIN, n, tabify=True)
-    widgets = {type(w).__name__: w for w in viewer.window.dock_widgets.values()}
-    widgets = {n: next(w for w in viewer.window.dock_widgets.values() if n in str(k))
-               for n in WIDGETS for k in viewer.window.dock_widgets if n in str(k)}
+    widgets = {n: w for k, w in viewer.window.dock_widgets.items() for n in WIDGETS if str(k).startswith(n)}
     probe = StallProbe()
     records = []
     import ctbench_napari._launch as launch

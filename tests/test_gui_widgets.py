@@ -130,6 +130,9 @@ def test_completeness_map_shows_truncation(make_napari_viewer):
     assert (counts[:, r < 3] == n).all()
     assert layer.metadata["ctbench"]["full"] < 0.3
     assert "by some" in w.summary.text()
+    # Colour carries meaning, so there are keys: the lines' legend and the map's colour bar (0 .. n views).
+    assert not w.legend.isHidden() and "source path" in w.legend.text()
+    assert not w.map_bar.isHidden() and (w.map_bar.lo, w.map_bar.hi) == (0, n) and len(w.map_bar.colours) == 64
     w.form.editors["detector_u"].setValue(96)             # a detector wide enough for the whole box
     w.update_preview()
     layer = viewer.layers["trajectory: completeness"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from qtpy.QtCore import QTimer
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox,
                             QVBoxLayout, QWidget)
@@ -18,6 +20,7 @@ from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
 from .common import MessageLabel, ParamForm, add_or_update, error_text, is_deleted, report_errors, scroll_contents
 from .display import oblique_3d, show_frame
+from .plot import ColourBar
 
 PREFIX = "trajectory"
 
@@ -70,6 +73,16 @@ class TrajectoryDesignerWidget(QWidget):
         self.load_button = QPushButton("Load JSON…")
         self.summary = QLabel()
         self.summary.setWordWrap(True)
+        # Keys for what colour means: the preview's lines and the completeness map (views per voxel).
+        self.legend = QLabel(
+            "<span style='color:#ffd23f'>━</span> source path &nbsp; "
+            "<span style='color:#ff7f50'>━</span> central rays &nbsp; "
+            "<span style='color:#4fc3f7'>━</span> detector &nbsp; "
+            "<span style='color:#b0ff57'>━</span> volume box")
+        self.legend.setWordWrap(True)
+        self.legend.hide()
+        self.map_bar = ColourBar()
+        self.map_bar.hide()
         self.message = MessageLabel()
 
         layout = QVBoxLayout(self)
@@ -89,6 +102,8 @@ class TrajectoryDesignerWidget(QWidget):
             row.addWidget(b)
         layout.addLayout(row)
         layout.addWidget(self.summary)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.map_bar)
         layout.addWidget(self.message)
         layout.addStretch(1)
 
@@ -214,6 +229,15 @@ class TrajectoryDesignerWidget(QWidget):
         elif name in self.viewer.layers:
             self.viewer.layers.remove(name)
         self.summary.setText(data["summary"])
+        self.legend.show()
+        if data["completeness"] is not None:
+            layer = self.viewer.layers[name]
+            n = geometry.n_views
+            self.map_bar.set_map(layer.colormap.map(np.linspace(0, 1, 64)), 0, n,
+                                 "completeness: views that see each voxel (red: none, clear: all)")
+            self.map_bar.show()
+        else:
+            self.map_bar.hide()
         if self._first_preview:
             self._first_preview = False
             layers = [x for x in self.viewer.layers if x.name.startswith(PREFIX)]
