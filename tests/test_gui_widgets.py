@@ -337,3 +337,11 @@ def test_the_eta_uses_the_measured_time_per_iteration_not_the_set_up():
     progress = [(1, 3.0, 0.5), (2, 4.0, 0.4), (3, 5.0, 0.3)]
     assert eta_seconds(progress, 10) == pytest.approx(7.0)
     assert eta_seconds(progress[:1], 10) == pytest.approx(27.0)      # only the first known: it is the estimate
+
+
+def test_error_text_keeps_closing_quotes_and_drops_only_keyerror_quotes():
+    from ctbench_napari._qt.common import error_text
+
+    assert error_text(ValueError("n_iter must be an integer, got 'abc'")) == "n_iter must be an integer, got 'abc'"
+    assert error_text(KeyError("no layer named 'x'")) == "no layer named 'x'"
+    assert error_text(RuntimeError("boom")) == "RuntimeError: boom"

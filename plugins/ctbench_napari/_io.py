@@ -190,7 +190,9 @@ def write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[st
     try:
         return _write_dataset(path, layer_data)
     except (ValueError, TypeError, KeyError, FileExistsError) as e:
-        raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {str(e).strip(chr(39))}") \
+        from ._text import unquote
+
+        raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {unquote(str(e))}") \
             from e
 
 

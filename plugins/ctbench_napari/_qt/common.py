@@ -11,6 +11,8 @@ import numpy as np
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget)
 
+from .._text import unquote
+
 log = logging.getLogger("ctbench_napari")
 
 
@@ -61,7 +63,7 @@ def error_text(e: BaseException) -> str:
     """A readable one-liner for an exception (no traceback, no class name for plain value errors)."""
     text = str(e) or type(e).__name__
     if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
-        return text.strip("'\"")
+        return unquote(text)
     return f"{type(e).__name__}: {text}"
 
 
