@@ -73,14 +73,21 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
     viewer.dims.order = tuple(range(n))      # projection view (a sinogram view transposes; undone here)
     centre_slice(viewer, layers)
     fit_camera(viewer, layers)
-    _scale_bar(viewer, frame)
+    _scale_bar(viewer, frame, layers)
 
 
-def _scale_bar(viewer, frame: str) -> None:
-    """napari's scale bar on volumes (their world unit is the millimetre); none on pixel frames."""
+def _scale_bar(viewer, frame: str, layers) -> None:
+    """napari's scale bar on volumes, in mm (their world unit); none on pixel frames."""
     bar = scale_bar(viewer)
-    if bar is not None:
-        bar.visible = frame == VOLUME_FRAME      # world units are mm for volumes (napari labels its length)
+    if bar is None:
+        return
+    bar.visible = frame == VOLUME_FRAME
+    if frame == VOLUME_FRAME:
+        for layer in layers:
+            try:     # napari >= 0.5 labels the bar from the layers' units
+                layer.units = ("mm",) * layer.ndim
+            except (AttributeError, TypeError, ValueError):
+                pass
 
 
 def scale_bar(viewer):
