@@ -206,14 +206,17 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     n_layers = len(viewer.layers)
     w.form.editors["sdd"].setValue(100.0)                 # SDD < SID
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert w.message.level == "error" and "SDD (100 mm) must be at least SID (150 mm)" in w.message.text()
     assert len(viewer.layers) == n_layers                 # the last valid preview stays
     w.form.editors["sdd"].setValue(300.0)
     w.form.editors["n_views"].setValue(0)                 # zero views
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert "Views must be at least 1" in w.message.text()
     w.form.editors["n_views"].setValue(30)
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert w.message.level == ""
 
     p.volume.select("flat")                               # a 3D scan for a 2D image
