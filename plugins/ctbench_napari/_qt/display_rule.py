@@ -22,6 +22,7 @@ import weakref
 from qtpy.QtCore import QTimer
 
 from .._layers import kind_of
+from .common import is_deleted
 from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, show_frame
 
 _INSTALLED: dict = {}
@@ -37,24 +38,36 @@ def install(viewer) -> None:
     _INSTALLED[key] = weakref.ref(real, lambda _r, k=key, d=_INSTALLED: d.pop(k, None))
     vref = weakref.ref(real)
     pending: list = []
+    # A timer owned by the viewer's window: it dies with the window, so a flush never runs on a closed
+    # viewer (its canvas is gone; drawing on it would crash).
+    qt_window = getattr(getattr(real, "window", None), "_qt_window", None)
+    timer = QTimer(qt_window)
+    wref = weakref.ref(qt_window) if qt_window is not None else None    # never keep the window alive
+    del qt_window
+    timer.setSingleShot(True)
+    timer.setInterval(0)
 
     def inserted(event) -> None:
         pending.append(event.value)
-        if len(pending) == 1:
+        try:
             # After napari's own insertion (and after the widget that added it has placed it); the layers
             # of one sample or file arrive together and are judged together: the last one decides.
-            QTimer.singleShot(0, flush)
+            timer.start()
+        except RuntimeError:     # the window (and its timer) is gone
+            pending.clear()
 
     def flush() -> None:
         layers = list(pending)
         pending.clear()
         viewer = vref()
-        if viewer is None:
+        window = wref() if wref is not None else None
+        if viewer is None or (wref is not None and (window is None or is_deleted(window))):
             return
         alive = [x for x in layers if x in viewer.layers and x.__class__.__name__ == "Image" and x.visible]
         if alive:
             apply(viewer, alive[-1])
 
+    timer.timeout.connect(flush)
     real.layers.events.inserted.connect(inserted)
 
 

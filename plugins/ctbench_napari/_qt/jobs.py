@@ -178,8 +178,11 @@ class JobsPanel(QWidget):
         self.timer.setInterval(refresh_ms)
         self.timer.timeout.connect(self._auto_refresh)
         self.timer.start()
-        QTimer.singleShot(0, lambda: self.refresh(quiet=True))   # the first look, before the panel is shown
+        QTimer.singleShot(0, self._first_look)   # before the panel is shown (a bound slot: not after close)
         scroll_contents(self)
+
+    def _first_look(self) -> None:
+        self.refresh(quiet=True)
 
     # ------------------------------------------------------------- plumbing
     def client(self):
