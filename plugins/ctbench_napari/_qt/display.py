@@ -77,17 +77,13 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
 
 
 def _scale_bar(viewer, frame: str, layers) -> None:
-    """napari's scale bar on volumes, in mm (their world unit); none on pixel frames."""
+    """napari's scale bar on volumes (their world unit is the millimetre); none on pixel frames."""
     bar = scale_bar(viewer)
     if bar is None:
         return
+    # Not layer.units = "mm": napari then warns (a toast) about the unit-less layers of the other frame;
+    # the bar's length is in world units, which are mm for volumes.
     bar.visible = frame == VOLUME_FRAME
-    if frame == VOLUME_FRAME:
-        for layer in layers:
-            try:     # napari >= 0.5 labels the bar from the layers' units
-                layer.units = ("mm",) * layer.ndim
-            except (AttributeError, TypeError, ValueError):
-                pass
 
 
 def scale_bar(viewer):
