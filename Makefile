@@ -40,7 +40,12 @@ run: venv
 test: dev-deps system-deps
 	MESA_SHADER_CACHE_DISABLE=true $(VPY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS)
 
-gui: dev-deps
+# A GUI user needs the gui and jobs extras only (not the dev extra's CUDA bindings, NVRTC, test tools).
+$(VENV)/.gui-installed: $(VENV)/.installed pyproject.toml
+	$(PIP) install -q -e ".[gui,jobs]"
+	touch $@
+
+gui: $(VENV)/.gui-installed
 	$(VENV)/bin/ctbench gui
 
 bench: dev-deps

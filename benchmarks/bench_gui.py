@@ -1,4 +1,15 @@
-"""GUI benchmark (issue 4): how long the quick preview takes on the phantom sample (goal: under a second).
+"""GUI benchmark (issues 4 and 23): quick-preview time, and the longest GUI-thread stall of each user action.
+
+``--stalls`` (issue 23): a 20 ms QTimer probe runs on the GUI thread while a
+user action happens in a real napari viewer (all ctbench widgets docked, as
+``ctbench gui`` opens them); the longest gap between two ticks, minus the
+interval, is the action's stall (goal: none over 250 ms).  Actions: opening
+the phantom_scan and lab_scan samples, a designer edit, the FBP quick preview,
+a full FDK and SIRT run and the time after them, Compare side by side,
+Difference images, Scan import's Correct and Attach geometry, and the Jobs
+panel docked without a bridge.  ``--label`` names the code measured (e.g.
+"before"/"after": run the script of each version, with PYTHONPATH pointing at
+that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
 
 Workload: the ``phantom_scan`` sample of the napari plugin (64^3 Shepp-Logan
 phantom of 1 mm voxels; circular cone beam, 120 views, SID 200 mm, SDD 400 mm,
@@ -121,6 +132,154 @@ def widget_records(run_id: str, repeats: int) -> list[dict]:
         viewer.close()
 
 
+STALL_GOAL_MS = 250.0
+
+
+class StallProbe:
+    """A 20 ms QTimer on the GUI thread; the longest gap between two ticks beyond the interval is the stall.
+
+    Self-contained (no ctbench import), so the same probe measures older versions of the plugin."""
+
+    def __init__(self, interval_ms: int = 20):
+        from qtpy.QtCore import QTimer
+
+        self.interval = interval_ms / 1000
+        self.timer = QTimer()
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._tick)
+        self.last = None
+        self.worst = 0.0
+
+    def _tick(self):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.worst = max(self.worst, now - self.last - self.interval)
+        self.last = now
+
+    def measure(self, action, settle_s: float = 0.5) -> tuple[float, float]:
+        """(longest stall in ms, wall time in s) of ``action()`` plus ``settle_s`` of event loop after it."""
+        from ctbench_napari._testing import wait_for
+
+        self.worst, self.last = 0.0, time.perf_counter()
+        self.timer.start()
+        t0 = time.perf_counter()
+        action()
+        _spin(settle_s)
+        self._tick()
+        self.timer.stop()
+        return 1000 * self.worst, time.perf_counter() - t0
+
+
+def _spin(seconds: float) -> None:
+    from ctbench_napari._testing import wait_for
+
+    end = time.perf_counter() + seconds
+    try:
+        wait_for(lambda: time.perf_counter() >= end, timeout=seconds + 60)
+    except TimeoutError:
+        pass
+
+
+def stall_records(run_id: str, label: str) -> list[dict]:
+    import napari
+    import napari._qt.qt_main_window as qmw
+
+    from ctbench_napari import PLUGIN, WIDGETS
+    from ctbench_napari._testing import wait_for
+
+    qmw.SHOW_QT_WARNING = False
+    os.environ.setdefault("CTBENCH_BRIDGE_STATE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) /
+                                                          f"ctbench-bench-no-bridge-{os.getpid()}"))
+    viewer = napari.Viewer(show=True)
+    viewer.window._qt_window.resize(1920, 1080)
+    t0 = time.perf_counter()
+    try:   # the workbench as `ctbench gui --sample none` opens it (versions with the launcher)
+        from ctbench_napari._launch import open_workbench
+
+        open_workbench(None, block=False, viewer=viewer)
+    except (ImportError, TypeError):
+        for n in WIDGETS:
+            viewer.window.add_plugin_dock_widget(PLUGIN, n, tabify=True)
+    widgets = {n: w for k, w in viewer.window.dock_widgets.items() for n in WIDGETS if str(k).startswith(n)}
+    probe = StallProbe()
+    records = []
+    import ctbench_napari._launch as launch
+    warm = getattr(launch, "WARM_UP", None)
+    if warm is not None:       # a user who opens a sample after the workbench's start-up work is done
+        warm.join(timeout=120)
+        records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label,
+                        "action": "(start-up sample warm-up, background thread)",
+                        "wall_s": round(time.perf_counter() - t0, 2), "loadavg": list(os.getloadavg())})
+
+    def record(action: str, fn, settle_s: float = 0.5, **extra):
+        try:
+            stall, wall = probe.measure(fn, settle_s)
+            rec = {"stall_ms": round(stall, 1), "wall_s": round(wall, 2), "meets_goal": stall <= STALL_GOAL_MS}
+        except Exception as e:  # noqa: BLE001 - an action the measured version lacks is recorded as such
+            rec = {"error": f"{type(e).__name__}: {e}"}
+        records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label, "action": action,
+                        "loadavg": list(os.getloadavg()), **rec, **extra})
+        print(json.dumps(records[-1]), flush=True)
+
+    def busy(w) -> bool:
+        return bool(getattr(w, "busy", False) or getattr(w, "running", False))
+
+    try:
+        _spin(2.0)
+        record("open sample phantom_scan", lambda: viewer.open_sample(PLUGIN, "phantom_scan"))
+        record("open sample lab_scan", lambda: viewer.open_sample(PLUGIN, "lab_scan"))
+        designer = widgets["Trajectory designer"]
+
+        def edit():
+            n = designer.n_updates
+            designer.form.editors["n_views"].setValue(designer.form.editors["n_views"].value() + 10)
+            wait_for(lambda: designer.n_updates > n and not busy(designer), timeout=120)
+        record("designer edit", edit)
+        record("designer edit (again)", edit)
+        recon = widgets["Reconstruction"]
+        recon.sinogram.select("Shepp-Logan cone-beam scan")
+
+        def click(button, what):
+            def go():
+                recon.select_algorithm(*what[:1], **what[1])
+                getattr(recon, f"{button}_button").click()
+                wait_for(lambda: not recon.running, timeout=600)
+            return go
+        record("quick preview FBP", click("preview", ("fbp", {})))
+        record("FDK run (and 3 s after)", click("run", ("fbp", {})), settle_s=3.0)
+        record("SIRT 10 run (and 3 s after)", click("run", ("sirt", {"n_iter": 10})), settle_s=3.0)
+
+        def compare():
+            recon.compare_button.click()
+            wait_for(lambda: not busy(recon.comparison), timeout=300)
+        record("compare side by side", compare)
+
+        def differences():
+            recon.comparison.difference_button.click()
+            wait_for(lambda: not busy(recon.comparison), timeout=300)
+        record("difference images", differences)
+        recon.comparison.single_view()
+        scan = widgets["Scan import"]
+        scan.projections.select("lab scan (raw counts)")
+
+        def correct():
+            scan.correct_button.click()
+            wait_for(lambda: not scan.busy, timeout=600)
+        record("scan import: correct", correct)
+
+        def attach():
+            scan.attach_button.click()
+            wait_for(lambda: not scan.busy, timeout=600)
+        record("scan import: attach geometry", attach)
+        jobs = widgets.get("Jobs")     # older versions did not dock it (and aborted a script without a bridge)
+        if jobs is not None:
+            jobs.timer.setInterval(200)
+            record("jobs panel without a bridge (5 s)", lambda: None, settle_s=5.0)
+    finally:
+        viewer.close()
+    return records
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "bench_gui.jsonl"))
@@ -131,8 +290,12 @@ def main(argv=None) -> int:
     p.add_argument("--no-widget", action="store_true", help="skip the napari measurement")
     p.add_argument("--widget-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stalls", action="store_true", help="measure the longest GUI-thread stall of each action")
+    p.add_argument("--label", default="current", help="name of the code version measured by --stalls")
     args = p.parse_args(argv)
     run_id = args.run_id or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    if args.stalls:
+        return _stalls_main(args, run_id)
 
     records: list[dict] = []
     if not args.widget_only:
@@ -161,6 +324,25 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("a") as f:
             f.write(text + "\n")
+    return 0
+
+
+def _stalls_main(args, run_id: str) -> int:
+    """--stalls: under a display (re-run under xvfb-run at 1920x1080 when there is none), JSON lines out."""
+    if not os.environ.get("DISPLAY"):
+        if not shutil.which("xvfb-run"):
+            print(json.dumps({"bench": BENCH, "kind": "stall", "skipped": "no display and no xvfb-run"}))
+            return 0
+        cmd = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, __file__, "--stalls",
+               "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else [])
+        return subprocess.run(cmd).returncode
+    records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,
+                "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label)
+    if not args.no_out:
+        out = Path(args.out).with_name("bench_gui_stalls.jsonl")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a") as f:
+            f.write("\n".join(json.dumps(r) for r in records) + "\n")
     return 0
 
 

@@ -206,3 +206,29 @@ def test_version_1_datasets_still_load_and_a_named_missing_array_is_caught(tmp_p
     shutil.rmtree(p / "volume")
     with pytest.raises(DatasetError, match="array 'volume' listed in the dataset is missing"):
         load_dataset(p)
+
+
+def test_a_dataset_filled_in_parts_writes_its_all_zero_chunks_and_loads_strictly(tmp_path):
+    """The job worker's way of writing (create, reopen, fill by slabs): all-zero planes are chunks on disk,
+    so a strict load reads them as zeros; a chunk deleted afterwards is still damage."""
+    import zarr
+
+    from ctbench.workbench.dataset import FORMAT, UNITS, VERSION, create_array, open_array_for_writing
+
+    path = tmp_path / "r.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    _, entry = create_array(group, "volume", (5, 4, 4), "float32", (1, 4, 4))
+    vol = np.zeros((5, 4, 4), np.float32)
+    vol[1:4] = np.arange(48, dtype=np.float32).reshape(3, 4, 4) + 1   # planes 0 and 4 all zero
+    arr = open_array_for_writing(path / "volume")
+    arr[0:2] = vol[0:2]            # two "ranks", disjoint slabs
+    arr[2:5] = vol[2:5]
+    group.attrs.update({"format": FORMAT, "version": VERSION, "units": UNITS, "geometry": None, "meta": {},
+                        "manifest": {"volume": entry}, "volume": {"axes": ["z", "y", "x"],
+                                                                 "voxel_spacing": [1.0, 1.0, 1.0]}})
+    assert sorted(os.listdir(path / "volume" / "c")) == ["0", "1", "2", "3", "4"]
+    np.testing.assert_array_equal(load_dataset(path).volume, vol)
+    verify_dataset(path, chunks=True)
+    chunk(path, "volume", "4/0/0").unlink()
+    with pytest.raises(DatasetError, match=r"chunk c/4/0/0 of array 'volume'.*missing"):
+        load_dataset(path)

@@ -386,7 +386,9 @@ def test_designer_completeness_grid_and_manual_updates(make_napari_viewer, qtbot
     designer = _dock(viewer, "Trajectory designer")
     designer.set_design(TrajectoryDesign(**SMALL))
     designer.grid_size.setValue(10)
+    # The button computes in a worker thread (the GUI stays responsive): wait for the layers to follow.
     qtbot.mouseClick(designer.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: designer.geometry is not None and not designer.busy, timeout=10000)
     assert max(viewer.layers["trajectory: completeness"].data.shape) <= 10
     designer.auto.setChecked(False)                   # edits wait for "Update preview"
     n = designer.n_updates
@@ -394,7 +396,7 @@ def test_designer_completeness_grid_and_manual_updates(make_napari_viewer, qtbot
     qtbot.wait(400)
     assert designer.n_updates == n and designer.geometry.n_views == 24
     qtbot.mouseClick(designer.update_button, Qt.LeftButton)
-    assert designer.geometry.n_views == 40
+    qtbot.waitUntil(lambda: designer.geometry.n_views == 40, timeout=10000)
     designer.show_map.setChecked(False)
     qtbot.mouseClick(designer.update_button, Qt.LeftButton)
-    assert "trajectory: completeness" not in viewer.layers
+    qtbot.waitUntil(lambda: "trajectory: completeness" not in viewer.layers, timeout=10000)

@@ -177,9 +177,17 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     visible_before = {layer.name: layer.visible for layer in viewer.layers}
     phantom = viewer.layers["Shepp-Logan phantom"]
     assert recon.comparison.reference.layer().name == phantom.name         # the non-reconstruction volume is the reference
+    viewer.add_image(np.ones((5, 7), np.float32), name="an unrelated 2D image", visible=False)
+    viewer.add_image(np.ones((8, 8, 8), np.float32), name="a volume on another grid", visible=False)
+    offered = recon.comparison.reference.names()
+    assert phantom.name in offered and "an unrelated 2D image" not in offered and "a volume on another grid" \
+        not in offered                                                      # only volumes of the results' grid
+    viewer.layers.remove("an unrelated 2D image")
+    viewer.layers.remove("a volume on another grid")
     recon.comparison.mask.setCurrentIndex(recon.comparison.mask.findData("support"))
     recon.compare_button.click()
     assert recon.message.level == "note", recon.message.text()
+    wait_for(lambda: not recon.comparison.busy, timeout=60)    # the numbers come from a worker thread
     assert viewer.canvas.grid.enabled
     a, b = recon.results
     assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, a.name, b.name]
@@ -202,6 +210,9 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
         assert got.rmse == pytest.approx(want.rmse) and got.ssim == pytest.approx(want.ssim)
     table = recon.comparison.table
     assert table.rowCount() == 2 and table.item(1, 0).text() == b.name
+    # Every row is visible at the panel's size (the table is as tall as its rows), names in full.
+    viewport = table.viewport().height()
+    assert all(table.rowViewportPosition(r) + table.rowHeight(r) <= viewport for r in range(table.rowCount()))
     assert float(table.item(1, 2).text()) == pytest.approx(recon.comparison.last_metrics[b.name].psnr, abs=0.01)
     # Profile and histogram: one curve per cell; the profile is the central row of the current slice.
     assert [c[0] for c in recon.comparison.profile.curves] == [phantom.name, a.name, b.name]
@@ -214,8 +225,13 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert stats["foreground"] > 0.05
     save_widget_screenshot(recon, "compare_widget", SHOTS)
     # Difference images: result − reference, in the grid with the others.
-    diffs = recon.comparison.difference_button.click() or [x for x in viewer.layers if x.name.startswith("difference")]
-    assert len(diffs) == 2
+    recon.comparison.difference_button.click()
+    wait_for(lambda: not recon.comparison.busy, timeout=60)
+    diffs = [x for x in viewer.layers if x.name.startswith("difference")]
+    assert len(diffs) == 2 and diffs == recon.comparison.differences_added
+    assert diffs[1].metadata["ctbench"]["difference"] == {"result": b.name, "reference": phantom.name}
+    bar = recon.comparison.colour_bar                                 # colour carries meaning: a key
+    assert not bar.isHidden() and bar.lo == pytest.approx(-bar.hi) and len(bar.colours) == 64
     np.testing.assert_allclose(diffs[1].data, b.data - phantom.data, atol=1e-7)
     lo, hi = diffs[1].contrast_limits
     assert lo == pytest.approx(-hi)                                  # symmetric about zero
@@ -230,6 +246,7 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     # Unchecking a result in the list leaves it out of the comparison.
     recon.result_list.item(0).setCheckState(Qt.Unchecked)
     recon.compare_button.click()
+    wait_for(lambda: not recon.comparison.busy, timeout=60)
     assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, b.name]
     assert list(recon.comparison.last_metrics) == [b.name]
     recon.single_button.click()

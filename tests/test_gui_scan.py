@@ -53,6 +53,7 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
     assert raw.metadata["ctbench"]["kind"] == "projections" and isinstance(raw.data, da.Array)   # lazy
     assert raw.data.shape == (SPEC.n_views, SPEC.detector_v, SPEC.detector_u)
     _, scan = viewer.window.add_plugin_dock_widget(PLUGIN, "Scan import")
+    assert scan.sid.value() == SPEC.sid and scan.sdd.value() == SPEC.sdd   # from scan.json, before Correct
 
     # a bad path is reported in the widget, naming the file
     scan.path.setText(str(tmp_path / "missing.tif"))
@@ -80,6 +81,8 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
         spin.setValue(64)
     scan.voxel.setValue(1.0)
     scan.attach_button.click()
+    assert scan.busy                                          # in a worker thread too
+    wait_for(lambda: not scan.busy, timeout=120)
     assert scan.message.level == "note", scan.message.text()
     sino_layer = scan.last_sinogram
     geo = ScanGeometry.from_dict(sino_layer.metadata["ctbench"]["geometry"])
@@ -116,6 +119,7 @@ def test_tiff_sample_to_exported_volume_through_the_widgets(make_napari_viewer, 
     assert spacing == pytest.approx((1.0, 1.0, 1.0))
     scan.export_button.click()                                       # exists and overwrite is off
     assert scan.message.level == "error" and "exists" in scan.message.text()
+    assert "tick Overwrite" in scan.message.text() and "overwrite=True" not in scan.message.text()   # GUI words
 
     scan.config_path.setText(str(tmp_path / "recon.json"))
     scan.config_button.click()

@@ -38,10 +38,11 @@ def _designer(viewer, **changes) -> TrajectoryDesignerWidget:
 
 def test_every_widget_docks_from_the_manifest(make_napari_viewer):
     viewer = make_napari_viewer()
+    from ctbench_napari._qt.jobs import JobsPanel
     from ctbench_napari._qt.scan import ScanImportWidget
 
     kinds = {"Trajectory designer": TrajectoryDesignerWidget, "Projection": ProjectionWidget,
-             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget}
+             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Jobs": JobsPanel}
     assert set(WIDGETS) == set(kinds)
     for name in WIDGETS:
         dock, widget = viewer.window.add_plugin_dock_widget(PLUGIN, name)
@@ -95,6 +96,27 @@ def test_designer_preview_follows_the_form(make_napari_viewer, qtbot):
     assert np.abs(box[:, 0, 2]).max() == pytest.approx(20.0)
 
 
+def test_the_designer_adds_no_preview_until_the_user_designs_and_edits_compute_off_the_gui_thread(
+        make_napari_viewer, qtbot):
+    import threading
+
+    viewer = make_napari_viewer()
+    _, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Trajectory designer")
+    qtbot.wait(500)                                      # longer than the edit debounce
+    assert not [x.name for x in viewer.layers if x.name.startswith("trajectory")] and w.geometry is None
+    import ctbench_napari._qt.designer as designer_module
+    threads = []
+    real = designer_module._preview_data
+    designer_module._preview_data = lambda *a: (threads.append(threading.current_thread()), real(*a))[1]
+    try:
+        w.form.editors["n_views"].setValue(30)           # the user designs: the preview appears
+        qtbot.waitUntil(lambda: "trajectory" in viewer.layers and not w.busy, timeout=10000)
+    finally:
+        designer_module._preview_data = real
+    assert w.geometry.n_views == 30
+    assert threads and all(t is not threading.main_thread() for t in threads)
+
+
 def test_completeness_map_shows_truncation(make_napari_viewer):
     viewer = make_napari_viewer()
     w = _designer(viewer, detector_u=12, volume_d=8)     # 18 mm of detector: ~9 mm field at the axis
@@ -108,6 +130,9 @@ def test_completeness_map_shows_truncation(make_napari_viewer):
     assert (counts[:, r < 3] == n).all()
     assert layer.metadata["ctbench"]["full"] < 0.3
     assert "by some" in w.summary.text()
+    # Colour carries meaning, so there are keys: the lines' legend and the map's colour bar (0 .. n views).
+    assert not w.legend.isHidden() and "source path" in w.legend.text()
+    assert not w.map_bar.isHidden() and (w.map_bar.lo, w.map_bar.hi) == (0, n) and len(w.map_bar.colours) == 64
     w.form.editors["detector_u"].setValue(96)             # a detector wide enough for the whole box
     w.update_preview()
     layer = viewer.layers["trajectory: completeness"]
@@ -181,14 +206,17 @@ def test_bad_input_in_forms_is_a_message_not_a_traceback(make_napari_viewer, qtb
     n_layers = len(viewer.layers)
     w.form.editors["sdd"].setValue(100.0)                 # SDD < SID
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert w.message.level == "error" and "SDD (100 mm) must be at least SID (150 mm)" in w.message.text()
     assert len(viewer.layers) == n_layers                 # the last valid preview stays
     w.form.editors["sdd"].setValue(300.0)
     w.form.editors["n_views"].setValue(0)                 # zero views
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert "Views must be at least 1" in w.message.text()
     w.form.editors["n_views"].setValue(30)
     qtbot.mouseClick(w.update_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: not w.busy, timeout=10000)    # the preview is built in a worker thread
     assert w.message.level == ""
 
     p.volume.select("flat")                               # a 3D scan for a 2D image
@@ -261,6 +289,62 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert ran == [True]                                         # it blocks in napari.run()
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
-    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget"}
+    assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",
+                      "JobsPanel"}                               # the Jobs panel is docked with the rest
+    from qtpy.QtWidgets import QTabBar
+    bars = [b for b in viewer.window._qt_window.findChildren(QTabBar)
+            if "Trajectory designer" in [b.tabText(i) for i in range(b.count())]]
+    assert len(bars) == 1
+    [bar] = bars
+    from ctbench_napari._testing import wait_for
+    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Trajectory designer", timeout=5)   # starts there
+    assert [bar.tabText(i) for i in range(bar.count())] == list(ctbench_napari.WIDGETS)   # whole titles
+    assert bar.elideMode() == Qt.ElideNone
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)
+
+
+def test_the_workbench_fits_a_1080_pixel_screen_and_scrolls_on_a_laptop(make_napari_viewer, monkeypatch):
+    """All widgets docked (tabbed), a result and a comparison present: the window's minimum size is at most
+    1000 px high (1920x1080) and fits 1366x768; tall panels scroll instead of growing the window."""
+    import napari
+
+    import ctbench_napari
+    from qtpy.QtWidgets import QApplication
+
+    monkeypatch.setattr(napari, "Viewer", make_napari_viewer)
+    viewer = ctbench_napari.launch("phantom_scan", block=False)
+    window = viewer.window._qt_window
+    recon = next(w for w in viewer.window.dock_widgets.values() if type(w).__name__ == "ReconstructionWidget")
+    for it in range(1, 6):
+        recon.plot.add(it, 1.0 / it)               # the residual plot drawn, as after a run
+    recon.comparison.profile.set_curves([("a", [0, 1], [0, 1]), ("b", [0, 1], [1, 0]), ("c", [0, 1], [0, 0])])
+    recon.comparison.colour_bar.show()
+    QApplication.processEvents()
+    hint = window.minimumSizeHint()
+    assert hint.height() <= 1000, hint.height()
+    assert hint.height() <= 768 and hint.width() <= 1366, (hint.width(), hint.height())
+    for w in viewer.window.dock_widgets.values():
+        area = w.scroll_area                        # each panel scrolls inside its dock
+        assert area.widget().minimumSizeHint().height() > area.minimumSizeHint().height()
+    window.resize(1366, 768)
+    QApplication.processEvents()
+    assert window.height() <= 768 and window.width() <= 1366
+    assert recon.scroll_area.verticalScrollBar().maximum() > 0   # the Reconstruction panel scrolls there
+
+
+def test_the_eta_uses_the_measured_time_per_iteration_not_the_set_up():
+    from ctbench_napari._qt.reconstruction import eta_seconds
+
+    # The first iteration took 3 s (set-up included), the next ones 1 s each: 7 left take 7 s, not 11.7 s.
+    progress = [(1, 3.0, 0.5), (2, 4.0, 0.4), (3, 5.0, 0.3)]
+    assert eta_seconds(progress, 10) == pytest.approx(7.0)
+    assert eta_seconds(progress[:1], 10) == pytest.approx(27.0)      # only the first known: it is the estimate
+
+
+def test_error_text_keeps_closing_quotes_and_drops_only_keyerror_quotes():
+    from ctbench_napari._qt.common import error_text
+
+    assert error_text(ValueError("n_iter must be an integer, got 'abc'")) == "n_iter must be an integer, got 'abc'"
+    assert error_text(KeyError("no layer named 'x'")) == "no layer named 'x'"
+    assert error_text(RuntimeError("boom")) == "RuntimeError: boom"

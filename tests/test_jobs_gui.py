@@ -17,7 +17,9 @@ from ctbench_napari._testing import wait_for
 
 pytestmark = [pytest.mark.gui, pytest.mark.distributed]
 
-SMALL = TrajectoryDesign(kind="circular", n_views=20, sid=64.0, sdd=128.0, detector_u=24, detector_v=20,
+# The detector sees only the middle of the 16 mm grid (10 rows of 2 mm at magnification 2): the first and
+# last z planes meet no ray and reconstruct to exact zeros, the all-zero chunks a job's result must still hold.
+SMALL = TrajectoryDesign(kind="circular", n_views=20, sid=64.0, sdd=128.0, detector_u=24, detector_v=10,
                          pixel_u=2.0, pixel_v=2.0, volume_d=16, volume_h=16, volume_w=16, voxel_size=1.0)
 
 
@@ -67,6 +69,7 @@ def test_reconstruction_as_a_background_job_updates_the_layer_and_the_jobs_panel
     np.testing.assert_allclose(fin.volume.numpy(), ref.volume.numpy(), rtol=1e-4,
                                atol=1e-4 * float(ref.volume.abs().max()))
     np.testing.assert_allclose(fin.residuals, ref.residuals, rtol=1e-4)
+    assert not ref.volume[0].any() and not ref.volume[-1].any() and ref.volume[8].any()   # zero planes exist
     layer = recon.results[-1]
     np.testing.assert_array_equal(layer.data, fin.volume.numpy())
     assert layer.metadata["ctbench"]["recon"]["algorithm"] == "cgls"
@@ -84,3 +87,31 @@ def test_reconstruction_as_a_background_job_updates_the_layer_and_the_jobs_panel
     meta = loaded.metadata["ctbench"]
     assert meta["geometry"] is not None
     assert meta["recon"]["params"] == {"n_iter": 4} and meta["recon"]["nproc"] == 2
+
+
+def test_jobs_panel_without_a_bridge_is_calm_and_starts_a_local_one(make_napari_viewer, local_bridge_dir):
+    """No bridge: a clear state and a Start button, no toast and no error after several polls; the button
+    starts the local bridge and the panel then lists its (empty) job table."""
+    from napari.utils.notifications import notification_manager
+
+    viewer = make_napari_viewer()
+    seen = []
+    notification_manager.notification_ready.connect(seen.append)
+    _, panel = viewer.window.add_plugin_dock_widget(PLUGIN, "Jobs")
+    panel.timer.setInterval(50)
+    panel.show()
+    wait_for(lambda: panel.bridge_found is False, timeout=30)
+    for _ in range(5):       # several quiet polls
+        panel.refresh(quiet=True)
+        wait_for(lambda: not panel.busy, timeout=30)
+    assert panel.NO_BRIDGE in panel.bridge_state.text()
+    assert not panel.start_bridge_button.isHidden() and not panel.load_button.isEnabled()
+    assert panel.message.level == "" and not seen
+    panel.refresh()          # a deliberate Refresh says the same, calmly
+    wait_for(lambda: not panel.busy, timeout=30)
+    assert panel.message.level == "" and not seen
+
+    panel.start_bridge_button.click()
+    wait_for(lambda: panel.bridge_found is True, timeout=90)
+    assert panel.jobs == [] and panel.start_bridge_button.isHidden() and panel.load_button.isEnabled()
+    assert (local_bridge_dir / "bridge.json").exists() and not seen

@@ -243,7 +243,7 @@ class Job:
         every barrier even after a failure of its own (a full disk), so a failing rank never strands the others."""
         import zarr
 
-        from ..workbench.dataset import FORMAT, UNITS, VERSION, WRITE_CONFIG, _axes, create_array
+        from ..workbench.dataset import FORMAT, UNITS, VERSION, _axes, create_array, open_array_for_writing
 
         geo, P = self.geometry, self.projector
         shape = tuple(geo.volume_shape)
@@ -269,7 +269,7 @@ class Job:
                                                  chunks)
 
         def write():
-            arr = zarr.open_array(str(tmp / "volume"), mode="r+", config=WRITE_CONFIG)
+            arr = open_array_for_writing(tmp / "volume")
             local = volume.detach().cpu().numpy()
             if len(shape) == 2 or P.space_world_size == 1:
                 arr[...] = local.reshape(shape)

@@ -211,18 +211,33 @@ def _write_group(folder: Path, dataset: Dataset, chunks: int) -> None:
 WRITE_CONFIG = {"write_empty_chunks": True}
 
 
+def open_array_for_writing(path: str | Path):
+    """An array of a dataset being written, opened again so that every chunk is written (also all-zero ones).
+
+    ``zarr.open_array(..., config=...)`` ignores ``config`` for an existing array (zarr 3.1), which let
+    the job worker skip all-zero planes that a strict load then read as damage; ``with_config`` holds.
+    """
+    import zarr
+
+    arr = zarr.open_array(str(path), mode="r+").with_config(WRITE_CONFIG)
+    if not arr.config.write_empty_chunks:  # a zarr that drops the setting again must fail here, not at load
+        raise RuntimeError(f"zarr did not keep write_empty_chunks=True for {path}")
+    return arr
+
+
 def create_array(group, name: str, shape, dtype, chunk_shape):
     """Create the array ``name`` of a dataset in the zarr ``group`` with the format's codecs (zstd, crc32c on
     every chunk); returns (the array, opened for writing every chunk, and its manifest entry).
 
     Writers that fill a dataset in parts (the job worker's ranks) use it too, opening the array again with
-    ``config=WRITE_CONFIG``, so every dataset is verifiable.
+    :func:`open_array_for_writing`, so every dataset is verifiable.
     """
     from zarr.codecs import Crc32cCodec, ZstdCodec
 
     dtype = np.dtype(dtype)
     arr = group.create_array(name, shape=tuple(shape), dtype=dtype, chunks=tuple(chunk_shape),
                              compressors=(ZstdCodec(), Crc32cCodec()), config=WRITE_CONFIG)
+    arr = arr.with_config(WRITE_CONFIG)
     return arr, {"shape": list(shape), "dtype": dtype.str, "chunks": list(chunk_shape), "checksum": "crc32c"}
 
 

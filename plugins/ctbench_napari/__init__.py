@@ -10,7 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 PLUGIN = "ctbench"  # the npe2 plugin name must equal the distribution name
-WIDGETS = ("Trajectory designer", "Projection", "Reconstruction", "Scan import")
+WIDGETS = ("Trajectory designer", "Projection", "Reconstruction", "Scan import", "Jobs")
 SAMPLES = ("phantom", "phantom_scan", "htc2022", "lab_scan")
 
 

@@ -115,6 +115,31 @@ def read_dataset(path) -> list[LayerData]:
     return dataset_layers(ds, Path(p.rstrip("/")).stem)
 
 
+def result_layers(path) -> list[LayerData]:
+    """Layers of a reconstruction result (a job's or a saved local one): the one result loader of the widgets.
+
+    Reads and verifies every chunk now (call it in a worker thread) when the
+    volume fits the reader's bound, else keeps it lazy; the dataset's ``meta``
+    (algorithm, parameters, ranks) becomes the layer's ``recon`` metadata, as
+    for a result made in this window.
+    """
+    p = _single(path)
+    ds = load_dataset(p, lazy=True)
+    for name in ("volume", "sinogram"):
+        a = getattr(ds, name)
+        if a is not None and int(np.prod(a.shape, dtype=np.float64)) * a.dtype.itemsize <= _max_bytes():
+            setattr(ds, name, np.asarray(a[...]))
+    layers = dataset_layers(ds, Path(p.rstrip("/")).stem)
+    from ctbench.workbench.metrics import percentile_window
+
+    for data, kw, _ in layers:
+        meta = kw.setdefault("metadata", {}).setdefault(KEY, {})
+        meta["recon"] = dict(ds.meta)
+        if isinstance(data, np.ndarray) and "contrast_limits" not in kw:
+            kw["contrast_limits"] = percentile_window(data)   # here, in the caller's worker thread
+    return layers
+
+
 def _check_views(n_views, where: str) -> None:
     limit = _limit("CTBENCH_READER_MAX_VIEWS", 100_000)
     if not isinstance(n_views, int) or n_views > limit:
@@ -156,7 +181,9 @@ def write_dataset(path: str, layer_data: list[tuple[Any, dict, str]]) -> list[st
     try:
         return _write_dataset(path, layer_data)
     except (ValueError, TypeError, KeyError, FileExistsError) as e:   # the output policy's refusals included
-        raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {str(e).strip(chr(39))}") \
+        from ._text import unquote
+
+        raise DatasetWriteError(f"cannot save {Path(str(path)).name} as a ctbench dataset: {unquote(str(e))}") \
             from e
 
 

@@ -17,9 +17,56 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
 
     viewer = viewer or napari.Viewer(title="ctbench workbench")
     docks = [viewer.window.add_plugin_dock_widget(PLUGIN, name, tabify=True)[0] for name in WIDGETS]
-    docks[0].raise_()   # tabbed together; a session starts in the designer
+    for dock, name in zip(docks, WIDGETS):
+        dock.setWindowTitle(name)   # the tab shows the widget's name, not "Trajectory designer (c..."
+    full_tab_titles(viewer)
+    start_in(docks[0])   # tabbed together; a session starts in the designer
+    warm_up_samples()
     if sample is not None:
         viewer.open_sample(PLUGIN, sample)
     if block:
         napari.run()
     return viewer
+
+
+WARM_UP = None
+
+
+def warm_up_samples():
+    """Compute the samples in a background thread (File > Open Sample then never projects on the GUI thread)."""
+    global WARM_UP
+    import threading
+
+    from ._samples import warm_up
+
+    if WARM_UP is None or not WARM_UP.is_alive():
+        WARM_UP = threading.Thread(target=_quietly, args=(warm_up,), name="ctbench-sample-warm-up", daemon=True)
+        WARM_UP.start()
+    return WARM_UP
+
+
+def _quietly(fn) -> None:
+    import logging
+
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - a sample that fails here fails again, with its message, when opened
+        logging.getLogger("ctbench_napari").debug("sample warm-up failed", exc_info=True)
+
+
+def full_tab_titles(viewer) -> None:
+    """Tab bars of the docked widgets show whole titles (scroll buttons when they do not fit)."""
+    from qtpy.QtCore import Qt
+    from qtpy.QtWidgets import QTabBar
+
+    for bar in viewer.window._qt_window.findChildren(QTabBar):
+        bar.setElideMode(Qt.ElideNone)
+        bar.setUsesScrollButtons(True)
+
+
+def start_in(dock) -> None:
+    """Raise ``dock`` now and again once the event loop has laid out the tabs (a later tabify raises its own)."""
+    from qtpy.QtCore import QTimer
+
+    dock.raise_()
+    QTimer.singleShot(0, dock.raise_)

@@ -68,9 +68,34 @@ def make_phantom() -> list[LayerData]:
     return [phantom_layer()]
 
 
+@lru_cache(maxsize=1)
+def _sample_sinogram() -> tuple[ScanGeometry, np.ndarray]:
+    geo, sino = phantom_sinogram()
+    sino.setflags(write=False)   # shared by the cache: layers get copies
+    return geo, sino
+
+
+@lru_cache(maxsize=1)
+def _lab_scan_layer() -> LayerData:
+    from ctbench.io.sample_scan import sample_scan_path
+
+    from ._scan_io import scan_layer
+
+    return scan_layer(sample_scan_path(), name="lab scan (raw counts)")
+
+
+def warm_up() -> None:
+    """Compute the samples once (the workbench calls it in a background thread at start), so that
+    File > Open Sample later only hands over arrays instead of projecting or reading on the GUI thread."""
+    _phantom_array()
+    _sample_sinogram()
+    _lab_scan_layer()
+
+
 def make_phantom_scan() -> list[LayerData]:
     """Sample: the phantom and its simulated circular cone-beam scan."""
-    geo, sino = phantom_sinogram()
+    geo, sino = _sample_sinogram()
+    sino = sino.copy()
     return [phantom_layer(),
             sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
                            extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
@@ -97,8 +122,7 @@ def htc2022_geometry(data) -> tuple[ScanGeometry, np.ndarray]:
 
 def make_lab_scan() -> list[LayerData]:
     """Sample: a simulated lab cone-beam scan in raw counts (TIFF files + scan.json; flats, darks, an offset)."""
-    from ctbench.io.sample_scan import sample_scan_path
+    import copy
 
-    from ._scan_io import scan_layer
-
-    return [scan_layer(sample_scan_path(), name="lab scan (raw counts)")]
+    data, kw, kind = _lab_scan_layer()
+    return [(data, copy.deepcopy(kw), kind)]     # the lazy stack is shared; each layer owns its metadata

@@ -11,6 +11,8 @@ import numpy as np
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget)
 
+from .._text import unquote
+
 log = logging.getLogger("ctbench_napari")
 
 
@@ -61,7 +63,7 @@ def error_text(e: BaseException) -> str:
     """A readable one-liner for an exception (no traceback, no class name for plain value errors)."""
     text = str(e) or type(e).__name__
     if isinstance(e, (ValueError, TypeError, FileNotFoundError, FileExistsError, KeyError)):
-        return text.strip("'\"")
+        return unquote(text)
     return f"{type(e).__name__}: {text}"
 
 
@@ -185,6 +187,39 @@ class LayerPicker(QComboBox):
 
     def names(self) -> list[str]:
         return [self.itemText(i) for i in range(self.count())]
+
+
+def is_deleted(widget) -> bool:
+    """Whether the Qt side of ``widget`` is gone (a worker may finish after its widget was closed)."""
+    try:
+        widget.objectName()
+        return False
+    except RuntimeError:
+        return True
+
+
+def scroll_contents(widget) -> None:
+    """Put everything ``widget`` laid out into a vertical scroll area, so a tall panel never sets the
+    window's minimum height (the window fits a 1080-pixel screen and scrolls on a 768-pixel laptop).
+
+    The widget's own layout object is kept (moved onto the scrolled page), so code that added rows to it
+    keeps working.
+    """
+    from qtpy.QtWidgets import QFrame, QScrollArea, QVBoxLayout
+
+    page = QWidget()
+    page.setLayout(widget.layout())      # Qt moves a widget's layout (and its children) onto the page
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.NoFrame)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+    area.setWidget(page)
+    # As wide as the page wants (no horizontal scrolling), as short as the window needs.
+    area.setMinimumWidth(page.minimumSizeHint().width() + area.verticalScrollBar().sizeHint().width())
+    outer = QVBoxLayout(widget)
+    outer.setContentsMargins(0, 0, 0, 0)
+    outer.addWidget(area)
+    widget.scroll_area = area
 
 
 def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=None, on_finished=None):

@@ -14,6 +14,7 @@ from ctbench.workbench import metrics
 from .._layers import KEY, LayerError, info, kind_of
 from .common import LayerPicker, report_errors, same_layer, unwrap
 from .display import set_contrast, show_frame
+from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
 LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
 MASKS = {"all": "whole grid", "support": "support of the reference", "cylinder": "inscribed cylinder"}
@@ -31,30 +32,41 @@ def _is_reference_like(layer) -> bool:
 
 
 class CurvePlot(QWidget):
-    """A few labelled curves on shared axes, drawn with QPainter (profiles, histograms)."""
+    """A few labelled curves on shared axes, drawn with QPainter (profiles, histograms).
+
+    Title above the axes, round ticks on both axes with labels that fit their
+    margin, and the legend in its own rows below the axes (never over a curve).
+    """
 
     def __init__(self, title: str, xlabel: str, parent=None):
         super().__init__(parent)
         self.title, self.xlabel = title, xlabel
         self.curves: list[tuple[str, np.ndarray, np.ndarray]] = []
-        self.setMinimumHeight(120)
+        self.setMinimumHeight(self._height(0))
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+
+    def _height(self, n_curves: int) -> int:
+        line = self.fontMetrics().height()
+        return 140 + 3 * line + (line + 2) * max(n_curves, 1)
 
     def set_curves(self, curves) -> None:
         self.curves = [(str(n), np.asarray(x, float), np.asarray(y, float)) for n, x, y in curves]
+        self.setMinimumHeight(self._height(len(self.curves)))
+        self.updateGeometry()
         self.update()
 
     def paintEvent(self, _event) -> None:  # noqa: N802 - Qt name
         p = QPainter(self)
         p.setRenderHint(QPainter.Antialiasing)
         fg = self.palette().color(self.foregroundRole())
-        left, right, top, bottom = 62, 8, 16, 18
-        box = QRectF(left, top, max(self.width() - left - right, 1), max(self.height() - top - bottom, 1))
+        line = p.fontMetrics().height()
+        legend_h = (line + 2) * max(len(self.curves), 1)
+        top, right, bottom = line + 4, 10, 2 * line + 8 + legend_h
         p.setPen(QPen(fg, 1))
-        p.drawRect(box)
-        p.drawText(QRectF(left, 0, box.width(), top), Qt.AlignLeft | Qt.AlignVCenter, self.title)
         if not self.curves:
-            p.drawText(box, Qt.AlignCenter, "compare results to see this")
+            p.drawText(QRectF(8, 0, self.width() - 16, top), Qt.AlignLeft | Qt.AlignVCenter, self.title)
+            p.drawText(QRectF(8, top, self.width() - 16, self.height() - top), Qt.AlignCenter,
+                       "compare results to see this")
             p.end()
             return
         x0 = min(float(c[1].min()) for c in self.curves)
@@ -62,32 +74,57 @@ class CurvePlot(QWidget):
         y0 = min(float(np.nanmin(c[2])) for c in self.curves)
         y1 = max(float(np.nanmax(c[2])) for c in self.curves)
         x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
-        p.drawText(QRectF(0, top - 6, left - 4, 14), Qt.AlignRight, _fmt(y1))
-        p.drawText(QRectF(0, box.bottom() - 8, left - 4, 14), Qt.AlignRight, _fmt(y0))
-        p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignLeft, f"{x0:.3g}")
-        p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignHCenter, self.xlabel)
-        p.drawText(QRectF(left, box.bottom() + 2, box.width(), 14), Qt.AlignRight, f"{x1:.3g}")
+        yt, xt = nice_ticks(y0, y1, 4), nice_ticks(x0, x1, 5)
+        left = tick_margin(p, yt)
+        box = QRectF(left, top, max(self.width() - left - right, 1), max(self.height() - top - bottom, 1))
+        p.drawText(QRectF(left, 0, box.width(), top), Qt.AlignLeft | Qt.AlignVCenter, self.title)
+        p.drawRect(box)
+
+        def px(x):
+            return box.left() + (x - x0) / (x1 - x0) * box.width()
+
+        def py(y):
+            return box.bottom() - (y - y0) / (y1 - y0) * box.height()
+
+        for t in yt:
+            p.drawLine(QPointF(box.left() - 3, py(t)), QPointF(box.left(), py(t)))
+            p.drawText(QRectF(0, py(t) - line / 2, left - 5, line), Qt.AlignRight | Qt.AlignVCenter,
+                       tick_label(t, yt))
+        for t in xt:
+            p.drawLine(QPointF(px(t), box.bottom()), QPointF(px(t), box.bottom() + 3))
+            p.drawText(QRectF(px(t) - 40, box.bottom() + 3, 80, line), Qt.AlignHCenter, tick_label(t, xt))
+        p.drawText(QRectF(left, box.bottom() + 3 + line, box.width(), line), Qt.AlignHCenter, self.xlabel)
+        fm = p.fontMetrics()
         for k, (name, xs, ys) in enumerate(self.curves):
             colour = QColor(COLOURS[k % len(COLOURS)])
             p.setPen(QPen(colour, 1.5))
-            pts = [QPointF(box.left() + (x - x0) / (x1 - x0) * box.width(),
-                           box.bottom() - (y - y0) / (y1 - y0) * box.height()) for x, y in zip(xs, ys)]
+            pts = [QPointF(px(x), py(y)) for x, y in zip(xs, ys)]
             p.drawPolyline(QPolygonF(pts))
-            p.drawText(QRectF(box.left() + 4, box.top() + 2 + 13 * k, box.width() - 8, 13), Qt.AlignRight,
-                       name if len(name) <= 34 else name[:33] + "…")
+            y = box.bottom() + 8 + 2 * line + (line + 2) * k   # the legend: below the axes, one row a curve
+            p.setPen(QPen(colour, 3))
+            p.drawLine(QPointF(left, y + line / 2), QPointF(left + 18, y + line / 2))
+            p.setPen(QPen(fg, 1))
+            p.drawText(QRectF(left + 24, y, box.width() - 24, line), Qt.AlignLeft | Qt.AlignVCenter,
+                       fm.elidedText(name, Qt.ElideMiddle, int(box.width() - 24)))
         p.end()
 
 
 class ComparePanel(QGroupBox):
-    """Compare results: grid cells labelled with layer names, metrics, difference, profile, histogram."""
+    """Compare results: grid cells labelled with layer names, metrics, difference, profile, histogram.
+
+    Layer visibility, contrast and the grid change on the GUI thread (cheap);
+    metrics, profiles, histograms and difference images are computed in worker
+    threads and land in the table, plots and layers when they are ready.
+    """
 
     def __init__(self, viewer, results_source, parent=None):
         super().__init__("Compare", parent)
         self.viewer = viewer
         self.source = results_source          # the reconstruction widget (checked_results())
         self.message = results_source.message
-        self.reference = LayerPicker(viewer, _is_volume, prefer=_is_reference_like)
-        self.reference.setToolTip("the volume the results are measured against (e.g. the phantom)")
+        self.reference = LayerPicker(viewer, self._is_reference_candidate, prefer=_is_reference_like)
+        self.reference.setToolTip("the volume the results are measured against (e.g. the phantom); only "
+                                  "volumes on the grid of the results are offered")
         self.mask = QComboBox()
         for key, label in MASKS.items():
             self.mask.addItem(label, key)
@@ -97,19 +134,24 @@ class ComparePanel(QGroupBox):
         self.compare_button.setToolTip("grid of the reference and the checked results, labelled, with shared "
                                        "camera and contrast; metrics, profile and histogram below")
         self.difference_button = QPushButton("Difference images")
-        self.difference_button.setToolTip("add result − reference for each checked result (blue below, red above)")
+        self.difference_button.setToolTip("add result − reference for each checked result (signed colour map, "
+                                          "colour bar below)")
         self.single_button = QPushButton("Single view")
         self.single_button.setToolTip("leave the grid; show again what was visible before comparing")
         self.table = QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["result", "RMSE", "PSNR (dB)", "SSIM"])
         self.table.verticalHeader().setVisible(False)
-        self.table.setMaximumHeight(110)
+        self.table.setWordWrap(True)
+        self.table.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         for c in (1, 2, 3):
             header.setSectionResizeMode(c, QHeaderView.ResizeToContents)
+        self._fit_table()
         self.profile = CurvePlot("line profile (central row of the slice)", "x (mm)")
         self.histogram = CurvePlot("histogram inside the mask", "value")
+        self.colour_bar = ColourBar()
+        self.colour_bar.hide()
         form = QFormLayout()
         form.addRow("Reference", self.reference)
         form.addRow("Metrics inside", self.mask)
@@ -120,15 +162,62 @@ class ComparePanel(QGroupBox):
             row.addWidget(b)
         layout.addLayout(row)
         layout.addWidget(self.table)
+        layout.addWidget(self.colour_bar)
+        layout.addSpacing(6)
         layout.addWidget(self.profile)
+        layout.addSpacing(6)
         layout.addWidget(self.histogram)
         self._saved_visibility: dict | None = None
         self.compared: list = []
         self.last_metrics: dict[str, metrics.Metrics] = {}
+        self._generation = 0
+        self._pending = 0
         self.compare_button.clicked.connect(lambda: self.compare())
         self.difference_button.clicked.connect(lambda: self.differences())
         self.single_button.clicked.connect(lambda: self.single_view())
         self.viewer.dims.events.point.connect(self._slice_moved)
+        if hasattr(results_source, "result_added"):
+            results_source.result_added.connect(lambda *_: self.reference.refresh())
+
+    def _is_reference_candidate(self, layer) -> bool:
+        """A volume on the grid of the results (any volume while there are none): never an unrelated image."""
+        if not _is_volume(layer):
+            return False
+        results = [x for x in getattr(self.source, "results", []) if x in self.viewer.layers]
+        return not results or tuple(np.shape(layer.data)) in {tuple(np.shape(x.data)) for x in results}
+
+    @property
+    def busy(self) -> bool:
+        """Whether metrics, plots or difference images are still being computed."""
+        return self._pending > 0
+
+    def _fit_table(self) -> None:
+        """The table is as tall as its rows (every metric row visible; it scrolls beyond 8 rows)."""
+        self.table.resizeRowsToContents()
+        rows = self.table.rowCount()
+        row_h = sum(self.table.rowHeight(r) for r in range(min(rows, 8))) if rows else \
+            self.table.verticalHeader().defaultSectionSize()
+        h = self.table.horizontalHeader().height() + row_h + 2 * self.table.frameWidth() + 2
+        self.table.setFixedHeight(max(h, 60))
+
+    def _in_thread(self, work, done) -> None:
+        from .common import error_text, is_deleted, start_worker
+
+        self._pending += 1
+
+        def deliver(res):
+            if is_deleted(self):
+                return      # closed while the numbers were computed
+            try:
+                done(res)
+            except Exception as e:  # noqa: BLE001 - a display problem shows in the widget
+                self.message.error(error_text(e))
+
+        def finished():
+            self._pending = max(0, self._pending - 1)
+
+        start_worker(work, on_return=deliver, on_error=lambda e: self.message.error(error_text(e)),
+                     on_finished=finished)
 
     # ------------------------------------------------------------ actions
     @report_errors
@@ -146,8 +235,8 @@ class ComparePanel(QGroupBox):
             self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
         for layer in self.viewer.layers:
             layer.visible = layer in shown
-        # Shared contrast: the reference's window (the phantom's), else the first result's percentiles.
-        window = tuple(ref.contrast_limits) if ref is not None else metrics.percentile_window(np.asarray(chosen[0].data))
+        # Shared contrast: the reference's window (the phantom's), else the first result's own limits.
+        window = tuple(ref.contrast_limits) if ref is not None else tuple(chosen[0].contrast_limits)
         self.viewer.layers.unlink_layers(shown, LINKED_ATTRIBUTES)
         for layer in shown:
             set_contrast(layer, window)
@@ -166,41 +255,63 @@ class ComparePanel(QGroupBox):
         return shown
 
     @report_errors
-    def differences(self, *_) -> list:
-        """Add ``result − reference`` layers (symmetric diverging colormap) for the checked results."""
+    def differences(self, *_) -> None:
+        """Add ``result − reference`` layers (signed colour map, symmetric limits, a colour bar) in a worker."""
         ref = self.reference.layer()
         if ref is None:
             raise LayerError("pick a reference volume to subtract (e.g. the phantom)")
-        added = []
-        for layer in self.source.checked_results():
-            a, b = np.asarray(layer.data, np.float32), np.asarray(ref.data, np.float32)
+        chosen = self.source.checked_results()
+        if not chosen:
+            raise LayerError("check the results to subtract the reference from")
+        b = np.asarray(ref.data)
+        jobs = []
+        for layer in chosen:
+            a = np.asarray(layer.data)
             if a.shape != b.shape:
                 raise LayerError(f"'{layer.name}' is on a {a.shape} grid and the reference '{ref.name}' on "
                                  f"{b.shape}; differences need the same grid")
-            d = a - b
-            name = f"difference: {layer.name} − {ref.name}"
-            m = float(np.percentile(np.abs(d), 99.5)) or 1e-6
-            meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref.name}}}
-            if name in self.viewer.layers:
-                self.viewer.layers.remove(name)
-            new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
-                                        colormap="PiYG", contrast_limits=(-m, m), metadata=meta)
-            _label(new)
-            added.append(new)
-        if not added:
-            raise LayerError("check the results to subtract the reference from")
-        grid = _grid(self.viewer)
-        shown = [x for x in self.compared if x in self.viewer.layers] + added
-        if self._saved_visibility is None:
-            self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers
-                                      if x not in added}
-        for layer in self.viewer.layers:
-            layer.visible = layer in shown
-        grid.enabled = True
-        show_frame(self.viewer, shown, ndisplay=2)
-        self.message.note(f"{len(added)} difference image(s): green where the result is above the reference, "
-                          "pink below")
-        return added
+            jobs.append((layer, a))
+        ref_name = ref.name
+
+        def work():
+            out = []
+            for layer, a in jobs:
+                d = np.asarray(a, np.float32) - np.asarray(b, np.float32)
+                m = float(np.percentile(np.abs(d), 99.5)) or 1e-6
+                out.append((layer, d, m))
+            return out
+
+        def done(out):
+            added = []
+            for layer, d, m in out:
+                # Short cell label; the full names stay in the metadata.
+                name = f"difference: {_short(layer.name)}"
+                meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
+                if name in self.viewer.layers:
+                    self.viewer.layers.remove(name)
+                new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
+                                            colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
+                _label(new)
+                added.append(new)
+            self.differences_added = added
+            grid = _grid(self.viewer)
+            shown = [x for x in self.compared if x in self.viewer.layers] + added
+            if self._saved_visibility is None:
+                self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers
+                                          if x not in added}
+            for x in self.viewer.layers:
+                x.visible = x in shown
+            grid.enabled = True
+            show_frame(self.viewer, shown, ndisplay=2)
+            m = max(x[2] for x in out)
+            self.colour_bar.set_map(added[0].colormap.map(np.linspace(0, 1, 64)), -m, m,
+                                    f"difference (result − reference), 1/mm: {DIFFERENCE_COLORMAP} colour map")
+            self.colour_bar.show()
+            self.message.note(f"{len(added)} difference image(s): green where the result is above the "
+                              "reference, pink below (colour bar below the table)")
+
+        self.differences_added = []
+        self._in_thread(work, done)
 
     def single_view(self, *_) -> None:
         """Leave grid mode, unlink, hide the cell labels and restore the visibility from before comparing."""
@@ -218,82 +329,130 @@ class ComparePanel(QGroupBox):
                 layer.visible = saved[key][1]
         self._saved_visibility = None
         self.compared = []
+        self.colour_bar.hide()
         visible = [x for x in self.viewer.layers if x.visible]
         if visible:
             self.viewer.fit_to_view(layers=visible)
 
     # ------------------------------------------------------------ numbers
     def _mask(self, ref_data: np.ndarray):
-        key = self.mask.currentData()
-        if key == "support":
-            return metrics.support_mask(ref_data, 0.05)
-        if key == "cylinder":
-            return metrics.cylinder_mask(ref_data.shape, 0.95)
-        return None
+        return _mask_for(self.mask.currentData(), ref_data)
 
     def _update_numbers(self) -> None:
+        """Metrics, profile and histogram of the compared layers, computed in a worker thread."""
         ref = self.reference.layer()
         results = [x for x in self.compared if not same_layer(x, ref)]
-        self.last_metrics = {}
-        self.table.setRowCount(0)
-        if ref is not None:
-            b = np.asarray(ref.data, np.float64)
-            mask = self._mask(b)
-            for layer in results:
-                a = np.asarray(layer.data, np.float64)
-                if a.shape != b.shape:
-                    self._row(layer.name, ["other grid"] * 3)
-                    continue
-                m = metrics.compare(a, b, mask)
-                self.last_metrics[layer.name] = m
-                self._row(layer.name, [f"{m.rmse:.3g}", f"{m.psnr:.2f}", f"{m.ssim:.3f}"])
-        self._update_plots()
+        self._generation += 1
+        gen = self._generation
+        mask_key = self.mask.currentData()
+        ref_data = None if ref is None else np.asarray(ref.data)
+        items = [(x.name, np.asarray(x.data)) for x in results]
+        plots = self._plot_inputs()
+
+        def work():
+            rows, found = [], {}
+            if ref_data is not None:
+                b = np.asarray(ref_data, np.float64)
+                mask = _mask_for(mask_key, b)
+                for name, data in items:
+                    if data.shape != b.shape:
+                        rows.append((name, ["other grid"] * 3))
+                        continue
+                    m = metrics.compare(np.asarray(data, np.float64), b, mask)
+                    found[name] = m
+                    rows.append((name, [f"{m.rmse:.3g}", f"{m.psnr:.2f}", f"{m.ssim:.3f}"]))
+            return rows, found, _plot_curves(*plots)
+
+        def done(res):
+            if gen != self._generation:
+                return          # a newer comparison is on its way
+            rows, found, curves = res
+            self.last_metrics = found
+            self.table.setRowCount(0)
+            for name, values in rows:
+                self._row(name, values)
+            self._fit_table()
+            self._show_curves(curves)
+
+        self._in_thread(work, done)
 
     def _row(self, name, values) -> None:
         r = self.table.rowCount()
         self.table.insertRow(r)
         for c, v in enumerate([name, *values]):
-            self.table.setItem(r, c, QTableWidgetItem(v))
+            item = QTableWidgetItem(v)
+            item.setToolTip(name if c == 0 else v)
+            self.table.setItem(r, c, item)
 
-    def _current_plane(self, layer) -> np.ndarray:
-        """The 2D slice of ``layer`` at the viewer's current z."""
-        data = np.asarray(layer.data)
-        if data.ndim == 2:
-            return data
+    def _current_index(self, layer) -> int | None:
+        """The z index of ``layer`` at the viewer's current z (None for a 2D layer)."""
+        if np.ndim(layer.data) == 2:
+            return None
         z = self.viewer.dims.point[self.viewer.dims.ndim - 3]
         k = int(round((z - layer.translate[0]) / layer.scale[0]))
-        return data[int(np.clip(k, 0, data.shape[0] - 1))]
+        return int(np.clip(k, 0, layer.data.shape[0] - 1))
 
-    def _update_plots(self) -> None:
+    def _plot_inputs(self):
+        """What the plots need, read on the GUI thread (layer state), computed on in a worker."""
         if not self.compared:
-            self.profile.set_curves([])
-            self.histogram.set_curves([])
-            return
-        profiles, hists = [], []
+            return [], None, None, None
         lo, hi = self.compared[0].contrast_limits
         ref = self.reference.layer()
-        mask = self._mask(np.asarray(ref.data)) if ref is not None else None
-        for layer in self.compared:
-            plane = self._current_plane(layer)
-            row = (plane.shape[0] - 1) / 2
-            dist, vals = metrics.line_profile(plane, (row, 0), (row, plane.shape[1] - 1), n=plane.shape[1])
-            x = layer.translate[-1] + dist * layer.scale[-1]
-            profiles.append((layer.name, x, vals))
-            data = np.asarray(layer.data)
-            m = mask if mask is not None and mask.shape == data.shape else None
-            counts, edges = metrics.histogram(data, bins=64, value_range=(lo, hi), mask=m)
-            hists.append((layer.name, (edges[:-1] + edges[1:]) / 2, counts))
+        entries = [(x.name, np.asarray(x.data), self._current_index(x), float(x.translate[-1]), float(x.scale[-1]))
+                   for x in self.compared]
+        return entries, (float(lo), float(hi)), self.mask.currentData(), \
+            None if ref is None else np.asarray(ref.data)
+
+    def _show_curves(self, curves) -> None:
+        profiles, hists = curves
         self.profile.set_curves(profiles)
         self.histogram.set_curves(hists)
+
+    def _update_plots(self) -> None:
+        plots = self._plot_inputs()
+        gen = self._generation
+
+        def done(curves):
+            if gen == self._generation:
+                self._show_curves(curves)
+        self._in_thread(lambda: _plot_curves(*plots), done)
 
     def _slice_moved(self, *_):
         if self.compared and all(x in self.viewer.layers for x in self.compared):
             self._update_plots()
 
 
-def _fmt(v: float) -> str:
-    """Short axis numbers: counts as integers, small values with 3 significant digits."""
-    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+DIFFERENCE_COLORMAP = "PiYG"
+
+
+def _mask_for(key, ref_data: np.ndarray):
+    if key == "support":
+        return metrics.support_mask(ref_data, 0.05)
+    if key == "cylinder":
+        return metrics.cylinder_mask(ref_data.shape, 0.95)
+    return None
+
+
+def _plot_curves(entries, window, mask_key, ref_data):
+    """(profiles, histograms) of the compared layers: pure numpy, runs in a worker thread."""
+    if not entries:
+        return [], []
+    lo, hi = window
+    mask = _mask_for(mask_key, np.asarray(ref_data)) if ref_data is not None else None
+    profiles, hists = [], []
+    for name, data, k, x0, dx in entries:
+        plane = data if k is None else data[k]
+        row = (plane.shape[0] - 1) / 2
+        dist, vals = metrics.line_profile(plane, (row, 0), (row, plane.shape[1] - 1), n=plane.shape[1])
+        profiles.append((name, x0 + dist * dx, vals))
+        m = mask if mask is not None and mask.shape == data.shape else None
+        counts, edges = metrics.histogram(data, bins=64, value_range=(lo, hi), mask=m)
+        hists.append((name, (edges[:-1] + edges[1:]) / 2, counts))
+    return profiles, hists
+
+
+def _short(name: str, n: int = 32) -> str:
+    return name if len(name) <= n else name[:n - 1] + "…"
 
 
 def _label(layer) -> None:

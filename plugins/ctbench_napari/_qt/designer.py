@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from qtpy.QtCore import QTimer
 from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSpinBox,
                             QVBoxLayout, QWidget)
@@ -15,10 +17,23 @@ from ctbench.geometry import Trajectory
 
 from .._layers import completeness_layer, trajectory_layers
 from .datasets import install as install_dataset_handling
-from .common import MessageLabel, ParamForm, add_or_update, report_errors
+from .display_rule import install as install_display_rule
+from .common import MessageLabel, ParamForm, add_or_update, error_text, is_deleted, report_errors, scroll_contents
 from .display import oblique_3d, show_frame
+from .plot import ColourBar
 
 PREFIX = "trajectory"
+
+
+def _preview_data(geometry: ScanGeometry, show_map: bool, grid: int) -> dict:
+    """Everything the preview shows, computed without touching Qt (runs in a worker thread)."""
+    data = {"layers": trajectory_layers(geometry, PREFIX), "completeness": None, "summary": geometry.describe()}
+    if show_map:
+        shape, spacing = coarse_grid(geometry.volume_shape, geometry.voxel_spacing, grid)
+        counts = completeness_map(geometry, shape, spacing)
+        data["completeness"] = completeness_layer(counts, geometry.n_views, spacing, f"{PREFIX}: completeness")
+        data["summary"] = f"{geometry.describe()}. Completeness: {summarize(counts, geometry.n_views)}."
+    return data
 
 
 class TrajectoryDesignerWidget(QWidget):
@@ -33,9 +48,12 @@ class TrajectoryDesignerWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.geometry: ScanGeometry | None = None
         self.n_updates = 0
         self._first_preview = True
+        self._generation = 0     # the newest preview request; older background results are dropped
+        self._pending = 0
 
         self.kind = QComboBox()
         for key, (label, _beam, _nd) in TRAJECTORY_KINDS.items():
@@ -55,6 +73,16 @@ class TrajectoryDesignerWidget(QWidget):
         self.load_button = QPushButton("Load JSON…")
         self.summary = QLabel()
         self.summary.setWordWrap(True)
+        # Keys for what colour means: the preview's lines and the completeness map (views per voxel).
+        self.legend = QLabel(
+            "<span style='color:#ffd23f'>━</span> source path &nbsp; "
+            "<span style='color:#ff7f50'>━</span> central rays &nbsp; "
+            "<span style='color:#4fc3f7'>━</span> detector &nbsp; "
+            "<span style='color:#b0ff57'>━</span> volume box")
+        self.legend.setWordWrap(True)
+        self.legend.hide()
+        self.map_bar = ColourBar()
+        self.map_bar.hide()
         self.message = MessageLabel()
 
         layout = QVBoxLayout(self)
@@ -74,21 +102,24 @@ class TrajectoryDesignerWidget(QWidget):
             row.addWidget(b)
         layout.addLayout(row)
         layout.addWidget(self.summary)
+        layout.addWidget(self.legend)
+        layout.addWidget(self.map_bar)
         layout.addWidget(self.message)
         layout.addStretch(1)
 
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(150)
-        self._timer.timeout.connect(self.update_preview)
+        self._timer.timeout.connect(self.request_preview)
         self.kind.currentIndexChanged.connect(self._kind_changed)
         self.form.changed.connect(self._schedule)
         self.grid_size.valueChanged.connect(self._schedule)
         self.show_map.toggled.connect(self._schedule)
-        self.update_button.clicked.connect(self.update_preview)
+        self.update_button.clicked.connect(self.request_preview)
         self.save_button.clicked.connect(self._save_dialog)
         self.load_button.clicked.connect(self._load_dialog)
-        self._kind_changed()
+        self._show_rows()        # no preview layers until the user designs (an edit or Update preview)
+        scroll_contents(self)
 
     # ------------------------------------------------------------------ form
     def design(self) -> TrajectoryDesign:
@@ -108,20 +139,72 @@ class TrajectoryDesignerWidget(QWidget):
         self.kind.setCurrentIndex(i)
 
     def _kind_changed(self, *_):
+        self._show_rows()
+        self._schedule()
+
+    def _show_rows(self) -> None:
         d = self.design()
         for p in DESIGN_PARAMETERS:
             self.form.set_row_visible(p.name, d.uses(p.name))
-        self._schedule()
 
     def _schedule(self, *_):
         if self.auto.isChecked():
             self._timer.start()
 
     # --------------------------------------------------------------- preview
+    def request_preview(self, *_) -> None:
+        """Rebuild the preview in a worker thread (edits and the Update button): the GUI never waits for it.
+
+        Results of older requests that finish late are dropped, so the newest form always wins.
+        """
+        from .common import start_worker
+
+        self._timer.stop()
+        self._generation += 1
+        gen, design, show_map, grid = self._generation, self.design(), self.show_map.isChecked(), \
+            self.grid_size.value()
+
+        def work():
+            try:
+                geometry = design.build()
+            except DesignError as e:
+                return gen, e, None
+            return gen, geometry, _preview_data(geometry, show_map, grid)
+
+        def done(res):
+            g, geometry, data = res
+            if g != self._generation:
+                return                              # a newer edit is on its way
+            if isinstance(geometry, DesignError):
+                self.message.error(str(geometry))
+                return
+            self._apply_preview(geometry, data)
+
+        self._pending += 1
+        start_worker(work, on_return=lambda r: self._guard(done, r),
+                     on_error=lambda e: self.message.error(error_text(e)), on_finished=self._one_done)
+
+    def _guard(self, fn, arg) -> None:
+        if is_deleted(self):
+            return          # closed while the preview was computed
+        try:
+            fn(arg)
+        except Exception as e:  # noqa: BLE001 - shown in the widget like report_errors
+            self.message.error(error_text(e))
+
+    def _one_done(self) -> None:
+        self._pending = max(0, self._pending - 1)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a preview is being computed in the background."""
+        return self._pending > 0
+
     @report_errors
     def update_preview(self, *_) -> ScanGeometry | None:
-        """Build the scan from the form and refresh the preview layers."""
+        """Build the scan from the form and refresh the preview layers now (scripts and tests)."""
         self._timer.stop()
+        self._generation += 1          # a background preview still running is older than this one
         try:
             geometry = self.design().build()
         except DesignError as e:
@@ -132,22 +215,29 @@ class TrajectoryDesignerWidget(QWidget):
 
     def show_geometry(self, geometry: ScanGeometry) -> None:
         """Preview layers for any scan (also one loaded from JSON without a designer form)."""
+        self._apply_preview(geometry, _preview_data(geometry, self.show_map.isChecked(), self.grid_size.value()))
+
+    def _apply_preview(self, geometry: ScanGeometry, data: dict) -> None:
+        """Put computed preview layers into the viewer (GUI thread; only layer updates happen here)."""
         self.message.clear()
         self.geometry = geometry
-        for layer_data in trajectory_layers(geometry, PREFIX):
+        for layer_data in data["layers"]:
             add_or_update(self.viewer, layer_data)
         name = f"{PREFIX}: completeness"
-        if self.show_map.isChecked():
-            shape, spacing = coarse_grid(geometry.volume_shape, geometry.voxel_spacing, self.grid_size.value())
-            counts = completeness_map(geometry, shape, spacing)
-            add_or_update(self.viewer, completeness_layer(counts, geometry.n_views, spacing, name),
-                          keep_display=False)
-            s = summarize(counts, geometry.n_views)
-            self.summary.setText(f"{geometry.describe()}. Completeness: {s}.")
+        if data["completeness"] is not None:
+            add_or_update(self.viewer, data["completeness"], keep_display=False)
+        elif name in self.viewer.layers:
+            self.viewer.layers.remove(name)
+        self.summary.setText(data["summary"])
+        self.legend.show()
+        if data["completeness"] is not None:
+            layer = self.viewer.layers[name]
+            n = geometry.n_views
+            self.map_bar.set_map(layer.colormap.map(np.linspace(0, 1, 64)), 0, n,
+                                 "completeness: views that see each voxel (red: none, clear: all)")
+            self.map_bar.show()
         else:
-            if name in self.viewer.layers:
-                self.viewer.layers.remove(name)
-            self.summary.setText(geometry.describe())
+            self.map_bar.hide()
         if self._first_preview:
             self._first_preview = False
             layers = [x for x in self.viewer.layers if x.name.startswith(PREFIX)]

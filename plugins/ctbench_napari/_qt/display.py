@@ -5,7 +5,8 @@ Two coordinate frames never share the canvas:
 - the **volume frame**, world millimetres ``(z, y, x)``: phantoms,
   reconstructions, the trajectory preview and the completeness map;
 - the **sinogram frame**, ``(view, v, u)`` in detector pixels (v scaled by
-  the pixel aspect dv/du, so the image has the detector's true shape).
+  the pixel aspect dv/du, so the image has the detector's true shape); raw
+  projection stacks and line integrals of the Scan import share it.
 
 Showing a layer of one frame hides the layers of the other, labels the axes
 of that frame, switches to a 2D slice view where the frame is an image
@@ -32,9 +33,13 @@ SINOGRAM_FRAME = "sinogram"
 VOLUME_FRAME = "volume"
 
 
+# Layers in detector pixels: sinograms, raw projection stacks and their line integrals (scan import).
+PIXEL_KINDS = ("sinogram", "projections", "line_integrals")
+
+
 def frame_of(layer) -> str:
-    """``"sinogram"`` for sinogram layers, ``"volume"`` for everything else placed in mm."""
-    return SINOGRAM_FRAME if kind_of(layer) == "sinogram" else VOLUME_FRAME
+    """``"sinogram"`` (the pixel frame) for sinograms and projection stacks, ``"volume"`` for everything in mm."""
+    return SINOGRAM_FRAME if kind_of(layer) in PIXEL_KINDS else VOLUME_FRAME
 
 
 def _label_axes(viewer, labels) -> None:
@@ -64,9 +69,52 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
         _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
     _keep_frame_ranges(viewer)
     apply_frame_range(viewer)
+    n = viewer.dims.ndim
+    viewer.dims.order = tuple(range(n))      # projection view (a sinogram view transposes; undone here)
     centre_slice(viewer, layers)
     fit_camera(viewer, layers)
+    _scale_bar(viewer, frame, layers)
 
+
+def _scale_bar(viewer, frame: str, layers) -> None:
+    """napari's scale bar on volumes (their world unit is the millimetre); none on pixel frames."""
+    bar = scale_bar(viewer)
+    if bar is None:
+        return
+    # Not layer.units = "mm": napari then warns (a toast) about the unit-less layers of the other frame;
+    # the bar's length is in world units, which are mm for volumes.
+    bar.visible = frame == VOLUME_FRAME
+
+
+def scale_bar(viewer):
+    """napari's scale-bar overlay (``viewer.canvas.overlays`` since 0.9, ``viewer.scale_bar`` before)."""
+    canvas = getattr(viewer, "canvas", None)
+    overlays = getattr(canvas, "overlays", None)
+    if overlays is not None and "scale_bar" in overlays:
+        return overlays["scale_bar"]
+    return getattr(viewer, "scale_bar", None)
+
+
+def sinogram_view(viewer, layer, row: int | None = None) -> None:
+    """The sinogram proper: one detector row (the slider, default the middle row) against the view angle.
+
+    The layer is the same ``(view, v, u)`` stack; only the viewer's axis order changes, so the image
+    shows ``view`` down and ``u`` across and the slider moves through the detector rows.
+    """
+    if layer.ndim != 3:
+        show_sinogram(viewer, layer)     # a 2D sinogram already is one row against the angle
+        return
+    show_sinogram(viewer, layer)
+    n = viewer.dims.ndim
+    order = list(range(n))
+    order[n - 3], order[n - 2] = n - 2, n - 3          # slider: v (rows); shown: view x u
+    viewer.dims.order = tuple(order)
+    v_axis = n - 2
+    rows = layer.data.shape[1]
+    k = rows // 2 if row is None else int(min(max(row, 0), rows - 1))
+    lo = float(np.asarray(layer.extent.world)[0, 1])
+    viewer.dims.set_point(v_axis, lo + k * float(layer.scale[1]))
+    fit_camera(viewer, [layer])
 
 # napari gives the sliders the range of *all* layers, hidden ones included, so a view index and z in mm
 # would share one slider. The sliders are set to the extent of the visible frame instead, and set again
@@ -210,9 +258,10 @@ def show_sinogram(viewer, layer) -> None:
     show_frame(viewer, [layer], ndisplay=2)
 
 
-def show_result(viewer, layer, *, keep=()) -> None:
-    """A new reconstruction: 2D central slice, fitted, percentile contrast; ``keep`` stays visible with it."""
-    set_contrast(layer)
+def show_result(viewer, layer, *, keep=(), limits=None) -> None:
+    """A new reconstruction: 2D central slice, fitted, percentile contrast (``limits`` when computed already,
+    e.g. in a worker thread); ``keep`` stays visible with it."""
+    set_contrast(layer, limits)
     show_frame(viewer, [layer, *keep], ndisplay=2)
     for other in viewer.layers:
         if other != layer and other not in keep and frame_of(other) == VOLUME_FRAME:

@@ -15,11 +15,11 @@ import tempfile
 from pathlib import Path
 
 from qtpy.QtCore import QTimer
-from qtpy.QtWidgets import (QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QGroupBox, QHBoxLayout,
+from qtpy.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
                             QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem,
                             QVBoxLayout, QWidget)
 
-from .common import MessageLabel, error_text, report_errors
+from .common import MessageLabel, error_text, is_deleted, scroll_contents
 from .runner import LocalRunner
 
 
@@ -107,27 +107,40 @@ class BackgroundJobChoice(QGroupBox):
 
 
 class JobsPanel(QWidget):
-    """Jobs of a bridge: state, progress, log; cancel, delete, load a result as a layer."""
+    """Jobs of a bridge: state, progress, log; cancel, delete, load a result as a layer.
+
+    Without a bridge the panel says so ("no bridge running") and offers Start
+    local bridge; it keeps polling quietly (a file read) and never raises a
+    toast or traceback.  Every bridge call runs in a worker thread.
+    """
 
     COLUMNS = ("id", "state", "algorithm", "ranks", "progress", "name")
+    NO_BRIDGE = "no bridge running"
 
     def __init__(self, napari_viewer, parent=None, *, refresh_ms: int = 2000):
         super().__init__(parent)
+        from .display_rule import install as install_display_rule
+
         self.viewer = napari_viewer
+        install_display_rule(napari_viewer)       # loaded results in their frame
         self.url = QLineEdit()
         self.url.setPlaceholderText("local bridge")
         self.token_file = QLineEdit()
         self.token_file.setPlaceholderText("token file (remote bridge)")
-        self.start_local = QCheckBox("start a local bridge if none runs")
-        self.start_local.setChecked(False)
+        self.bridge_state = QLabel("looking for a bridge…")
+        self.bridge_state.setWordWrap(True)
+        self.start_bridge_button = QPushButton("Start local bridge")
+        self.start_bridge_button.hide()
         self.table = QTableWidget(0, len(self.COLUMNS))
         self.table.setHorizontalHeaderLabels(list(self.COLUMNS))
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setMinimumHeight(120)
         self.log = QPlainTextEdit()
         self.log.setReadOnly(True)
         self.log.setMaximumBlockCount(2000)
+        self.log.setMinimumHeight(80)
         self.message = MessageLabel()
         self.refresh_button = QPushButton("Refresh")
         self.cancel_button = QPushButton("Cancel")
@@ -139,7 +152,10 @@ class JobsPanel(QWidget):
         form.addRow("Token file", self.token_file)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        layout.addWidget(self.start_local)
+        state_row = QHBoxLayout()
+        state_row.addWidget(self.bridge_state, 1)
+        state_row.addWidget(self.start_bridge_button)
+        layout.addLayout(state_row)
         layout.addWidget(self.table)
         row = QHBoxLayout()
         for b in (self.refresh_button, self.cancel_button, self.log_button, self.load_button, self.delete_button):
@@ -149,38 +165,83 @@ class JobsPanel(QWidget):
         layout.addWidget(self.log)
         self.jobs: list[dict] = []
         self.loaded: list = []
+        self.bridge_found: bool | None = None    # None until the first look
         self.refresh_button.clicked.connect(self.refresh)
         self.cancel_button.clicked.connect(self.cancel_selected)
         self.log_button.clicked.connect(self.show_log)
         self.load_button.clicked.connect(self.load_selected)
         self.delete_button.clicked.connect(self.delete_selected)
-        self._busy = False
+        self.start_bridge_button.clicked.connect(self.start_local_bridge)
+        self._busy = 0
+        self._job_buttons = (self.cancel_button, self.log_button, self.load_button, self.delete_button)
         self.timer = QTimer(self)
         self.timer.setInterval(refresh_ms)
         self.timer.timeout.connect(self._auto_refresh)
         self.timer.start()
+        QTimer.singleShot(0, self._first_look)   # before the panel is shown (a bound slot: not after close)
+        scroll_contents(self)
+
+    def _first_look(self) -> None:
+        self.refresh(quiet=True)
 
     # ------------------------------------------------------------- plumbing
     def client(self):
+        """A client of the bridge named in the form (or the local one); BridgeNotFound if none is known."""
         from ctbench.jobs.client import BridgeClient
 
-        if self.url.text().strip() or not self.start_local.isChecked():
-            return BridgeClient(self.url.text().strip() or None, token_file=self.token_file.text().strip() or None,
-                                timeout=10)
-        return bridge_client()
+        return BridgeClient(self.url.text().strip() or None, token_file=self.token_file.text().strip() or None,
+                            timeout=10)
 
-    def _in_thread(self, work, done) -> None:
-        from napari.qt.threading import create_worker
+    def _in_thread(self, work, done, *, quiet: bool = False) -> None:
+        """``work()`` in a worker thread, ``done(result)`` on the GUI thread; errors in the message line only."""
+        from .common import start_worker
 
-        self._busy = True
-        worker = create_worker(work, _start_thread=False)
-        worker.returned.connect(done)
-        worker.errored.connect(lambda e: self.message.error(error_text(e)))
-        worker.finished.connect(self._idle)
-        worker.start()
+        self._busy += 1
+
+        def failed(e):
+            if is_deleted(self):
+                return          # the panel was closed while the bridge answered
+            if _no_bridge(e):
+                self._set_bridge(False, e)
+            elif not quiet:
+                self.message.error(error_text(e))
+
+        def deliver(result):
+            if is_deleted(self):
+                return
+            try:
+                done(result)
+            except Exception as e:  # noqa: BLE001 - a display problem shows in the panel
+                self.message.error(error_text(e))
+
+        start_worker(work, on_return=deliver, on_error=failed, on_finished=self._idle)
 
     def _idle(self) -> None:
-        self._busy = False
+        self._busy = max(0, self._busy - 1)
+
+    @property
+    def busy(self) -> bool:
+        return self._busy > 0
+
+    def _set_bridge(self, found: bool, why=None) -> None:
+        self.bridge_found = found
+        self.start_bridge_button.setEnabled(True)
+        if found:
+            self.bridge_state.setText(f"bridge: {self._where()}")
+            self.start_bridge_button.hide()
+        else:
+            remote = bool(self.url.text().strip())
+            detail = f" at {self.url.text().strip()}" if remote else ""
+            self.bridge_state.setText(f"{self.NO_BRIDGE}{detail}: start one here, or run "
+                                      "'ctbench bridge serve' in a terminal")
+            self.start_bridge_button.setVisible(not remote)
+            self.jobs = []
+            self.table.setRowCount(0)
+        for b in self._job_buttons:
+            b.setEnabled(found)
+
+    def _where(self) -> str:
+        return self.url.text().strip() or "local"
 
     def selected(self) -> dict | None:
         rows = self.table.selectionModel().selectedRows()
@@ -193,16 +254,32 @@ class JobsPanel(QWidget):
 
     # --------------------------------------------------------------- actions
     def _auto_refresh(self) -> None:
-        if self.isVisible() and not self._busy:
-            self.refresh()
+        if self.isVisible() and not self.busy:
+            self.refresh(quiet=True)
 
-    def refresh(self, *_) -> None:
+    def refresh(self, *_, quiet: bool = False) -> None:
         def work():
             with self.client() as c:
                 return c.list()
-        self._in_thread(work, self._show_jobs)
+        self._in_thread(work, self._show_jobs, quiet=quiet)
+
+    def start_local_bridge(self, *_) -> None:
+        """Start the local bridge (detached: it outlives this window) and list its jobs."""
+        self.bridge_state.setText("starting a local bridge…")
+        self.start_bridge_button.setEnabled(False)
+
+        def work():
+            with bridge_client() as c:
+                return c.list()
+
+        def done(jobs):
+            self._show_jobs(jobs)
+            self.message.note("local bridge started")
+
+        self._in_thread(work, done)
 
     def _show_jobs(self, jobs: list[dict]) -> None:
+        self._set_bridge(True)
         keep = (self.selected() or {}).get("id")
         self.jobs = jobs
         self.table.setRowCount(len(jobs))
@@ -217,25 +294,32 @@ class JobsPanel(QWidget):
                 self.table.setItem(i, k, QTableWidgetItem(text))
         if keep:
             self.select(keep)
-        self.message.clear()
+        if self.message.level == "error":
+            self.message.clear()
 
-    @report_errors
     def cancel_selected(self, *_) -> None:
         job = self.selected()
         if job is None:
             return
-        with self.client() as c:
-            c.cancel(job["id"])
-        self.refresh()
 
-    @report_errors
+        def work():
+            with self.client() as c:
+                c.cancel(job["id"])
+
+        def done(_):
+            self.message.note(f"job {job['id']} cancelled")   # deliberate: a note, never a traceback
+            self.refresh()
+        self._in_thread(work, done)
+
     def delete_selected(self, *_) -> None:
         job = self.selected()
         if job is None:
             return
-        with self.client() as c:
-            c.delete(job["id"])
-        self.refresh()
+
+        def work():
+            with self.client() as c:
+                c.delete(job["id"])
+        self._in_thread(work, lambda _: self.refresh())
 
     def show_log(self, *_) -> None:
         job = self.selected()
@@ -255,7 +339,13 @@ class JobsPanel(QWidget):
         self._in_thread(work, done)
 
     def load_selected(self, *_) -> None:
-        """Download the selected job's result and add it as a layer (geometry and parameters in its metadata)."""
+        """Download the selected job's result and add it as a layer (geometry and parameters in its metadata).
+
+        Download and load run in a worker thread, through the one result loader
+        (:func:`ctbench_napari._io.result_layers`) that the reconstruction widget's job runs use too.
+        """
+        from .._io import result_layers
+
         job = self.selected()
         if job is None:
             return
@@ -266,16 +356,29 @@ class JobsPanel(QWidget):
 
         def work():
             with self.client() as c:
-                return c.fetch(job["id"], dest)
+                path = c.fetch(job["id"], dest)
+            return path, result_layers(path)
 
         self._in_thread(work, self._add_result)
 
-    def _add_result(self, path: Path) -> None:
-        layers = self.viewer.open(str(path), plugin="ctbench")
-        for layer in layers:
-            meta = layer.metadata.get("ctbench", {})
-            recon = meta.get("dataset_meta", {})
-            meta["recon"] = recon
-            layer.metadata = {**layer.metadata, "ctbench": meta}
+    def _add_result(self, res) -> None:
+        from napari.layers import Layer
+
+        from .display import show_result
+
+        path, layer_data = res
+        for data in layer_data:
+            layer = self.viewer.add_layer(Layer.create(*data))
             self.loaded.append(layer)
+            if layer.metadata.get("ctbench", {}).get("kind") == "volume":
+                show_result(self.viewer, layer, limits=tuple(layer.contrast_limits))
         self.message.note(f"loaded {path.name}")
+
+
+def _no_bridge(e: BaseException) -> bool:
+    """No bridge known, or the known one does not answer (a stale bridge.json after a crash or reboot)."""
+    import httpx
+
+    from ctbench.jobs.client import BridgeNotFound
+
+    return isinstance(e, (BridgeNotFound, httpx.TransportError))

@@ -11,7 +11,8 @@ from ctbench.workbench.design import ScanGeometry
 
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
 from .datasets import install as install_dataset_handling
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, start_worker
+from .display_rule import install as install_display_rule
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents, start_worker
 from .display import show_sinogram
 
 VIEW_BATCH = 8      # views per projection batch: the progress bar moves after each
@@ -30,6 +31,7 @@ class ProjectionWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.last_layer = None
         self.volume = LayerPicker(napari_viewer, is_volume_candidate)
         self.scan = LayerPicker(napari_viewer, is_trajectory_source,
@@ -63,14 +65,20 @@ class ProjectionWidget(QWidget):
         row.addWidget(self.i0, 1)
         form.addRow("Noise", row)
         form.addRow("Seed", self.seed)
+        self.sinogram_button = QPushButton("Sinogram view (row vs angle)")
+        self.sinogram_button.setToolTip("show the last simulated sinogram as a detector row against the view "
+                                        "angle (the slider moves through the rows); Run shows the projections")
+        self.sinogram_button.clicked.connect(self.show_sinogram_view)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.run_button)
+        layout.addWidget(self.sinogram_button)
         layout.addWidget(self.progress)
         layout.addWidget(self.message)
         layout.addStretch(1)
         self.run_button.clicked.connect(self.run)
         self._worker = None
+        scroll_contents(self)
 
     # --------------------------------------------------------------- inputs
     def inputs(self):
@@ -144,6 +152,18 @@ class ProjectionWidget(QWidget):
     @property
     def busy(self) -> bool:
         return self._worker is not None
+
+    @report_errors
+    def show_sinogram_view(self, *_) -> None:
+        """The chosen (or last) sinogram as a detector row against the angle."""
+        from .display import sinogram_view
+
+        layer = self.last_layer if self.last_layer is not None and self.last_layer in self.viewer.layers else \
+            next((x for x in reversed(self.viewer.layers) if x.metadata.get("ctbench", {}).get("kind") == "sinogram"),
+                 None)
+        if layer is None:
+            raise LayerError("no sinogram yet: click Run to simulate one, or open a sinogram")
+        sinogram_view(self.viewer, layer)
 
 
 def _simulate(geo: ScanGeometry, data, i0, seed):

@@ -16,7 +16,8 @@ from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequ
 
 from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
-from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors
+from .display_rule import install as install_display_rule
+from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors, scroll_contents
 from .compare import ComparePanel
 from .display import show_result
 from .plot import ResidualPlot
@@ -53,6 +54,7 @@ class ReconstructionWidget(QWidget):
         super().__init__(parent)
         self.viewer = napari_viewer
         install_dataset_handling(napari_viewer)   # the ctbench reader wins for ctbench datasets
+        install_display_rule(napari_viewer)       # every new layer in its frame (display_rule.py)
         self.runner: Runner = runner or LocalRunner(self)
         self.results: list = []          # result layers of this widget, oldest first
         self.live_layer = None
@@ -149,6 +151,7 @@ class ReconstructionWidget(QWidget):
         self.set_runner(self.runner)
         self._algorithm_changed(self.algorithm.currentIndex())
         self._sinogram_changed(self.sinogram.layer())
+        scroll_contents(self)
 
     # ---------------------------------------------------------------- setup
     def set_runner(self, runner: Runner) -> None:
@@ -371,7 +374,7 @@ class ReconstructionWidget(QWidget):
         res = f", residual {ev.residual:.4g}" if ev.residual is not None else ""
         eta = ""
         if ev.iteration < ev.n_iter and ev.iteration > 0:
-            left = ev.elapsed / ev.iteration * (ev.n_iter - ev.iteration)
+            left = eta_seconds(self._run["progress"], ev.n_iter)
             eta = f", about {_duration(left)} left"
             self.progress.setFormat(f"%v / %m, {_duration(left)} left")
         self._run["eta"] = eta
@@ -388,7 +391,10 @@ class ReconstructionWidget(QWidget):
         layer = self.live_layer
         if layer is None:
             return
-        data = ev.volume.numpy().astype(np.float32, copy=False)
+        shown = getattr(ev, "display", None) or {}     # made in the worker thread (runner.for_display)
+        data = shown.get("data")
+        if data is None:
+            data = ev.volume.numpy().astype(np.float32, copy=False)
         layer.data = data
         g = self._run.get("geometry")
         layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
@@ -401,7 +407,7 @@ class ReconstructionWidget(QWidget):
         if ev.request.mode == "full":
             self._add_result(layer)
         # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles.
-        show_result(self.viewer, layer)
+        show_result(self.viewer, layer, limits=shown.get("window"))
         self.result_added.emit(layer)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
@@ -470,6 +476,18 @@ class ReconstructionWidget(QWidget):
     def single_view(self, *_) -> None:
         """Leave the grid and restore what was visible before comparing."""
         self.comparison.single_view()
+
+
+def eta_seconds(progress: list, n_iter: int) -> float:
+    """Time left from the measured time per iteration: the iterations after the first (which also pays the
+    set-up: operators, filters, kernel caches) when there are any, else the first one."""
+    it, elapsed = progress[-1][0], progress[-1][1]
+    first = next(((i, t) for i, t, _ in progress if i >= 1), None)
+    if first is not None and it > first[0]:
+        per = (elapsed - first[1]) / (it - first[0])
+    else:
+        per = elapsed / max(it, 1)
+    return max(per, 0.0) * (n_iter - it)
 
 
 def _duration(seconds: float) -> str:

@@ -16,6 +16,21 @@ from typing import Callable, Iterator
 from qtpy.QtCore import QObject, Signal
 
 
+def for_display(ev):
+    """Prepare a result for the screen in the worker thread: its float32 array and contrast window ride along
+    as ``ev.display`` (the GUI thread then only swaps the layer's data)."""
+    from ctbench.workbench.workflow import Finished
+
+    if isinstance(ev, Finished) and ev.volume is not None:
+        import numpy as np
+
+        from ctbench.workbench.metrics import percentile_window
+
+        data = ev.volume.detach().cpu().numpy().astype(np.float32, copy=False)
+        ev.display = {"data": data, "window": percentile_window(data)}
+    return ev
+
+
 class Runner(QObject):
     """The interface: ``start``, ``cancel``, ``running`` and three signals."""
 
@@ -59,7 +74,8 @@ class LocalRunner(Runner):
         cancel = self._cancel
 
         def work():
-            yield from make_events(cancel)
+            for ev in make_events(cancel):
+                yield for_display(ev)
 
         # One error path: ``failed`` (no napari traceback toast, no re-raise that would abort a script).
         self._worker = start_worker(work, on_yield=self.event.emit, on_error=self.failed.emit,

@@ -27,8 +27,9 @@ from ctbench.io.scan import images_to_sinogram
 
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors
+from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents
 from .corrections import CorrectionsBox
+from .display_rule import install as install_display_rule
 
 
 def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
@@ -69,6 +70,7 @@ class ScanImportWidget(QWidget):
     def __init__(self, napari_viewer, parent=None):
         super().__init__(parent)
         self.viewer = napari_viewer
+        install_display_rule(napari_viewer)       # projections and line integrals in their pixel frame
         self.prepared: dict[str, Prepared] = {}
         self.last_centre = None
         self.last_sinogram = None
@@ -165,7 +167,7 @@ class ScanImportWidget(QWidget):
         form.addRow("Volume", self.volume)
         self.export_path = QLineEdit()
         self.export_path.setPlaceholderText("recon.tif, recon.h5 or recon.zarr")
-        self.overwrite = QCheckBox("overwrite")
+        self.overwrite = QCheckBox("Overwrite")
         form.addRow("File", _row(self.export_path, self.overwrite))
         self.export_button = QPushButton("Export volume")
         self.export_button.clicked.connect(self.export)
@@ -185,8 +187,12 @@ class ScanImportWidget(QWidget):
         lay.addWidget(self.message)
         lay.addStretch(1)
         self._worker = None
+        # The form follows the chosen scan: SID/SDD/pixel pitch from its scan.json as soon as it is picked.
+        self.projections.layer_changed.connect(self._scan_picked)
+        self._scan_picked(self.projections.layer())
         self._buttons = (self.open_button, self.correct_button, self.centre_button, self.attach_button,
                          self.export_button, self.config_button)
+        scroll_contents(self)     # last: the steps scroll on a short screen
 
     # ----------------------------------------------------------------- helpers
     def _browse(self) -> None:
@@ -240,7 +246,7 @@ class ScanImportWidget(QWidget):
 
     def _start(self, fn, args: tuple, on_done, what: str):
         """Run ``fn(*args)`` in a napari thread worker; ``on_done(result)`` on the GUI thread afterwards."""
-        from napari.qt.threading import create_worker
+        from .common import start_worker
 
         if self._worker is not None:
             raise RuntimeError("the widget is still working on the previous step; wait for it to finish")
@@ -249,13 +255,11 @@ class ScanImportWidget(QWidget):
         self.progress.show()
         for b in self._buttons:
             b.setEnabled(False)
-        worker = create_worker(fn, *args, _start_thread=False)
-        worker.returned.connect(lambda result: self._deliver(on_done, result))
-        worker.errored.connect(lambda e: self.message.error(error_text(e)))
-        worker.finished.connect(self._finished)
-        self._worker = worker
-        worker.start()
-        return worker
+        # start_worker: errors only in the message line (no toast, no re-raise that aborts a script)
+        self._worker = start_worker(fn, *args, on_return=lambda result: self._deliver(on_done, result),
+                                    on_error=lambda e: self.message.error(error_text(e)),
+                                    on_finished=self._finished)
+        return self._worker
 
     def _deliver(self, on_done, result) -> None:
         try:
@@ -285,6 +289,10 @@ class ScanImportWidget(QWidget):
                           f"{layer.data.shape[1]} pixels ({info(layer)['source']['format']})")
         return layer
 
+    def _scan_picked(self, layer) -> None:
+        if layer is not None:
+            self._fill_from_scan(info(layer).get("scan") or {})
+
     def _fill_from_scan(self, d: dict) -> None:
         sc = d.get("scanner", {})
         if sc.get("source_object_distance_mm"):
@@ -313,13 +321,13 @@ class ScanImportWidget(QWidget):
         return self._start(_prepare, (src, pre, pitch), lambda prep: self._show_prepared(layer, src, pre, prep),
                            "correcting…")
 
-    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, prep: Prepared):
+    def _show_prepared(self, layer, src: dict, pre: PreprocessConfig, res):
+        prep, (lo, hi) = res          # the line integrals and their window, both from the worker
         name = f"{layer.name.split(' (')[0]} line integrals"
         meta = {"kind": "line_integrals", "source": src, "preprocess": pre.model_dump(mode="json"),
                 "pitch": list(prep.pitch), "shift_mm": [prep.shift_u, prep.shift_v],
                 "angles_deg": None if prep.angles is None else np.degrees(prep.angles).tolist(),
                 "correction": prep.correction, "scan": info(layer).get("scan", {})}
-        lo, hi = np.percentile(prep.images, [0.5, 99.8])
         out = add_or_update(self.viewer, (prep.images, {"name": name, "metadata": {KEY: meta}, "colormap": "gray",
                                                         "contrast_limits": (float(lo), float(hi))}, "image"))
         self.prepared[name] = prep
@@ -396,26 +404,24 @@ class ScanImportWidget(QWidget):
     def attach_geometry(self, *_):
         self.message.clear()
         layer = self._target()
-        images = np.asarray(layer.data, dtype=np.float32)
         if self.sdd.value() < self.sid.value():
             raise ValueError(f"SDD ({self.sdd.value()} mm) must be at least SID ({self.sid.value()} mm)")
         from ctbench.io.handedness import ctbench_angles
-        from ctbench.io.orientation import to_ctbench_images
 
         o, file_rot = self._orientation(layer)
         if not o.resolved:
             raise ValueError("the image orientation or rotation is 'auto': press Find centre to decide it from "
                              "the data, or choose it")
-        images = to_ctbench_images(images, o)
-        prep = Prepared(images, None, (self.pitch_u.value(), self.pitch_v.value()))
-        geo = build_geometry(prep, self.geometry_config(), self.sid.value(), self.sdd.value(),
-                             ctbench_angles(self._angles(layer), file_rot, o.rotation), self.offset_u.value())
-        sino = np.ascontiguousarray(images_to_sinogram(images))
-        data, kw, ltype = sinogram_layer(sino, geo, f"{layer.name} sinogram",
-                                         extra={"source": info(layer).get("source"), "units": "line integral",
-                                                "from_layer": layer.name})
-        kw["contrast_limits"] = tuple(float(x) for x in np.percentile(images, [0.5, 99.8]))
-        out = add_or_update(self.viewer, (data, kw, ltype))
+        args = (layer.data, o, (self.pitch_u.value(), self.pitch_v.value()), self.geometry_config(), self.sid.value(),
+                self.sdd.value(), ctbench_angles(self._angles(layer), file_rot, o.rotation), self.offset_u.value(),
+                f"{layer.name} sinogram",
+                {"source": info(layer).get("source"), "units": "line integral", "from_layer": layer.name})
+        # The geometry, the sinogram's display copy and its window are computed in a worker thread.
+        return self._start(_attach, args, self._show_attached, "attaching the geometry…")
+
+    def _show_attached(self, res):
+        geo, layer_data = res
+        out = add_or_update(self.viewer, layer_data)
         self.last_sinogram = out
         self.message.note(f"{geo.describe()}: detector {geo.detector_shape} x {geo.detector_spacing} mm, offset "
                           f"{self.offset_u.value():+.3f} mm; volume {geo.volume_shape} of {geo.voxel_spacing[0]:.3g} mm "
@@ -437,9 +443,13 @@ class ScanImportWidget(QWidget):
         # The output policy: never over a scan file that a layer of this viewer was read from.
         scans = [s.get(k) for lyr in self.viewer.layers if isinstance(s := info(lyr).get("source"), dict)
                  for k in ("path", "flats", "darks") if isinstance(s.get(k), str)]
-        out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(), inputs=scans,
-                            geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
-                            meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
+        try:
+            out = export_volume(path, layer.data, spacing, overwrite=self.overwrite.isChecked(), inputs=scans,
+                                geometry=ScanGeometry.from_dict(geo) if isinstance(geo, dict) else None,
+                                meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
+        except FileExistsError as e:
+            # The library's wording names its keyword; here the choice is the checkbox.
+            raise FileExistsError(str(e).strip("'\"").replace("pass overwrite=True (--overwrite)", "tick Overwrite").replace("pass overwrite=True", "tick Overwrite")) from None
         self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")
         return out
 
@@ -491,11 +501,25 @@ def _orient(images, angles, orientation, file_rotation, **kw):
     return resolve_orientation(images, angles, orientation, file_rotation, **kw)
 
 
-def _prepare(src: dict, pre: PreprocessConfig, pitch) -> Prepared:
+def _prepare(src: dict, pre: PreprocessConfig, pitch) -> tuple[Prepared, tuple[float, float]]:
     """Reopen the scan file of a projections layer and preprocess it (runs in a worker thread)."""
     scan = read_scan(src["path"], format=src["format"] if src.get("format") in FORMATS else "auto",
                      raw=src.get("raw"))
-    return prepare(scan, pre, None if scan.pixel_size else pitch)
+    prep = prepare(scan, pre, None if scan.pixel_size else pitch)
+    return prep, tuple(float(x) for x in np.percentile(prep.images, [0.5, 99.8]))   # the window: not on the GUI thread
+
+
+def _attach(data, orientation, pitch, config, sid, sdd, angles, offset_u, name, extra):
+    """The sinogram layer of an image stack with a circular cone-beam geometry (runs in a worker thread)."""
+    from ctbench.io.orientation import to_ctbench_images
+
+    images = to_ctbench_images(np.asarray(data, dtype=np.float32), orientation)
+    prep = Prepared(images, None, pitch)
+    geo = build_geometry(prep, config, sid, sdd, angles, offset_u)
+    sino = np.ascontiguousarray(images_to_sinogram(images))
+    layer_data = sinogram_layer(sino, geo, name, extra=extra)
+    layer_data[1]["contrast_limits"] = tuple(float(x) for x in np.percentile(images, [0.5, 99.8]))
+    return geo, layer_data
 
 
 def _jsonable(x):
