@@ -58,6 +58,7 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     shown = w.comparison.compare(layers=w.checked_results())
     assert [l.name for l in shown] == ["object", "misaligned scan before calibration",
                                        "misaligned scan after calibration"]
+    wait_for(lambda: not w.comparison.busy, timeout=60)    # the comparison's numbers come from a worker thread
     m = w.comparison.last_metrics
     assert m["misaligned scan after calibration"].rmse < m["misaligned scan before calibration"].rmse
     w.apply()
