@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .storage import TensorStore
+from ..storage import TensorStore
 
 
 def _store(source, name):
@@ -93,7 +93,7 @@ def disk_cgls_request(operator, measurements, iterations, *, work_dir, checkpoin
 
     ``volume`` is ``volume_store`` when given, else an in-memory tensor.  ``callback(k, residual, x)``
     gets ``x`` as a tensor (``callback_x="tensor"``) or as the work x store (``"store"``)."""
-    from .solvers.disk_cgls import disk_cgls
+    from ..solvers.disk_cgls import disk_cgls
 
     if getattr(operator, "is_2d", False):
         raise ValueError("checkpoint_directory/resume and cgls_into use ctbench's disk-backed CGLS, which is for 3D "
