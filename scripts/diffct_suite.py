@@ -238,7 +238,15 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
     def create_module(self, spec):
         sub = spec.name[len("diffct."):]
-        return _Forward(spec.name, importlib.import_module(f"{_TARGET}.{sub}"))
+        try:
+            target = importlib.import_module(f"{_TARGET}.{sub}")
+        except ModuleNotFoundError as error:
+            if error.name not in (f"{_TARGET}.{sub}", _TARGET):
+                raise
+            # a diffct module ctbench has no counterpart for: an empty one, whose private names
+            # are placeholders (so that a file importing them still runs its public tests)
+            target = types.ModuleType(f"{_TARGET}.{sub}")
+        return _Forward(spec.name, target)
     def exec_module(self, module):
         pass
 
@@ -324,13 +332,14 @@ def _fetch_tests(workdir: Path, python: str) -> Path:
 
 
 def _run(suite: Path, against: str, python: str, timeout: int, extra: list[str], excluded_file: Path,
-         results_file: Path, log_file: Path) -> dict:
+         results_file: Path, log_file: Path, ctbench_path: Path | None = None) -> dict:
     helpers = Path(tempfile.mkdtemp(prefix=f"diffct-suite-{against}-"))
     (helpers / "diffct_suite_plugin.py").write_text(_PLUGIN)
     if against == "ctbench":
         (helpers / "diffct").mkdir()
         (helpers / "diffct" / "__init__.py").write_text(_SHIM)
-    env = dict(os.environ, PYTHONPATH=str(helpers), DIFFCT_SUITE_EXCLUDED=str(excluded_file),
+    path = [str(helpers)] + ([str(ctbench_path)] if ctbench_path is not None and against == "ctbench" else [])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), DIFFCT_SUITE_EXCLUDED=str(excluded_file),
                DIFFCT_SUITE_RESULTS=str(results_file), MESA_SHADER_CACHE_DISABLE="true",
                PYTHONDONTWRITEBYTECODE="1")
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "diffct_suite_plugin",
@@ -350,6 +359,10 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=120, help="per-test timeout in seconds")
     ap.add_argument("--json", type=Path, default=Path("out/diffct_suite.json"))
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--ctbench-path", type=Path, default=None,
+                    help="a folder holding a ctbench checkout to test instead of the installed one "
+                         "(e.g. a `git archive` of another commit)")
+    ap.add_argument("--tag", default="", help="suffix of the result and log files in the work folder")
     ap.add_argument("-k", dest="keyword")
     ap.add_argument("files", nargs="*", help="test files (relative to the suite, e.g. tests/test_weights.py)")
     args = ap.parse_args(argv)
@@ -365,9 +378,12 @@ def main(argv=None) -> int:
 
     results = {}
     for against in (("diffct", "ctbench") if args.against == "both" else (args.against,)):
-        tag = "" if not (args.files or args.keyword) else "_partial"
+        tag = ("" if not (args.files or args.keyword) else "_partial") + (f"_{args.tag}" if args.tag else "")
+        if against == "diffct":
+            tag = tag if args.files or args.keyword else ""
         results[against] = _run(suite, against, args.python, args.timeout, extra, excluded_file,
-                                workdir / f"{against}_results{tag}.json", workdir / f"{against}{tag}.log")
+                                workdir / f"{against}_results{tag}.json", workdir / f"{against}{tag}.log",
+                                args.ctbench_path.resolve() if args.ctbench_path else None)
     if "diffct" not in results:
         cached = workdir / "diffct_results.json"
         if not cached.exists():

@@ -22,11 +22,17 @@ def _is_projector(obj) -> bool:
     return hasattr(obj, "project") and hasattr(obj, "backproject") and hasattr(obj, "grid")
 
 
-def _read_all(source, name):
+def _read_all(source, name, view_chunk_size=None):
+    """The whole of ``source`` as a tensor; a store is read ``view_chunk_size`` views at a time."""
     if isinstance(source, torch.Tensor):
         return source.detach()
     if hasattr(source, "read") and hasattr(source, "shape"):
-        return source.read(tuple(slice(0, n) for n in source.shape))
+        shape = tuple(source.shape)
+        if view_chunk_size is None or not shape or shape[0] <= view_chunk_size:
+            return source.read(tuple(slice(0, n) for n in shape))
+        rest = tuple(slice(0, n) for n in shape[1:])
+        return torch.cat([source.read((slice(a, min(a + view_chunk_size, shape[0])),) + rest)
+                          for a in range(0, shape[0], view_chunk_size)])
     raise TypeError(f"{name} must be a tensor or a block store, got {type(source).__name__}")
 
 

@@ -312,7 +312,7 @@ def cgls_into(operator, measurements, output, iterations, *, workspace, block_el
     if not hasattr(output, "write") and not isinstance(output, torch.Tensor):
         raise TypeError(f"output must be a block store or a tensor, got {type(output).__name__}")
     if operator.is_2d and checkpoint_directory is None and resume is None:
-        b = _read_all(measurements, "measurements")
+        b = _read_all(measurements, "measurements", operator.options.get("view_chunk_size"))
         result = cgls(operator, b, iterations, rtol=rtol, atol=atol, callback=callback)
         ws.mkdir(parents=True)
         _write_blocks(output, result.volume, block_elements)
