@@ -306,7 +306,9 @@ def pytest_runtest_logreport(report):
         _RESULTS[report.nodeid] = "error"
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
+    # also on Ctrl-C (pytest finishes the session): an interrupted run keeps what it ran
+    _RESULTS["<session>"] = f"exit {int(exitstatus)}"
     with open(os.environ["DIFFCT_SUITE_RESULTS"], "w") as f:
         json.dump(_RESULTS, f, indent=0, sort_keys=True)
 '''
@@ -363,6 +365,9 @@ def main(argv=None) -> int:
                     help="a folder holding a ctbench checkout to test instead of the installed one "
                          "(e.g. a `git archive` of another commit)")
     ap.add_argument("--tag", default="", help="suffix of the result and log files in the work folder")
+    ap.add_argument("--summarize", action="store_true",
+                    help="run nothing: compare the result files already in the work folder (of --tag); "
+                         "a run stopped with Ctrl-C is compared on the tests it reached")
     ap.add_argument("-k", dest="keyword")
     ap.add_argument("files", nargs="*", help="test files (relative to the suite, e.g. tests/test_weights.py)")
     args = ap.parse_args(argv)
@@ -378,6 +383,14 @@ def main(argv=None) -> int:
 
     results = {}
     for against in (("diffct", "ctbench") if args.against == "both" else (args.against,)):
+        if args.summarize:
+            tag = f"_{args.tag}" if args.tag and against == "ctbench" else ""
+            f = workdir / f"{against}_results{tag}.json"
+            if not f.exists():
+                print(f"no results in {f}", file=sys.stderr)
+                return 2
+            results[against] = json.loads(f.read_text())
+            continue
         tag = ("" if not (args.files or args.keyword) else "_partial") + (f"_{args.tag}" if args.tag else "")
         if against == "diffct":
             tag = tag if args.files or args.keyword else ""
@@ -395,10 +408,14 @@ def main(argv=None) -> int:
         return sum(1 for v in res.values() if v == outcome)
 
     base = {k for k, v in results["diffct"].items() if v == "passed"}
-    if args.files or args.keyword:  # a partial run compares only what it ran
-        ran = set(results.get("ctbench", {})) | {k for k in results["diffct"] if k in results.get("ctbench", {})}
-        base = {k for k in base if k in ran} if "ctbench" in results else base
-    summary = {"diffct_version": VERSION, "timeout_s": args.timeout, "workdir": str(workdir),
+    if "ctbench" in results:
+        # the tests the ctbench run reached: recorded ones, and those of files it could not import
+        ct = results["ctbench"]
+        broken_files = {k.split("::")[0] for k, v in ct.items() if v == "collection-error"}
+        base = {k for k in base if k in ct or k.split("::")[0] in broken_files}
+    sessions = {a: r.get("<session>", "no session record (killed?)") for a, r in results.items()}
+    summary = {"diffct_version": VERSION, "timeout_s": args.timeout, "workdir": str(workdir), "sessions": sessions,
+               "diffct_passed_recorded": sum(1 for v in results["diffct"].values() if v == "passed"),
                "excluded_tests_rule": "see scripts/diffct_suite.py docstring",
                "excluded_definitions": sum(len(v) for v in excluded.values())}
     for against, res in results.items():
@@ -415,7 +432,7 @@ def main(argv=None) -> int:
             by_file[f]["count"] += 1
             o = ct.get(k, "not-run")
             by_file[f]["outcomes"][o] = by_file[f]["outcomes"].get(o, 0) + 1
-        summary["pass_on_diffct"] = len(base)
+        summary["pass_on_diffct_reached_by_ctbench_run"] = len(base)
         summary["of_those_pass_on_ctbench"] = len(ok)
         summary["fraction"] = round(len(ok) / len(base), 4) if base else None
         summary["not_passing_by_file"] = dict(sorted(by_file.items(), key=lambda kv: -kv[1]["count"]))

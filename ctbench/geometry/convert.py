@@ -26,6 +26,8 @@ def as_trajectory(trajectory, beam: str | None = None, like: Trajectory | None =
     """
     if isinstance(trajectory, Trajectory):
         return trajectory
+    if beam is None:  # a diffct-style tuple that knows its beam (ctbench.compat's generators return them)
+        beam = getattr(trajectory, "diffct_beam", None)
     if beam is None and like is not None:
         beam = like.beam if like.ndim == 3 or like.beam == "parallel" else "fan"
     return from_diffct(trajectory, beam)
