@@ -105,7 +105,7 @@ def disk_cgls_request(operator, measurements, iterations, *, work_dir, checkpoin
                                   "ctbench.solvers.disk_cgls(projector, global_sinogram_store, work_dir, ...)")
     b = _store(measurements, "measurements")
     n = int(b.shape[0])
-    norm_b = math.sqrt(_squared_norm(b, n, operator.options.get("view_chunk_size")))
+    norm_b = math.sqrt(_squared_norm(b, n, getattr(operator, "options", {}).get("view_chunk_size")))
     threshold = float(atol) + float(rtol) * norm_b
     x0_store = None
     if x0 is not None:

@@ -16,7 +16,7 @@ import torch
 
 from .. import solvers as _s
 
-from ._common import _is_projector, _read_all, _write_blocks
+from ._common import _read_all, _write_blocks
 
 __all__ = ["SolverResult", "cgls", "sirt", "tv_reconstruction", "cgls_into", "total_variation"]
 
@@ -39,8 +39,9 @@ _CTBENCH_SOLVER_KEYWORDS = {"n_iter", "tol", "bounds", "lam", "nonneg", "cancel"
 
 
 def _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume):
-    if not _is_projector(operator):
-        raise TypeError(f"operator must be a ctbench Projector, got {type(operator).__name__}")
+    if not _is_operator(operator):
+        raise TypeError(f"operator must be a ctbench Projector or a linear operator with project, backproject, "
+                        f"volume_shape and projection_shape, got {type(operator).__name__}")
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
         raise ValueError(f"iterations must be a nonnegative integer, got {iterations!r}")
     for name, v in (("rtol", rtol), ("atol", atol)):
@@ -65,13 +66,21 @@ def _no_checkpoints(solver, checkpoint_directory, resume):
                                   "cgls_into support them (through ctbench's disk-backed CGLS, 3D volumes)")
 
 
+def _is_operator(obj) -> bool:
+    # diffct's solvers take any linear operator with project/backproject and the two shapes (a
+    # ctbench Projector, or e.g. a matrix wrapped so); inner products default to plain sums
+    return all(hasattr(obj, n) for n in ("project", "backproject", "volume_shape", "projection_shape"))
+
+
 def _dot_rays(operator, a, b) -> float:
     # float64 sums (diffct's): CGLS's step lengths are sensitive to float32 rounding of the norms
-    return float(operator.inner_projection(a.double(), b.double()))
+    inner = getattr(operator, "inner_projection", None)
+    return float(inner(a.double(), b.double()) if inner is not None else (a.double() * b.double()).sum())
 
 
 def _dot_volume(operator, a, b) -> float:
-    return float(operator.inner_volume(a.double(), b.double()))
+    inner = getattr(operator, "inner_volume", None)
+    return float(inner(a.double(), b.double()) if inner is not None else (a.double() * b.double()).sum())
 
 
 def _norm(operator, y) -> float:
@@ -191,7 +200,8 @@ def sirt(operator, measurements, iterations=100, *, x0=None, rtol=1e-6, atol=0.,
 
 
 def _tv_spacing(operator, ndim):
-    sp = tuple(float(v) for v in operator.voxel_spacing)
+    vs = getattr(operator, "voxel_spacing", 1.0)
+    sp = (float(vs),) * ndim if isinstance(vs, (int, float)) else tuple(float(v) for v in vs)
     return sp[-ndim:]
 
 
@@ -301,8 +311,9 @@ def cgls_into(operator, measurements, output, iterations, *, workspace, block_el
 
     if isinstance(block_elements, bool) or not isinstance(block_elements, int) or block_elements < 1:
         raise ValueError(f"block_elements must be a positive integer, got {block_elements!r}")
-    if not _is_projector(operator):
-        raise TypeError(f"operator must be a ctbench Projector, got {type(operator).__name__}")
+    if not _is_operator(operator):
+        raise TypeError(f"operator must be a ctbench Projector or a linear operator with project, backproject, "
+                        f"volume_shape and projection_shape, got {type(operator).__name__}")
     ws = Path(workspace)
     if ws.exists():
         raise ValueError(f"workspace must be a new directory; {ws} exists")
@@ -311,8 +322,9 @@ def cgls_into(operator, measurements, output, iterations, *, workspace, block_el
         raise ValueError(f"output has shape {out_shape}; this projector's volume_shape is {tuple(operator.volume_shape)}")
     if not hasattr(output, "write") and not isinstance(output, torch.Tensor):
         raise TypeError(f"output must be a block store or a tensor, got {type(output).__name__}")
-    if operator.is_2d and checkpoint_directory is None and resume is None:
-        b = _read_all(measurements, "measurements", operator.options.get("view_chunk_size"))
+    is_2d = getattr(operator, "is_2d", len(tuple(operator.volume_shape)) == 2)
+    if is_2d and checkpoint_directory is None and resume is None:
+        b = _read_all(measurements, "measurements", getattr(operator, "options", {}).get("view_chunk_size"))
         result = cgls(operator, b, iterations, rtol=rtol, atol=atol, callback=callback)
         ws.mkdir(parents=True)
         _write_blocks(output, result.volume, block_elements)
