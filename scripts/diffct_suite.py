@@ -274,6 +274,13 @@ import json, os
 
 _EXCLUDED = json.loads(open(os.environ["DIFFCT_SUITE_EXCLUDED"]).read())
 _RESULTS = {}
+# every outcome is also appended at once, so that a run killed before its end keeps what it ran
+_LINES = open(os.environ["DIFFCT_SUITE_RESULTS"] + "l", "w", buffering=1)
+
+
+def _record(nodeid, outcome):
+    _RESULTS[nodeid] = outcome
+    _LINES.write(json.dumps([nodeid, outcome]) + "\n")
 
 
 def _out_of_scope(nodeid):
@@ -287,23 +294,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         (drop if _out_of_scope(item.nodeid) else keep).append(item)
     for item in drop:
-        _RESULTS[item.nodeid] = "excluded"
+        _record(item.nodeid, "excluded")
     items[:] = keep
     config.hook.pytest_deselected(items=drop)
 
 
 def pytest_collectreport(report):
     if report.failed:
-        _RESULTS[report.nodeid + "::<collection>"] = "collection-error"
+        _record(report.nodeid + "::<collection>", "collection-error")
 
 
 def pytest_runtest_logreport(report):
     if report.when == "setup" and not report.passed:
-        _RESULTS[report.nodeid] = "skipped" if report.skipped else "error"
+        _record(report.nodeid, "skipped" if report.skipped else "error")
     elif report.when == "call":
-        _RESULTS[report.nodeid] = "passed" if report.passed else ("skipped" if report.skipped else "failed")
+        _record(report.nodeid, "passed" if report.passed else ("skipped" if report.skipped else "failed"))
     elif report.when == "teardown" and report.failed and _RESULTS.get(report.nodeid) == "passed":
-        _RESULTS[report.nodeid] = "error"
+        _record(report.nodeid, "error")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -386,10 +393,14 @@ def main(argv=None) -> int:
         if args.summarize:
             tag = f"_{args.tag}" if args.tag and against == "ctbench" else ""
             f = workdir / f"{against}_results{tag}.json"
-            if not f.exists():
+            lines = f.with_suffix(".jsonl")
+            if f.exists():
+                results[against] = json.loads(f.read_text())
+            elif lines.exists():  # a run that was killed: what it recorded
+                results[against] = dict(json.loads(line) for line in lines.read_text().splitlines() if line.strip())
+            else:
                 print(f"no results in {f}", file=sys.stderr)
                 return 2
-            results[against] = json.loads(f.read_text())
             continue
         tag = ("" if not (args.files or args.keyword) else "_partial") + (f"_{args.tag}" if args.tag else "")
         if against == "diffct":
