@@ -280,7 +280,7 @@ _LINES = open(os.environ["DIFFCT_SUITE_RESULTS"] + "l", "w", buffering=1)
 
 def _record(nodeid, outcome):
     _RESULTS[nodeid] = outcome
-    _LINES.write(json.dumps([nodeid, outcome]) + "\n")
+    _LINES.write(json.dumps([nodeid, outcome]) + "\\n")
 
 
 def _out_of_scope(nodeid):
