@@ -16,6 +16,7 @@ meanings (docs/FROM_DIFFCT.md, "Projector keywords"):
 - ``schedule``: ``"auto"``, ``"spatial"``, ``"views"`` or ``"window"`` is validated and kept:
   it orders diffct's GPU streaming; ctbench's planner orders its windows itself and the
   operator is the same (docs/FROM_DIFFCT.md).
+- ``detector_chunk_shape``: diffct's ``(tu,)`` for 2D scans is ``(tu, 1)``.
 - ``volume_chunk_shape``: diffct's shapes in tensor order, ``(h, w)`` for 2D volumes and
   ``(d, h, w)`` for 3D ones, are mapped onto ctbench's z-slab windows (:func:`slab_planes`).
 - ``detector_surface``: curved detectors (:mod:`ctbench.compat.surfaces`).
@@ -112,6 +113,9 @@ def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape
     nz = slab_planes(volume_chunk_shape, tuple(vs))
     if nz is not None:
         options["volume_chunk_shape"] = nz
+    dcs = options.get("detector_chunk_shape")
+    if len(vs) == 2 and isinstance(dcs, (tuple, list)) and len(dcs) == 1:
+        options["detector_chunk_shape"] = (dcs[0], 1)  # diffct's (tu,) for a 2D scan's one detector row
     return core_backend, label, options
 
 
