@@ -106,7 +106,7 @@ def cgls(operator, measurements, iterations=30, *, x0=None, rtol=1e-6, atol=0., 
     """CGLS on ``A x = b`` (diffct's signature): stops after ``iterations`` or once
     ``||A x - b|| <= atol + rtol ||b||``; ``callback(k, residual, x)`` returning False stops it.
     With ``checkpoint_directory=`` (checkpoint every iteration there) or ``resume=`` (continue
-    from a checkpoint directory) it runs ctbench's disk-backed CGLS (:mod:`ctbench.compat_disk`).
+    from a checkpoint directory) it runs ctbench's disk-backed CGLS (:mod:`ctbench.compat._disk`).
 
     With ctbench's keywords (``n_iter``, ``tol``, ``cancel``) this is :func:`ctbench.solvers.cgls`.
     """
@@ -303,7 +303,7 @@ def cgls_into(operator, measurements, output, iterations, *, workspace, block_el
     """diffct's ``cgls_into``: CGLS of ``measurements`` (a tensor or a block store) written into
     ``output`` (a block store or a tensor, returned as given), with the CGLS vectors on disk:
     ctbench's disk-backed CGLS works in ``workspace`` (a new directory, diffct's rule), or in
-    ``checkpoint_directory`` when checkpointing (see :mod:`ctbench.compat_disk`).
+    ``checkpoint_directory`` when checkpointing (see :mod:`ctbench.compat._disk`).
     ``callback(k, residual, x)`` gets the work x store.  ``block_elements`` bounds the blocks of the
     initial norm and the tensor output's copies; the disk solver sizes its own windows (its memory
     budget).  2D operators run in memory (disk CGLS is for 3D volumes) unless checkpointing."""
