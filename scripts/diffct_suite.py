@@ -391,6 +391,9 @@ def main(argv=None) -> int:
                     help="a folder holding a ctbench checkout to test instead of the installed one "
                          "(e.g. a `git archive` of another commit)")
     ap.add_argument("--tag", default="", help="suffix of the result and log files in the work folder")
+    ap.add_argument("--merge", nargs="*", default=[],
+                    help="with --summarize: tags of partial ctbench runs (FILES given) whose results join --tag's "
+                         "(runs of different files, started side by side)")
     ap.add_argument("--summarize", action="store_true",
                     help="run nothing: compare the result files already in the work folder (of --tag); "
                          "a run stopped with Ctrl-C is compared on the tests it reached")
@@ -431,6 +434,16 @@ def main(argv=None) -> int:
         results[against] = _run(suite, against, args.python, args.timeout, extra, excluded_file,
                                 workdir / f"{against}_results{tag}.json", workdir / f"{against}{tag}.log",
                                 args.ctbench_path.resolve() if args.ctbench_path else None)
+    for extra_tag in args.merge if args.summarize else ():
+        for name in (f"ctbench_results_partial_{extra_tag}.json", f"ctbench_results_partial_{extra_tag}.jsonl"):
+            f = workdir / name
+            if f.exists():
+                text = f.read_text()
+                part = json.loads(text) if name.endswith(".json") else dict(
+                    json.loads(line) for line in text.splitlines() if line.strip())
+                part.pop("<session>", None)
+                results.setdefault("ctbench", {}).update({k: v for k, v in part.items() if v != "excluded"})
+                break
     if "diffct" not in results:
         cached = workdir / "diffct_results.json"
         if not cached.exists():
