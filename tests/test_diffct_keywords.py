@@ -156,3 +156,16 @@ def test_core_projector_refuses_detector_surface_and_names_the_face():
     sp = d.Projector(tr, (4, 4, 4), (5, 5), detector_surface=flat, backend="torch")
     x = torch.rand(4, 4, 4)
     torch.testing.assert_close(sp.project(x), d.Projector(tr, (4, 4, 4), (5, 5)).project(x), rtol=1e-5, atol=1e-5)
+
+
+def test_into_takes_dense_tensors_written_in_place():
+    P, _ = _cone()
+    x = torch.rand(6, 5, 4, dtype=F64)
+    sino = torch.full(P.projection_shape, float("nan"), dtype=F64)
+    P.project_into(x, sino)
+    torch.testing.assert_close(sino, P.project(x), rtol=1e-12, atol=1e-12)
+    back = torch.full((6, 5, 4), float("nan"), dtype=F64)
+    P.backproject_into(sino, back)
+    torch.testing.assert_close(back, P.backproject(sino), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="output must not require grad"):
+        P.project_into(x, torch.zeros(P.projection_shape, dtype=F64, requires_grad=True))

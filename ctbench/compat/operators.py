@@ -22,7 +22,8 @@ meanings (docs/FROM_DIFFCT.md, "Projector keywords"):
 - ``detector_surface``: curved detectors (:mod:`ctbench.compat.surfaces`).
 - ``native_volume_layout``: accepted (a layout hint for diffct's native CUDA path; ctbench's
   volumes are always contiguous ``(D, H, W)``).
-- ``projector(x)`` is ``projector.project(x)``.
+- ``projector(x)`` is ``projector.project(x)``; ``project_into``/``backproject_into`` also take
+  dense tensors (written in place) and return ctbench's plan (diffct returns the output).
 """
 
 from __future__ import annotations
@@ -163,4 +164,24 @@ class Projector(_CoreProjector):
 
     def __call__(self, volume, trajectory=None):
         return self.project(volume, trajectory)
+
+    # diffct's *_into also take dense tensors (written in place); the return value stays ctbench's plan
+    def project_into(self, volume_store, sinogram_store, *, device=None):
+        return super().project_into(_store(volume_store, "source"), _store(sinogram_store, "output"), device=device)
+
+    def backproject_into(self, sinogram_store, volume_store, *, device=None):
+        return super().backproject_into(_store(sinogram_store, "source"), _store(volume_store, "output"),
+                                        device=device)
+
+
+def _store(value, name):
+    if not isinstance(value, torch.Tensor):
+        return value
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous tensor or a block store")
+    if value.requires_grad:
+        raise ValueError(f"{name} must not require grad: *_into writes blocks outside autograd (detach it)")
+    from ..storage import TensorStore
+
+    return TensorStore(value)
 
