@@ -104,7 +104,8 @@ def test_volume_chunk_blocks_map_onto_slabs_that_hold_no_more_voxels():
 def test_chunked_projector_is_the_same_operator():
     x = torch.rand(6, 5, 4, dtype=F64)
     plain, _ = _cone()
-    chunked, _ = _cone(volume_chunk_shape=(2, 5, 2), view_chunk_size=2)
+    chunked, _ = _cone(volume_chunk_shape=(2, 5, 2), view_chunk_size=np.int64(2))
+    assert chunked.options["view_chunk_size"] == 2 and type(chunked.options["view_chunk_size"]) is int
     assert chunked.options["volume_chunk_shape"] == 1
     torch.testing.assert_close(chunked.project(x), plain.project(x), rtol=1e-12, atol=1e-12)
     y = torch.rand(plain.projection_shape, dtype=F64)

@@ -114,6 +114,12 @@ def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape
     nz = slab_planes(volume_chunk_shape, tuple(vs))
     if nz is not None:
         options["volume_chunk_shape"] = nz
+    nb = options.get("view_chunk_size")
+    if nb is not None and not isinstance(nb, bool) and not isinstance(nb, int):
+        try:  # diffct takes any integer type (NumPy's too)
+            options["view_chunk_size"] = _operator.index(nb)
+        except TypeError:
+            pass  # the core check names the argument
     dcs = options.get("detector_chunk_shape")
     if len(vs) == 2 and isinstance(dcs, (tuple, list)) and len(dcs) == 1:
         options["detector_chunk_shape"] = (dcs[0], 1)  # diffct's (tu,) for a 2D scan's one detector row
