@@ -4,8 +4,8 @@ The engine API follows the ctbench specification: :class:`Projector`,
 trajectory generators such as :func:`spiral_trajectory_3d` (diffct 2.5's
 frame and signatures, docs/GEOMETRY.md), and the reconstruction solvers in
 :mod:`ctbench.solvers`.  The names diffct 2.5 exports at top level exist
-here too (:mod:`ctbench.compat`, docs/FROM_DIFFCT.md), so a diffct script
-runs with its import changed.
+here too (the :mod:`ctbench.compat` package, with diffct's module layout;
+docs/FROM_DIFFCT.md), so a diffct script runs with its import changed.
 """
 
 # Names load on first use (PEP 562), so that ``import ctbench.io`` (file readers, no torch) does not pay
@@ -30,18 +30,18 @@ _LAZY = {
     "sirt": "compat",
     "total_variation": "compat",
     "tv_reconstruction": "compat",
-    "ConeBackprojectorFunction": "compat_functions",
-    "ConeProjectorFunction": "compat_functions",
-    "FanBackprojectorFunction": "compat_functions",
-    "FanProjectorFunction": "compat_functions",
-    "ParallelBackprojectorFunction": "compat_functions",
-    "ParallelProjectorFunction": "compat_functions",
-    "cone_weighted_backproject": "compat_weighted",
-    "fan_weighted_backproject": "compat_weighted",
-    "helical_view_weights": "compat_weighted",
-    "helical_weighted_backproject": "compat_weighted",
-    "parallel_weighted_backproject": "compat_weighted",
-    "ParameterizedSurface": "detector_surface",
+    "ConeBackprojectorFunction": "compat",
+    "ConeProjectorFunction": "compat",
+    "FanBackprojectorFunction": "compat",
+    "FanProjectorFunction": "compat",
+    "ParallelBackprojectorFunction": "compat",
+    "ParallelProjectorFunction": "compat",
+    "cone_weighted_backproject": "compat",
+    "fan_weighted_backproject": "compat",
+    "helical_view_weights": "compat",
+    "helical_weighted_backproject": "compat",
+    "parallel_weighted_backproject": "compat",
+    "ParameterizedSurface": "compat",
     "GENERATORS": "geometry",
     "Trajectory": "geometry",
     "circular_trajectory_2d_fan": "geometry",
@@ -60,7 +60,7 @@ _LAZY = {
     "sinusoidal_trajectory_3d": "geometry",
     "spiral_trajectory_3d": "geometry",
     "transform_trajectory": "geometry",
-    "Projector": "projector",
+    "Projector": "compat",  # the core Projector plus diffct's keywords (ctbench.compat.operators)
 }
 
 __version__ = "0.1.0"
@@ -70,7 +70,7 @@ _GENERATOR_NAMES = ("circular_trajectory_3d", "spiral_trajectory_3d", "saddle_tr
 
 
 _SUBPACKAGES = ("geometry", "engine", "distributed", "storage", "solvers", "workbench", "io", "preprocessing",
-                "jobs", "phantoms", "datasets", "compat", "compat_functions", "compat_weighted", "detector_surface", "projector")
+                "jobs", "phantoms", "datasets", "compat", "projector")
 
 
 def __getattr__(name: str):

@@ -99,18 +99,12 @@ class Projector:
     backend : "auto" (cuda for CUDA tensors, cpu otherwise), "cpu", "cuda" or "reference".
     """
 
-    def __new__(cls, *args, detector_surface=None, **kwargs):
-        # diffct's curved detectors (issue 17): a per-pixel projector on the same engine
-        if detector_surface is not None and cls is Projector:
-            from .detector_surface import SurfaceProjector
-            return SurfaceProjector(*args, detector_surface=detector_surface, **kwargs)
-        return super().__new__(cls)
-
     def __init__(self, trajectory: Trajectory, volume_shape: Sequence[int], detector_shape, *,
                  beam: str | None = None, detector_spacing=1.0, voxel_spacing=1.0, backend: str = "auto",
-                 detector_surface=None, **options):
-        if detector_surface is not None:  # only a subclass gets here: Projector itself builds a SurfaceProjector
-            raise TypeError(f"detector_surface= is not supported by {type(self).__name__}; use ctbench.Projector")
+                 **options):
+        if options.pop("detector_surface", None) is not None:  # curved detectors: a projector built on this one
+            raise TypeError(f"detector_surface= is not supported by {type(self).__name__}; use ctbench.Projector "
+                            "(ctbench.compat.Projector), which builds a curved-detector projector")
         trajectory, beam = resolve_trajectory(trajectory, beam)  # diffct tuples and beam names (issue 17)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")

@@ -15,6 +15,7 @@ import torch
 
 from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
 from .cpu_build import kernel_dir
+from .geometry_grad import _CUDA_BLOCK, _CUDA_MAX_GRID_Y, _FAMILY, _check, _split, _zeros
 
 _CTYPE = {torch.float32: "float", torch.float64: "double"}
 _BLOCK = 256
@@ -210,5 +211,38 @@ class CudaBackend(Backend):
 
     def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
         """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the CUDA kernel."""
-        from .geometry_grad import cuda_geometry_vjp
         return cuda_geometry_vjp(volume, grid, z0, grad_sino, rays, tile, runtime=self.runtime)
+
+
+# The CUDA side of the geometry gradient lives here, above geometry_grad (the CPU side and the shared
+# checks), so that the arrow points one way: cuda -> geometry_grad.
+def cuda_geometry_vjp(volume: torch.Tensor, grid: VolumeGrid, z0: int, grad_sino: torch.Tensor, rays: Rays,
+                      tile: Tile, runtime=None):
+    """Geometry VJP of one window with the CUDA kernel (NVRTC through CuPy), on torch's current stream."""
+    runtime = runtime if runtime is not None else CupyRuntime()
+    as_cupy = runtime.array
+
+    _check(volume, grid, z0, grad_sino, rays, tile)
+    dtype, device = volume.dtype, volume.device
+    B, nz, H, W = volume.shape
+    nu, nv = tile.shape
+    if rays.n_views == 0 or B == 0 or nz == 0 or nu == 0 or nv == 0:
+        return _zeros(rays, dtype, device)
+    vol = volume.detach().contiguous()
+    g = grad_sino.detach().contiguous()
+    geo = [t.detach().to(device=device, dtype=dtype).contiguous() for t in rays.tensors()]
+    out = torch.zeros((rays.n_views, 12), dtype=torch.float64, device=device)
+    kernel = runtime.kernel(_FAMILY, "joseph_geometry_vjp", dtype, device)
+    dz, dy, dx = grid.spacing
+    U, V = rays.detector_shape
+    (blocks_x,), block = launch_config(nu * nv, _CUDA_BLOCK)
+    with runtime.on_stream(device):
+        for k0 in range(0, rays.n_views, _CUDA_MAX_GRID_Y):
+            n_k = min(_CUDA_MAX_GRID_Y, rays.n_views - k0)
+            args = (as_cupy(vol), np.int64(nz * H * W), np.int32(B), np.int32(grid.D), np.int32(grid.H),
+                    np.int32(grid.W), np.int32(z0), np.int32(z0 + nz), np.float64(dx), np.float64(dy),
+                    np.float64(dz), *[as_cupy(t) for t in geo], np.int32(rays.cone), np.int32(rays.n_views),
+                    np.int32(U), np.int32(V), np.int32(tile.u0), np.int32(tile.u1), np.int32(tile.v0),
+                    np.int32(tile.v1), np.int32(k0), as_cupy(g), as_cupy(out))
+            kernel((blocks_x, n_k), block, args)
+    return _split(out, dtype)

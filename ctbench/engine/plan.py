@@ -30,6 +30,8 @@ Three modes, by where the data lives:
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 import re
@@ -687,9 +689,14 @@ def plan_cgls_for(projector, dtype: torch.dtype = torch.float32, *, memory_budge
     budget = memory_budget if memory_budget is not None else projector.options.get("memory_budget")
     vs, ws = projector.volume_slice, projector.view_slice
     backend = getattr(projector, "backend_name", "auto")
-    return make_cgls_plan(projector.grid.shape, projector.detector_shape, z_range=(vs.start, vs.stop),
+    plan = make_cgls_plan(projector.grid.shape, projector.detector_shape, z_range=(vs.start, vs.stop),
                           view_range=(ws.start, ws.stop), dtype=dtype, memory_budget=budget,
                           data_chunks=data_chunks, data_itemsize=itemsize(data_dtype) if data_dtype else None,
                           rank=projector.rank, world_size=projector.world_size, partition=projector.partition,
                           view_world_size=projector.view_world_size, space_world_size=projector.space_world_size,
                           cpu_kernel=backend in ("auto", "cpu"), with_x0=with_x0)
+    # an explicit view_chunk_size is the user's memory bound: no batch of views may exceed it
+    nb = projector.options.get("view_chunk_size")
+    if nb is not None and plan.view_batch > nb:
+        plan = dataclasses.replace(plan, view_batch=int(nb))
+    return plan

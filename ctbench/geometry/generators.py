@@ -40,11 +40,15 @@ from .trajectory import Trajectory
 
 
 def _check_views(n_views) -> int:
+    # diffct's exception types: a count that is not an integer (2.5, 3.0, True, a numpy float) is a
+    # TypeError, an integer below 1 a ValueError
     try:
         n = operator.index(n_views)
     except TypeError:
         n = None
-    if n is None or isinstance(n_views, bool) or n < 1:
+    if n is None or isinstance(n_views, bool):
+        raise TypeError(f"n_views must be a positive integer, got {n_views!r}")
+    if n < 1:
         raise ValueError(f"n_views must be a positive integer, got {n_views!r}")
     return n
 

@@ -28,6 +28,7 @@ import torch
 
 from ..engine.base import Rays, VolumeGrid
 from ..geometry.trajectory import check_finite
+from ..engine.fdk_autograd import WeightedBackproject
 from ..engine.fdk_kernels import detector_coordinates, voxel_centres, weighted_backproject
 from ._checks import check_sinogram
 from .filtering import check_filter, check_oversample, check_padding, ramp_filter
@@ -107,6 +108,9 @@ def _backproject_all(projector, filt: torch.Tensor, weights: torch.Tensor, k0: i
     grid = projector.grid
     rays = fdk_rays(projector, filt.dtype, filt.device, k0, k1, oversample)
     w = weights[k0:k1].to(device=filt.device, dtype=filt.dtype)
+    if filt.requires_grad and torch.is_grad_enabled() and planes is None and (z0, z1) == (0, grid.D):
+        # differentiable in the sinogram: the kernel forward, its exact transpose backward
+        return torch.stack([WeightedBackproject.apply(filt[b], w, rays, grid) for b in range(B)])
     out = torch.zeros((B, z1 - z0, grid.H, grid.W), dtype=filt.dtype, device=filt.device)
     for b in range(B):
         if planes is None:
@@ -129,7 +133,10 @@ def _finish(projector, out: torch.Tensor, batch) -> torch.Tensor:
 
 def _filtered_backprojection(projector, sinogram, who: str, *, filter, cutoff, padding, oversample, short_scan,
                              backend) -> torch.Tensor:
+    graph = sinogram if isinstance(sinogram, torch.Tensor) and sinogram.requires_grad else None
     sinogram = check_sinogram(projector, sinogram, allow_batch=True)
+    if graph is not None and torch.is_grad_enabled():
+        sinogram = graph  # keep the autograd graph: fdk/fbp are differentiable in the sinogram
     filter = check_filter(filter)
     oversample = check_oversample(oversample)
     check_padding(padding)
@@ -163,7 +170,9 @@ def fdk(projector, sinogram: torch.Tensor, *, filter: str = "ram-lak", cutoff: f
     backend : "auto", "cpu", "cuda" or "reference" (the pure-torch oracle).
 
     Returns the volume ``(*batch, *projector.volume_shape)`` in attenuation per mm
-    (the data's line-integral unit per mm), dtype and device of the sinogram.
+    (the data's line-integral unit per mm), dtype and device of the sinogram.  Differentiable in
+    the sinogram (one process, no space partition): its gradient is the exact transpose of the
+    filtered backprojection (:mod:`ctbench.engine.fdk_autograd`).
     Raises ValueError for trajectories that are not circular orbits about z.
     """
     if projector.beam != "cone":

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from .geometry import Trajectory
+from ..geometry import Trajectory
 
 __all__ = ["ParameterizedSurface", "SurfaceProjector"]
 
@@ -128,7 +128,7 @@ class SurfaceProjector:
 
     def __init__(self, trajectory, volume_shape, detector_shape, *, detector_surface, beam=None, detector_spacing=1.0,
                  voxel_spacing=1.0, backend="auto", **options):
-        from .projector import Projector
+        from ..projector import Projector
 
         if not callable(detector_surface):
             raise TypeError(f"detector_surface must be callable or a ParameterizedSurface, got "
@@ -161,7 +161,7 @@ class SurfaceProjector:
                              "supports project, backproject and the inner products)")
 
     def _inner(self, trajectory, dtype, device):
-        from .projector import Projector
+        from ..projector import Projector
 
         flat = self.flat
         tr = flat.trajectory if trajectory is None else flat._check_override(trajectory)

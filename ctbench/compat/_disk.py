@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .storage import TensorStore
+from ..storage import TensorStore
 
 
 def _store(source, name):
@@ -39,9 +39,11 @@ def _store(source, name):
     raise TypeError(f"{name} must be a tensor or a block store, got {type(source).__name__}")
 
 
-def _squared_norm(store, n_views) -> float:
+def _squared_norm(store, n_views, view_chunk_size=None) -> float:
     total = 0.0
     step = max(1, int(store.chunks[0]))
+    if view_chunk_size is not None:  # the projector's view bound holds for this pass too
+        step = min(step, int(view_chunk_size))
     for a in range(0, n_views, step):
         block = store.read((slice(a, min(a + step, n_views)),) + tuple(slice(0, s) for s in store.shape[1:]))
         total += float(block.double().square().sum())
@@ -93,7 +95,7 @@ def disk_cgls_request(operator, measurements, iterations, *, work_dir, checkpoin
 
     ``volume`` is ``volume_store`` when given, else an in-memory tensor.  ``callback(k, residual, x)``
     gets ``x`` as a tensor (``callback_x="tensor"``) or as the work x store (``"store"``)."""
-    from .solvers.disk_cgls import disk_cgls
+    from ..solvers.disk_cgls import disk_cgls
 
     if getattr(operator, "is_2d", False):
         raise ValueError("checkpoint_directory/resume and cgls_into use ctbench's disk-backed CGLS, which is for 3D "
@@ -103,7 +105,7 @@ def disk_cgls_request(operator, measurements, iterations, *, work_dir, checkpoin
                                   "ctbench.solvers.disk_cgls(projector, global_sinogram_store, work_dir, ...)")
     b = _store(measurements, "measurements")
     n = int(b.shape[0])
-    norm_b = math.sqrt(_squared_norm(b, n))
+    norm_b = math.sqrt(_squared_norm(b, n, getattr(operator, "options", {}).get("view_chunk_size")))
     threshold = float(atol) + float(rtol) * norm_b
     x0_store = None
     if x0 is not None:

@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from .engine.fdk_kernels import _bilinear_zero, detector_coordinates, voxel_centres, weighted_backproject
+from ..engine.fdk_autograd import WeightedBackproject
 
 __all__ = ["parallel_weighted_backproject", "fan_weighted_backproject", "cone_weighted_backproject",
            "helical_view_weights", "helical_weighted_backproject"]
@@ -67,7 +67,7 @@ def _check_geometry(geometry, names, n_views: int, dims: int):
 
 
 def _projector(beam, geometry, volume_shape, detector_shape, detector_spacing, voxel_spacing, dtype, device):
-    from .projector import Projector
+    from ..projector import Projector
 
     frames = tuple(g.to(device=device, dtype=dtype) for g in geometry)
     return Projector(frames, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
@@ -122,61 +122,6 @@ def _cone_scale(P, isocenter, dims: int) -> torch.Tensor:
     return sid / (2 * math.pi * sdd)
 
 
-# -------------------------------------------------------- differentiable gather
-def _plane_views(w: torch.Tensor):
-    nz = (w != 0).nonzero()[:, 0]
-    return (int(nz.min()), int(nz.max()) + 1) if nz.numel() else None
-
-
-def _forward(q, rays, grid, weights):
-    if weights.ndim == 1:
-        return weighted_backproject(q, rays, grid, weights)
-    out = torch.zeros(grid.shape, dtype=q.dtype, device=q.device)
-    for z in range(grid.D):
-        span = _plane_views(weights[z])
-        if span is not None:
-            weighted_backproject(q, rays, grid, weights[z], z0=z, z1=z + 1, views=span, out=out[z:z + 1])
-    return out
-
-
-class _WeightedGather(torch.autograd.Function):
-    """``sum_k weights[(z,) k] * m_k(x)^p * q_k(pixel(x))`` with gradients for ``q`` and ``weights``."""
-
-    @staticmethod
-    def forward(ctx, q, weights, rays, grid):
-        ctx.save_for_backward(q, weights)
-        ctx.rays, ctx.grid = rays, grid
-        return _forward(q.detach(), rays, grid, weights.detach())
-
-    @staticmethod
-    def backward(ctx, grad):
-        q, weights = ctx.saved_tensors
-        rays, grid = ctx.rays, ctx.grid
-        D = grid.D
-        pts = voxel_centres(grid, 0, D, q.device)
-        g = grad.detach().to(_F64).reshape(D, -1)
-        w = weights.detach().to(_F64)
-        w2 = w[None, :].expand(D, -1) if w.ndim == 1 else w
-        grad_q = torch.zeros(q.shape, dtype=_F64, device=q.device) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(w2) if ctx.needs_input_grad[1] else None
-        for k in range(q.shape[0]):
-            fi, fj, mag, front = detector_coordinates(rays, k, pts)
-            with torch.enable_grad():
-                qk = q[k].detach().to(_F64).requires_grad_(grad_q is not None)
-                val = _bilinear_zero(qk, fi, fj)
-                basis = torch.where(front, (mag * mag if rays.cone else mag) * val, torch.zeros_like(val))
-                basis = basis.reshape(D, -1)
-                if grad_w is not None:
-                    grad_w[:, k] = (g * basis.detach()).sum(1)
-                if grad_q is not None:
-                    (gk,) = torch.autograd.grad(basis, qk, g * w2[:, k:k + 1])
-                    grad_q[k] = gk
-        if grad_w is not None and w.ndim == 1:
-            grad_w = grad_w.sum(0)
-        return (None if grad_q is None else grad_q.to(q.dtype),
-                None if grad_w is None else grad_w.to(weights.dtype), None, None)
-
-
 def _gather(P, sinogram, weights) -> torch.Tensor:
     """Run the gather of ``sinogram`` (n, U[, V]) with per-view or per-(plane, view) ``weights``."""
     dtype = P_dtype = sinogram.dtype if sinogram.dtype in (torch.float32, torch.float64) else torch.float32
@@ -184,7 +129,7 @@ def _gather(P, sinogram, weights) -> torch.Tensor:
     if P.is_2d:
         q = q.unsqueeze(-1)
     rays = P._rays(None, dtype, q.device)
-    out = _WeightedGather.apply(q, weights.to(device=q.device, dtype=dtype), rays, P.grid)
+    out = WeightedBackproject.apply(q, weights.to(device=q.device, dtype=dtype), rays, P.grid)
     return out[0] if P.is_2d else out
 
 
@@ -292,7 +237,7 @@ def helical_weighted_backproject(sinogram, trajectory, volume_shape, view_weight
     ``sid/(2 pi sdd)`` and the voxel's squared magnification.  ``trajectory``: diffct's
     ``(src, det_center, det_u, det_v)`` or a ctbench Trajectory; ``isocenter``: (x, y, z).
     Gradients reach ``sinogram`` and ``view_weights``."""
-    from .geometry import as_trajectory
+    from ..geometry import as_trajectory
 
     sinogram = _check_sinogram(sinogram, 3)
     traj = as_trajectory(trajectory, beam="cone")

@@ -27,7 +27,7 @@ def _work_dtype(t: torch.Tensor) -> torch.dtype:
 
 
 def _projector(beam, geometry, volume_shape, detector_shape, detector_spacing, voxel_spacing, dtype, device):
-    from .projector import Projector
+    from ..projector import Projector
 
     frames = tuple(torch.as_tensor(g).to(device=device, dtype=dtype) for g in geometry)
     return Projector(frames, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,

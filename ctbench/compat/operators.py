@@ -1,0 +1,193 @@
+"""diffct 2.5's :class:`Projector` (``diffct.operators``) over ctbench's projector.
+
+The class is ctbench's :class:`ctbench.projector.Projector` plus diffct's keywords, with diffct's
+meanings (docs/FROM_DIFFCT.md, "Projector keywords"):
+
+- ``backend``: ``"torch"`` (diffct's portable backend) runs ctbench's backend for the data's
+  device (``"auto"``: compiled CPU kernels for CPU tensors, CUDA kernels for CUDA tensors);
+  ``"numba"`` (diffct's native CUDA backend) is ctbench's ``"cuda"`` and, as in diffct, needs
+  NVIDIA CUDA and ``precision="fast"``.  ctbench's own names (``"cpu"``, ``"cuda"``,
+  ``"reference"``) work too.  ``backend`` then holds diffct's label (``"torch"`` or
+  ``"numba"``), ``backend_name`` ctbench's.
+- ``precision``: ``"fast"`` and ``"float32"`` compute and return float32, ``"float64"``
+  float64, whatever the input dtype (gradients flow back through the cast); ``None`` (the
+  default) keeps ctbench's rule, the input's dtype.  ``dtype`` is the resulting dtype (None for
+  the input's).
+- ``schedule``: ``"auto"``, ``"spatial"``, ``"views"`` or ``"window"`` is validated and kept:
+  it orders diffct's GPU streaming; ctbench's planner orders its windows itself and the
+  operator is the same (docs/FROM_DIFFCT.md).
+- ``detector_chunk_shape``: diffct's ``(tu,)`` for 2D scans is ``(tu, 1)``.
+- ``volume_chunk_shape``: diffct's shapes in tensor order, ``(h, w)`` for 2D volumes and
+  ``(d, h, w)`` for 3D ones, are mapped onto ctbench's z-slab windows (:func:`slab_planes`).
+- ``detector_surface``: curved detectors (:mod:`ctbench.compat.surfaces`).
+- ``native_volume_layout``: accepted (a layout hint for diffct's native CUDA path; ctbench's
+  volumes are always contiguous ``(D, H, W)``).
+- ``projector(x)`` is ``projector.project(x)``; ``project_into``/``backproject_into`` also take
+  dense tensors (written in place) and return ctbench's plan (diffct returns the output).
+"""
+
+from __future__ import annotations
+
+import operator as _operator
+
+import torch
+
+from ..projector import Projector as _CoreProjector
+from .surfaces import SurfaceProjector
+
+__all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_planes"]
+
+# diffct's backend names -> ctbench's (docs/FROM_DIFFCT.md)
+BACKEND_ALIASES = {"torch": "auto", "numba": "cuda"}
+PRECISIONS = {"fast": torch.float32, "float32": torch.float32, "float64": torch.float64}
+SCHEDULES = ("auto", "spatial", "views", "window")
+
+
+def _positive(value, name):
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must contain positive integers, got {value!r}")
+    try:
+        v = _operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must contain positive integers, got {value!r}") from None
+    if v < 1:
+        raise ValueError(f"{name} must contain positive integers, got {value!r}")
+    return v
+
+
+def slab_planes(volume_chunk_shape, volume_shape):
+    """ctbench's slab depth for diffct's ``volume_chunk_shape`` (None: no explicit bound).
+
+    ctbench windows a volume into z-slabs only (one mechanism for threads, GPU tiles, disk and
+    the space partition).  A diffct block ``(d, h, w)`` holds ``d*h*w`` voxels; the deepest slab
+    holding no more voxels, ``floor(d*h*w / (H*W))`` planes (at least 1, at most D), keeps the
+    memory bound the block set (a block smaller than one plane gets one plane: the smallest
+    window ctbench has).  A plane count ``nz`` is ctbench's own spelling.  2D volumes are one
+    plane: their ``(h, w)`` is validated and the whole plane is one window."""
+    if volume_chunk_shape is None:
+        return None
+    is_2d = len(volume_shape) == 2
+    if isinstance(volume_chunk_shape, int) and not isinstance(volume_chunk_shape, bool):
+        return None if is_2d else _positive(volume_chunk_shape, "volume_chunk_shape")
+    if not isinstance(volume_chunk_shape, (tuple, list, torch.Size)):
+        raise TypeError(f"volume_chunk_shape must be a tuple of positive integers, got "
+                        f"{type(volume_chunk_shape).__name__}")
+    shape = tuple(_positive(v, "volume_chunk_shape") for v in volume_chunk_shape)
+    if len(shape) != len(volume_shape):
+        raise ValueError(f"volume_chunk_shape must have {len(volume_shape)} entries (tensor order), got "
+                         f"{volume_chunk_shape!r}")
+    if is_2d:
+        return None
+    D, H, W = volume_shape
+    d, h, w = (min(a, b) for a, b in zip(shape, (D, H, W)))
+    return max(1, min(D, (d * h * w) // (H * W)))
+
+
+def _backend(backend, precision):
+    if not isinstance(backend, str):
+        raise ValueError(f"backend must be 'auto', 'numba', or 'torch' (or ctbench's 'cpu', 'cuda', 'reference'), "
+                         f"got {backend!r}")
+    if backend == "numba":
+        if precision not in (None, "fast"):
+            raise ValueError("numba requires precision='fast' and views/space partition")
+        if not (torch.cuda.is_available() and torch.version.hip is None):
+            raise RuntimeError("numba requires NVIDIA CUDA")
+    core = BACKEND_ALIASES.get(backend, backend)
+    if backend == "auto" or backend in BACKEND_ALIASES:
+        fast = precision in (None, "fast")
+        label = "numba" if backend == "numba" or (backend == "auto" and fast and torch.cuda.is_available()) \
+            else "torch"
+    else:
+        label = backend
+    return core, label
+
+
+def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape, native_volume_layout, options):
+    if precision is not None and (not isinstance(precision, str) or precision not in PRECISIONS):
+        raise ValueError("precision must be 'fast', 'float32', or 'float64'")
+    if not isinstance(schedule, str) or schedule not in SCHEDULES:
+        raise ValueError("schedule must be 'auto', 'spatial', 'views', or 'window'")
+    if not isinstance(native_volume_layout, bool):
+        raise TypeError(f"native_volume_layout must be True or False, got {native_volume_layout!r}")
+    core_backend, label = _backend(backend, precision)
+    vs = volume_shape if isinstance(volume_shape, (tuple, list, torch.Size)) else (volume_shape,)
+    nz = slab_planes(volume_chunk_shape, tuple(vs))
+    if nz is not None:
+        options["volume_chunk_shape"] = nz
+    nb = options.get("view_chunk_size")
+    if nb is not None and not isinstance(nb, bool) and not isinstance(nb, int):
+        try:  # diffct takes any integer type (NumPy's too)
+            options["view_chunk_size"] = _operator.index(nb)
+        except TypeError:
+            pass  # the core check names the argument
+    dcs = options.get("detector_chunk_shape")
+    if len(vs) == 2 and isinstance(dcs, (tuple, list)) and len(dcs) == 1:
+        options["detector_chunk_shape"] = (dcs[0], 1)  # diffct's (tu,) for a 2D scan's one detector row
+    return core_backend, label, options
+
+
+class Projector(_CoreProjector):
+    """ctbench's Projector with diffct 2.5's keywords (module docstring); with
+    ``detector_surface=`` it builds a :class:`~ctbench.compat.surfaces.SurfaceProjector`."""
+
+    def __new__(cls, trajectory=None, volume_shape=None, detector_shape=None, *, detector_surface=None,
+                backend="auto", precision=None, schedule="auto", volume_chunk_shape=None,
+                native_volume_layout=False, **kwargs):
+        if detector_surface is not None and cls is Projector:
+            core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
+                                                         volume_chunk_shape, native_volume_layout, kwargs)
+            sp = SurfaceProjector(trajectory, volume_shape, detector_shape, detector_surface=detector_surface,
+                                  backend=core_backend, **options)
+            sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
+                               dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
+            return sp
+        return object.__new__(cls)
+
+    def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=None,
+                 schedule="auto", volume_chunk_shape=None, native_volume_layout=False, detector_surface=None,
+                 **options):
+        core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
+                                                     volume_chunk_shape, native_volume_layout, options)
+        super().__init__(trajectory, volume_shape, detector_shape, backend=core_backend, **options)
+        self.backend = label
+        self.precision = precision
+        self.dtype = PRECISIONS.get(precision)
+        self.schedule = schedule
+        self.native_volume_layout = native_volume_layout
+        self.volume_chunk_shape = volume_chunk_shape
+
+    def _cast(self, x):
+        # diffct's precision: the result dtype is the precision's, the input's cast is differentiable
+        if self.dtype is not None and isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != self.dtype:
+            return x.to(self.dtype)
+        return x
+
+    def project(self, volume, trajectory=None):
+        return super().project(self._cast(volume), trajectory)
+
+    def backproject(self, sinogram, trajectory=None):
+        return super().backproject(self._cast(sinogram), trajectory)
+
+    def __call__(self, volume, trajectory=None):
+        return self.project(volume, trajectory)
+
+    # diffct's *_into also take dense tensors (written in place); the return value stays ctbench's plan
+    def project_into(self, volume_store, sinogram_store, *, device=None):
+        return super().project_into(_store(volume_store, "source"), _store(sinogram_store, "output"), device=device)
+
+    def backproject_into(self, sinogram_store, volume_store, *, device=None):
+        return super().backproject_into(_store(sinogram_store, "source"), _store(volume_store, "output"),
+                                        device=device)
+
+
+def _store(value, name):
+    if not isinstance(value, torch.Tensor):
+        return value
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous tensor or a block store")
+    if value.requires_grad:
+        raise ValueError(f"{name} must not require grad: *_into writes blocks outside autograd (detach it)")
+    from ..storage import TensorStore
+
+    return TensorStore(value)
+
