@@ -252,7 +252,7 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(409, f"cannot write {path}: {e}") from None
         except OSError as e:   # a file where a folder is needed, a full disk, ...
             if disk_full(e):   # the whole upload failed: no PATH.part stays behind
-                part.unlink(missing_ok=True)
+                discard_part(bridge.data_dir, path)
                 raise _full_error(f"upload of {path}", e) from None
             raise HTTPException(409, f"cannot write {path}: {e.strerror or e}") from None
         size = offset + len(body)
