@@ -50,6 +50,7 @@ from pathlib import Path
 from ..atomic_files import atomic_write_bytes, pid_alive
 from . import cpu_prebuilt
 from .library_trust import CorruptLibrary, UntrustedCache, load_verified, open_trusted, read_fd  # noqa: F401 (re-exported)
+from .library_trust import read_trusted_json
 from .library_trust import check_owned as _check_owned
 
 _LOCK = threading.Lock()
@@ -205,10 +206,6 @@ def private_dir(path: Path, levels: int = 1) -> Path:
     return path
 
 
-_open_trusted = open_trusted
-_read_fd = read_fd
-
-
 # --------------------------------------------------------- build and load
 def _host() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
@@ -271,13 +268,7 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
 
     Raises UntrustedCache (owner/mode), ValueError (unusable record), CorruptLibrary (bytes do not match).
     """
-    fd = _open_trusted(rec_path)
-    try:
-        record = json.loads(_read_fd(fd))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"kernel library record {rec_path} is unreadable: {e}") from None
-    finally:
-        os.close(fd)
+    record = read_trusted_json(rec_path, "kernel library record")
     if not isinstance(record, dict) or record.get("format") != _RECORD_FORMAT or record.get("family") != family:
         raise ValueError(f"{rec_path} is not a {family} kernel library record")
     name = str(record.get("file", ""))

@@ -16,14 +16,13 @@ prebuilt libraries: there the JIT build of ``cpu_build`` runs.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import stat
 from functools import lru_cache
 from pathlib import Path
 
-from .library_trust import CorruptLibrary, UntrustedCache, check_owned, euid, load_verified, open_trusted, read_fd
+from .library_trust import CorruptLibrary, UntrustedCache, check_owned, euid, load_verified, read_trusted_json
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "ctbench.prebuilt-kernels"
@@ -93,13 +92,7 @@ def read_manifest(folder: Path) -> dict:
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UntrustedCache(f"prebuilt kernel folder {folder} is not a plain folder")
     check_owned(st, f"prebuilt kernel folder {folder}", _owners())
-    fd = open_trusted(folder / MANIFEST, _owners())
-    try:
-        m = json.loads(read_fd(fd))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"prebuilt kernel manifest {folder / MANIFEST} is unreadable: {e}") from None
-    finally:
-        os.close(fd)
+    m = read_trusted_json(folder / MANIFEST, "prebuilt kernel manifest", _owners())
     if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT or not isinstance(m.get("libraries"), list):
         raise ValueError(f"{folder / MANIFEST} is not a ctbench prebuilt kernel manifest")
     return m

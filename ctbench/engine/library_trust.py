@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -71,6 +72,18 @@ def read_fd(fd: int) -> bytes:
         if not b:
             return b"".join(chunks)
         chunks.append(b)
+
+
+def read_trusted_json(path: Path, what: str, owners: tuple[int, ...] | None = None):
+    """The JSON document in the trusted file ``path`` (see open_trusted); ValueError names it as ``what`` if
+    it does not parse."""
+    fd = open_trusted(path, owners)
+    try:
+        return json.loads(read_fd(fd))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{what} {path} is unreadable: {e}") from None
+    finally:
+        os.close(fd)
 
 
 def load_verified(lib: Path, size, sha256, owners: tuple[int, ...] | None = None,
