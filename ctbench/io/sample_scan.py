@@ -147,12 +147,24 @@ def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool
 
     ``state_orientation=False`` leaves the image orientation and rotation direction out of ``scan.json``.
     """
-    import tifffile
-
     folder = Path(folder)
     if folder.exists() and not overwrite:
         raise FileExistsError(f"{folder} exists; pass overwrite=True to replace it")
     proj, flats, darks, _ = simulate_counts(spec)
+    doc = scanner_json(sid=spec.sid, sdd=spec.sdd, pixel_size=(spec.pitch, spec.pitch), n_projections=spec.n_views,
+                       scanner="ctbench simulated lab micro-CT",
+                       orientation=spec.orientation if state_orientation else None,
+                       acquisition={"tube_voltage_kv": 90, "exposure_ms": 500, "n_flats": spec.n_flats,
+                                    "n_darks": spec.n_darks})
+    return write_scan_folder(folder, proj, flats, darks, doc)
+
+
+def write_scan_folder(folder: Path, proj, flats, darks, doc: dict, extra: dict[str, str] | None = None) -> Path:
+    """Write uint16 projection, flat and dark stacks as TIFFs, ``doc`` as the scanner JSON and each of
+    ``extra`` (file name -> text) into a folder beside ``folder``, then rename it into place (replacing
+    ``folder``)."""
+    import tifffile
+
     tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     for sub, stack, stem, width in (("projections", proj, "proj", 4), ("flats", flats, "flat", 2),
@@ -160,12 +172,9 @@ def write_lab_scan(folder, spec: LabScanSpec = LabScanSpec(), *, overwrite: bool
         (tmp / sub).mkdir(parents=True)
         for i, img in enumerate(stack):
             tifffile.imwrite(tmp / sub / f"{stem}_{i:0{width}d}.tif", img, compression="zlib")
-    doc = scanner_json(sid=spec.sid, sdd=spec.sdd, pixel_size=(spec.pitch, spec.pitch), n_projections=spec.n_views,
-                       scanner="ctbench simulated lab micro-CT",
-                       orientation=spec.orientation if state_orientation else None,
-                       acquisition={"tube_voltage_kv": 90, "exposure_ms": 500, "n_flats": spec.n_flats,
-                                    "n_darks": spec.n_darks})
     (tmp / SCANNER_JSON).write_text(json.dumps(doc, indent=2))
+    for name, text in (extra or {}).items():
+        (tmp / name).write_text(text)
     if folder.exists():
         shutil.rmtree(folder)
     tmp.rename(folder)

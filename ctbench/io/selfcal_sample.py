@@ -12,15 +12,14 @@ it); ``truth.json`` holds it for checking a calibration.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from .scan import sinogram_to_images
-from .scanner import SCANNER_JSON, scanner_json
+from .sample_scan import write_scan_folder
+from .scanner import scanner_json
 
 
 @dataclass(frozen=True)
@@ -63,8 +62,6 @@ def _scan(spec: SelfCalSpec):
 
 def write_selfcal_sample(folder, spec: SelfCalSpec = SelfCalSpec(), *, overwrite: bool = False) -> Path:
     """Simulate the scan and write a lab-scanner folder (aside, then renamed into place)."""
-    import tifffile
-
     folder = Path(folder)
     if folder.exists() and not overwrite:
         raise FileExistsError(f"{folder} exists; pass overwrite=True to replace it")
@@ -81,27 +78,15 @@ def write_selfcal_sample(folder, spec: SelfCalSpec = SelfCalSpec(), *, overwrite
     proj = frames(spec.i0 * np.exp(-images))
     flats = frames(np.full((spec.n_flats, V, U), spec.i0))
     darks = frames(np.zeros((spec.n_darks, V, U)))
-    tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    for sub, stack, stem, width in (("projections", proj, "proj", 4), ("flats", flats, "flat", 2),
-                                    ("darks", darks, "dark", 2)):
-        (tmp / sub).mkdir(parents=True)
-        for i, img in enumerate(stack):
-            tifffile.imwrite(tmp / sub / f"{stem}_{i:0{width}d}.tif", img, compression="zlib")
     doc = scanner_json(sid=spec.sid, sdd=spec.sdd, pixel_size=(spec.pitch, spec.pitch), n_projections=spec.n_views,
                        scanner="ctbench simulated misaligned cone-beam scan (self-calibration sample)",
                        acquisition={"n_flats": spec.n_flats, "n_darks": spec.n_darks})
-    (tmp / SCANNER_JSON).write_text(json.dumps(doc, indent=2))
-    (tmp / "truth.json").write_text(json.dumps({"spec": asdict(spec), "parameters": truth, "shifts_px": walk},
-                                               indent=1))
+    truth_doc = json.dumps({"spec": asdict(spec), "parameters": truth, "shifts_px": walk}, indent=1)
     config = {"input": {"path": "."},
               "geometry": {"detector_offset_u_mm": 0.0, "trajectory": "calibrated_trajectory.json"},
               "algorithm": {"name": "cgls", "params": {"n_iter": 15}},
               "output": {"path": "../selfcal_recon.tif"},   # beside the scan folder: an output may not lie in its input
               "calibrate": {"free": ["offset_u", "roll", "shift"], "levels": [2, 1], "n_outer": [8, 3],
                             "trajectory": "calibrated_trajectory.json", "report": "calibration_report.json"}}
-    (tmp / "calibrate.json").write_text(json.dumps(config, indent=2))
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.rename(folder)
-    return folder
+    return write_scan_folder(folder, proj, flats, darks, doc,
+                             {"truth.json": truth_doc, "calibrate.json": json.dumps(config, indent=2)})
