@@ -2,36 +2,19 @@
 
 Usage: python export_and_die.py MODE PATH
 
-As in save_and_die.py, the kill points are reached by wrapping the real functions the export calls
-(the atomic exchange, renames, the file writer), so the process dies exactly there with no cleanup.
+As in save_and_die.py, the kill points (kill_points.py) are reached by wrapping the real functions the export
+calls (the atomic exchange, renames, the file writer), so the process dies exactly there with no cleanup.
 """
 
 import os
-import signal
 import sys
 
 import numpy as np
 
-from ctbench import output_policy
-from ctbench.io import export
+sys.path.insert(0, os.path.dirname(__file__))
+from kill_points import die, kill_in_replace  # noqa: E402
 
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def kill_on_call(n, fn, before=True):
-    count = [0]
-
-    def wrapped(*args, **kwargs):
-        count[0] += 1
-        if count[0] == n and before:
-            die()
-        out = fn(*args, **kwargs)
-        if count[0] == n:
-            die()
-        return out
-    return wrapped
+from ctbench.io import export  # noqa: E402
 
 
 def main():
@@ -45,14 +28,7 @@ def main():
                     die()
                 yield item
         export._slabs = slabs
-    elif mode == "before_exchange":        # new file complete and flushed, nothing swapped yet
-        output_policy._exchange = lambda a, b: die()
-    elif mode == "after_exchange":         # swapped; the old file not yet deleted
-        output_policy._exchange = kill_on_call(1, output_policy._exchange, before=False)
-    elif mode == "between_renames":        # no atomic exchange: old moved aside, new not yet in place
-        output_policy._exchange = lambda a, b: False
-        os.rename = kill_on_call(2, os.rename)
-    else:
+    elif not kill_in_replace(mode):        # before_exchange, after_exchange, between_renames
         raise SystemExit(f"unknown mode {mode}")
     new = np.full((8, 6, 5), 7.0, np.float32)
     export.export_volume(path, new, 0.5, overwrite=True, meta={"which": "new"})

@@ -8,46 +8,28 @@ exactly there, with no cleanup (SIGKILL runs no handler and no finally).
 """
 
 import os
-import signal
 import sys
 
 import numpy as np
 
-from ctbench.storage import zarr_store
-from ctbench import output_policy
-from ctbench.workbench import dataset
+sys.path.insert(0, os.path.dirname(__file__))
+from kill_points import kill_in_replace, kill_on_call  # noqa: E402
 
+from ctbench import output_policy  # noqa: E402
+from ctbench.storage import zarr_store  # noqa: E402
+from ctbench.workbench import dataset  # noqa: E402
 
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def kill_on_call(n, fn, before=True):
-    """``fn`` that kills the process at its n-th call (before or after running it)."""
-    count = [0]
-
-    def wrapped(*args, **kwargs):
-        count[0] += 1
-        if count[0] == n and before:
-            die()
-        out = fn(*args, **kwargs)
-        if count[0] == n:
-            die()
-        return out
-    return wrapped
+# this script's names for kill_points' points of the replace
+REPLACE_POINTS = {"before_swap": "before_exchange", "after_swap": "after_exchange",
+                  "between_renames": "between_renames"}
 
 
 def main():
     mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     if mode == "writing_new":              # the n-th file of the new dataset
         zarr_store.atomic_write_bytes = kill_on_call(n, zarr_store.atomic_write_bytes)
-    elif mode == "before_swap":            # the new one complete, nothing swapped yet
-        output_policy._exchange = lambda a, b: die()
-    elif mode == "after_swap":             # swapped, the old one not yet deleted
-        output_policy._exchange = kill_on_call(1, output_policy._exchange, before=False)
-    elif mode == "between_renames":        # no atomic exchange: old moved aside, new not yet in place
-        output_policy._exchange = lambda a, b: False
-        os.rename = kill_on_call(2, os.rename)
+    elif mode in REPLACE_POINTS:           # before_swap, after_swap, between_renames
+        kill_in_replace(REPLACE_POINTS[mode])
     elif mode == "deleting_old":           # the n-th file of the old dataset being deleted
         os.unlink = kill_on_call(n, os.unlink)
     elif mode == "deleting_old_renames":

@@ -8,19 +8,15 @@ chunk file instead (its temporary ``.partial`` file half written).
 """
 
 import os
-import signal
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 from crash_cases import projector  # noqa: E402
+from kill_points import die  # noqa: E402
 
 from ctbench.storage import ZarrStore, project_into, zarr_store  # noqa: E402
-
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main():
