@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, machine_info  # noqa: E402
+from bench_projector import Emitter, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
 from ctbench.engine import cpu_build  # noqa: E402
@@ -41,30 +39,6 @@ from ctbench.geometry.trajectory import check_finite  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_hardening.jsonl"
 DEFAULT_BASELINE = "15c5a91"  # main before issue 10's kernel change
-
-
-def _stats(times: list[float], cpu: list[float]) -> dict:
-    return {"min_s": round(min(times), 6), "median_s": round(statistics.median(times), 6),
-            "cpu_min_s": round(min(cpu), 6), "cpu_median_s": round(statistics.median(cpu), 6), "n": len(times)}
-
-
-def interleaved(fns: dict, repeat: int) -> dict:
-    """Time each callable ``repeat`` times, alternating between them call by call (after one warm-up each).
-
-    Wall seconds and the process's CPU seconds (all threads): on an oversubscribed
-    machine the CPU time is the steadier measure of the work a call does.
-    """
-    for f in fns.values():
-        f()
-    times = {k: [] for k in fns}
-    cpus = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-            cpus[k].append(time.process_time() - c0)
-    return {k: _stats(times[k], cpus[k]) for k in fns}
 
 
 def baseline_sources(rev: str, dest: Path) -> Path:
@@ -119,19 +93,10 @@ def ray_setup(P, vol, sino, args, emit) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = baseline_sources(args.baseline, Path(tmp) / "kernels")
         base = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
-    original = cpu_build.load_cpu_library
-
-    def with_lib(lib, fn):
-        def call():
-            cpu_build.load_cpu_library = lambda family: lib if family == "joseph" else original(family)
-            try:
-                return fn()
-            finally:
-                cpu_build.load_cpu_library = original
-        return call
 
     for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
-        res = interleaved({"baseline": with_lib(base, fn), "current": with_lib(current, fn)}, args.repeat)
+        res = interleaved_summary({"baseline": with_cpu_library(base, fn), "current": with_cpu_library(current, fn)},
+                                  args.repeat)
         c, b = res["current"], res["baseline"]
         emit(kind="ray_setup", op=op, **res, median_ratio=round(c["median_s"] / b["median_s"], 4),
              min_ratio=round(c["min_s"] / b["min_s"], 4),
@@ -151,11 +116,11 @@ def call_check(P, vol, sino, args, emit) -> None:
         return call
 
     for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
-        res = interleaved({"unchecked": unchecked(fn), "checked": fn}, args.repeat)
+        res = interleaved_summary({"unchecked": unchecked(fn), "checked": fn}, args.repeat)
         emit(kind="call_check", op=op, **res,
              median_ratio=round(res["checked"]["median_s"] / res["unchecked"]["median_s"], 4))
     ts = P.trajectory.tensors()
-    check = interleaved({"check_finite": lambda: check_finite(ts)}, max(args.repeat, 200))
+    check = interleaved_summary({"check_finite": lambda: check_finite(ts)}, max(args.repeat, 200))
     emit(kind="call_check", op="check_only", n_views=P.n_views, **check)
 
 

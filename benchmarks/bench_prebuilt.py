@@ -21,7 +21,6 @@ import argparse
 import datetime as _dt
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, cpu_model, machine_info  # noqa: E402
+from bench_projector import Emitter, cpu_model, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
 from ctbench.engine import cpu_build, cpu_prebuilt  # noqa: E402
@@ -72,22 +71,6 @@ def build_prebuilt(dest: Path) -> Path:
     folder = dest / "inst" / "ctbench" / "_prebuilt"
     os.chmod(folder, 0o755)
     return folder
-
-
-def interleaved(fns: dict, repeat: int) -> dict:
-    for f in fns.values():
-        f()
-    wall = {k: [] for k in fns}
-    cpu = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, f in fns.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            f()
-            wall[k].append(time.perf_counter() - t0)
-            cpu[k].append(time.process_time() - c0)
-    return {k: {"min_s": round(min(wall[k]), 6), "median_s": round(statistics.median(wall[k]), 6),
-                "cpu_min_s": round(min(cpu[k]), 6), "cpu_median_s": round(statistics.median(cpu[k]), 6),
-                "n": repeat} for k in fns}
 
 
 def main(argv=None) -> int:
@@ -131,20 +114,11 @@ def main(argv=None) -> int:
     P = w1_projector("cpu", scale=args.scale)
     vol = torch.rand(P.volume_shape, dtype=torch.float32)
     sino = P.project(vol)
-    original = cpu_build.load_cpu_library
-
-    def with_lib(lib, fn):
-        def call():
-            cpu_build.load_cpu_library = lambda family: lib if family == "joseph" else original(family)
-            try:
-                return fn()
-            finally:
-                cpu_build.load_cpu_library = original
-        return call
 
     impl = {"prebuilt": f"prebuilt {info['variant']}", "native": "JIT -march=native"}
     for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
-        res = interleaved({"prebuilt": with_lib(prebuilt, fn), "native": with_lib(native, fn)}, args.repeat)
+        res = interleaved_summary({"prebuilt": with_cpu_library(prebuilt, fn),
+                                   "native": with_cpu_library(native, fn)}, args.repeat)
         p, n = res["prebuilt"], res["native"]
         for k, r in res.items():  # readme_table's timing lines: seconds = min, median_s beside it
             emit(kind="timing", workload="W1", op=op, impl=impl[k], seconds=r["min_s"], **r)

@@ -49,6 +49,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import sys
 import time
 import traceback
@@ -231,6 +232,50 @@ def interleaved(calls: dict, repeats: int, warmup: bool = True) -> tuple[dict, d
         stats[name] = {"seconds": t[i], "median_s": float(np.median(t)), "cpu_s": cpus[name][i],
                        "times": [_round(x) for x in t], "warmup_s": _round(warm[name]) if name in warm else None}
     return stats, outs
+
+
+def _summary(times: list[float], cpu: list[float]) -> dict:
+    return {"min_s": round(min(times), 6), "median_s": round(statistics.median(times), 6),
+            "cpu_min_s": round(min(cpu), 6), "cpu_median_s": round(statistics.median(cpu), 6), "n": len(times)}
+
+
+def interleaved_summary(fns: dict, repeat: int) -> dict:
+    """Time each callable ``repeat`` times, alternating between them call by call (after one warm-up each).
+
+    Returns {name: {"min_s", "median_s", "cpu_min_s", "cpu_median_s", "n"}} (rounded to the microsecond):
+    wall seconds and the process's CPU seconds (all threads); on an oversubscribed
+    machine the CPU time is the steadier measure of the work a call does.
+    """
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    cpus = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+            cpus[k].append(time.process_time() - c0)
+    return {k: _summary(times[k], cpus[k]) for k in fns}
+
+
+def with_cpu_library(lib, fn, family: str = "joseph"):
+    """``fn`` wrapped so that, while it runs, ``cpu_build.load_cpu_library(family)`` returns ``lib``.
+
+    The same Python path then calls another build of the kernels (a baseline
+    revision, a prebuilt variant); the loader is restored after each call.
+    """
+    from ctbench.engine import cpu_build
+
+    original = cpu_build.load_cpu_library
+
+    def call():
+        cpu_build.load_cpu_library = lambda f: lib if f == family else original(f)
+        try:
+            return fn()
+        finally:
+            cpu_build.load_cpu_library = original
+    return call
 
 
 def rel_diff(a, b, volume: bool = False) -> dict:
