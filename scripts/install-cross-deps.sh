@@ -5,14 +5,5 @@
 set -euo pipefail
 command -v dpkg-query >/dev/null || { echo "install-cross-deps: not a Debian system, skipped"; exit 0; }
 pkgs=(g++-aarch64-linux-gnu qemu-user)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "installing cross-build packages: ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+. "$(dirname "${BASH_SOURCE[0]}")/apt-install-missing.sh"
+apt_install_missing cross-build "${pkgs[@]}"
