@@ -9,7 +9,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from qtpy.QtCore import Qt, Signal
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox,
+                            QWidget)
 
 from .._text import unquote
 
@@ -42,6 +43,38 @@ class MessageLabel(QLabel):
         self.level = ""
         self.setText("")
         self.hide()
+
+
+def double_spin(lo, hi, value, step=1.0, decimals=3, suffix="") -> QDoubleSpinBox:
+    """A QDoubleSpinBox on ``[lo, hi]`` showing ``value`` (``suffix`` after a space)."""
+    s = QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(decimals)
+    s.setSingleStep(step)
+    s.setValue(value)
+    if suffix:
+        s.setSuffix(f" {suffix}")
+    return s
+
+
+def int_spin(lo, hi, value, special="") -> QSpinBox:
+    """A QSpinBox on ``[lo, hi]`` showing ``value`` (``special`` shown instead of ``lo``)."""
+    s = QSpinBox()
+    s.setRange(lo, hi)
+    s.setValue(value)
+    if special:
+        s.setSpecialValueText(special)
+    return s
+
+
+def row_of(*widgets) -> QWidget:
+    """The widgets side by side, without margins."""
+    w = QWidget()
+    lay = QHBoxLayout(w)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for x in widgets:
+        lay.addWidget(x)
+    return w
 
 
 def report_errors(method: Callable) -> Callable:

@@ -14,39 +14,14 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLineEdit,
-                            QPushButton, QSpinBox, QWidget)
+from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QLineEdit, QPushButton
 
-from .common import MessageLabel, add_or_update, error_text
+from .common import MessageLabel, add_or_update, double_spin, error_text
+from .common import int_spin as _ispin
+from .common import row_of as _row
 
 PREVIEW = "correction preview"
 PREVIEW_ROW = "correction preview (sinogram row)"
-
-
-def _dspin(lo, hi, value, decimals=3, suffix=""):
-    s = QDoubleSpinBox()
-    s.setRange(lo, hi)
-    s.setDecimals(decimals)
-    s.setValue(value)
-    if suffix:
-        s.setSuffix(f" {suffix}")
-    return s
-
-
-def _ispin(lo, hi, value):
-    s = QSpinBox()
-    s.setRange(lo, hi)
-    s.setValue(value)
-    return s
-
-
-def _row(*widgets) -> QWidget:
-    w = QWidget()
-    lay = QHBoxLayout(w)
-    lay.setContentsMargins(0, 0, 0, 0)
-    for x in widgets:
-        lay.addWidget(x)
-    return w
 
 
 class CorrectionsBox(QGroupBox):
@@ -59,19 +34,19 @@ class CorrectionsBox(QGroupBox):
         self.context = context
         form = QFormLayout(self)
         self.zingers = QCheckBox("zingers")
-        self.z_threshold = _dspin(1e-4, 100, 0.1, 4)
+        self.z_threshold = double_spin(1e-4, 100, 0.1, decimals=4)
         self.z_size = _ispin(3, 15, 3)
         form.addRow(self.zingers, _row(self.z_threshold, self.z_size))
         self.rings = QComboBox()
         self.rings.addItems(["off", "sorting", "wavelet"])
         self.r_size = _ispin(3, 201, 21)
         self.r_level = _ispin(1, 8, 3)
-        self.r_sigma = _dspin(0.1, 50, 1.0, 2)
+        self.r_sigma = double_spin(0.1, 50, 1.0, decimals=2)
         form.addRow("Rings (size | level, σ)", _row(self.rings, self.r_size, self.r_level, self.r_sigma))
         self.phase = QCheckBox("Paganin")
-        self.p_ratio = _dspin(1e-3, 1e6, 300, 2)
-        self.p_energy = _dspin(0.1, 1000, 25, 2, "keV")
-        self.p_distance = _dspin(1e-3, 1e6, 100, 3, "mm")
+        self.p_ratio = double_spin(1e-3, 1e6, 300, decimals=2)
+        self.p_energy = double_spin(0.1, 1000, 25, decimals=2, suffix="keV")
+        self.p_distance = double_spin(1e-3, 1e6, 100, decimals=3, suffix="mm")
         form.addRow(self.phase, _row(self.p_ratio, self.p_energy, self.p_distance))
         self.hardening = QLineEdit()
         self.hardening.setPlaceholderText("beam hardening c1, c2, … (empty: off)")

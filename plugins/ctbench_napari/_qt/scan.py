@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout,
-                            QLineEdit, QProgressBar, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QLineEdit, QProgressBar,
+                            QPushButton, QVBoxLayout, QWidget)
 
 from ctbench.io import FORMATS, export_volume
 from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
@@ -28,37 +28,11 @@ from ctbench.io.scan import images_to_sinogram
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
 from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents
+from .common import double_spin as _spin
+from .common import int_spin as _ispin
+from .common import row_of as _row
 from .corrections import CorrectionsBox
 from .display_rule import install as install_display_rule
-
-
-def _spin(lo, hi, value, step=1.0, decimals=3, suffix=""):
-    s = QDoubleSpinBox()
-    s.setRange(lo, hi)
-    s.setDecimals(decimals)
-    s.setSingleStep(step)
-    s.setValue(value)
-    if suffix:
-        s.setSuffix(f" {suffix}")
-    return s
-
-
-def _ispin(lo, hi, value, special=""):
-    s = QSpinBox()
-    s.setRange(lo, hi)
-    s.setValue(value)
-    if special:
-        s.setSpecialValueText(special)
-    return s
-
-
-def _row(*widgets) -> QWidget:
-    w = QWidget()
-    lay = QHBoxLayout(w)
-    lay.setContentsMargins(0, 0, 0, 0)
-    for x in widgets:
-        lay.addWidget(x)
-    return w
 
 
 def _is_stack(layer) -> bool:
