@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter  # noqa: E402
 from workloads import W1, w1_projector  # noqa: E402
 
 from ctbench.calibration import calibrate  # noqa: E402
@@ -43,15 +44,6 @@ from ctbench.calibration.simulate import gauge_free_walk, random_object, simulat
 BENCH = "calibration"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_calibration.jsonl"
 TIME_LIMIT_S = 120.0
-
-
-def _emit(out: Path | None, run_id: str, **fields) -> None:
-    line = json.dumps({"bench": BENCH, "run_id": run_id, **fields})
-    print(line, flush=True)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a") as f:
-            f.write(line + "\n")
 
 
 def _cpu() -> tuple[str, bool]:
@@ -108,12 +100,13 @@ def main(argv=None) -> None:
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     P = w1_projector("cpu", scale=args.scale)
     cpu, avx512 = _cpu()
+    emit = Emitter(args.out, run_id, bench=BENCH)
     # "machine" in the shape benchmarks/readme_table.py prints (CPU model, CPUs, threads, load)
-    _emit(args.out, run_id, kind="header", machine={"cpu": cpu, "avx512": avx512, "arch": platform.machine(),
-                                                    "nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                                                    "loadavg": list(os.getloadavg())},
-          torch=torch.__version__, shared_machine=True, workload="W1", scale=args.scale,
-          volume_shape=list(P.volume_shape), detector_shape=list(P.detector_shape), n_views=P.n_views)
+    emit(kind="header", machine={"cpu": cpu, "avx512": avx512, "arch": platform.machine(),
+                                 "nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                                 "loadavg": list(os.getloadavg())},
+         torch=torch.__version__, shared_machine=True, workload="W1", scale=args.scale,
+         volume_shape=list(P.volume_shape), detector_shape=list(P.detector_shape), n_views=P.n_views)
     extent = W1["volume_shape"][0] * W1["voxel_spacing"]
     ells = random_object(0.4 * extent, seed=args.seed)
     truth = {"offset_u": args.offset, "roll": args.roll}
@@ -131,32 +124,32 @@ def main(argv=None) -> None:
     shift_err = float((got - want).square().mean().sqrt())
     # On a shared machine the wall time mostly measures the others; the process's CPU time divided by its
     # threads is what a quiet machine with that many cores would take (both are recorded).
-    _emit(args.out, run_id, workload="W1", op="calibrate offset_u+roll+shift", impl="ctbench",
-          seconds=round(seconds, 2),
-          cpu_seconds=round(cpu_seconds, 2), cpu_seconds_per_thread=round(cpu_seconds / torch.get_num_threads(), 2),
-          limit_s=TIME_LIMIT_S, within_limit=seconds <= TIME_LIMIT_S, loadavg_after=list(os.getloadavg()),
-          estimate={"offset_u": res.value("offset_u"), "roll": res.value("roll")}, truth=truth,
-          error={k: round(v, 5) for k, v in err.items()}, shift_rms_error_px=round(shift_err, 4),
-          shift_rms_truth_px=args.walk, n_outer=len(res.loss_history), loss_history=res.loss_history,
-          history=[{k: h[k] for k in ("iteration", "binning", "loss")} for h in res.history])
+    emit(workload="W1", op="calibrate offset_u+roll+shift", impl="ctbench",
+         seconds=round(seconds, 2),
+         cpu_seconds=round(cpu_seconds, 2), cpu_seconds_per_thread=round(cpu_seconds / torch.get_num_threads(), 2),
+         limit_s=TIME_LIMIT_S, within_limit=seconds <= TIME_LIMIT_S, loadavg_after=list(os.getloadavg()),
+         estimate={"offset_u": res.value("offset_u"), "roll": res.value("roll")}, truth=truth,
+         error={k: round(v, 5) for k, v in err.items()}, shift_rms_error_px=round(shift_err, 4),
+         shift_rms_truth_px=args.walk, n_outer=len(res.loss_history), loss_history=res.loss_history,
+         history=[{k: h[k] for k in ("iteration", "binning", "loss")} for h in res.history])
     if not args.no_peer:
         du, dv = P.detector_spacing
         peer = algotom_estimates(y.numpy(), du, dv)
         if peer is None:
-            _emit(args.out, run_id, op="centre+tilt", impl="algotom", skipped="algotom is not installed "
-                  "(pip install algotom)")
+            emit(op="centre+tilt", impl="algotom", skipped="algotom is not installed "
+                 "(pip install algotom)")
         else:
             perr = {k: abs(peer[k] - truth[k]) for k in ("offset_u", "roll")}
-            _emit(args.out, run_id, workload="W1", op="centre+tilt", impl="algotom",
-                  estimate={k: peer[k] for k in perr},
-                  error={k: round(v, 5) for k, v in perr.items()},
-                  seconds=round(peer["seconds_centre"] + peer["seconds_tilt"], 3))
-            _emit(args.out, run_id, workload="W1", op="centre+tilt", check="ctbench error <= algotom error",
-                  passed=all(err[k] <= perr[k] for k in perr),
-                  per_parameter={k: [round(err[k], 5), round(perr[k], 5)] for k in perr})
+            emit(workload="W1", op="centre+tilt", impl="algotom",
+                 estimate={k: peer[k] for k in perr},
+                 error={k: round(v, 5) for k, v in perr.items()},
+                 seconds=round(peer["seconds_centre"] + peer["seconds_tilt"], 3))
+            emit(workload="W1", op="centre+tilt", check="ctbench error <= algotom error",
+                 passed=all(err[k] <= perr[k] for k in perr),
+                 per_parameter={k: [round(err[k], 5), round(perr[k], 5)] for k in perr})
             for k in perr:   # how many times ctbench's error is smaller (README table)
-                _emit(args.out, run_id, workload="W1", op="centre+tilt", ratio=f"algotom/ctbench {k} error",
-                      value=round(perr[k] / max(err[k], 1e-12), 3))
+                emit(workload="W1", op="centre+tilt", ratio=f"algotom/ctbench {k} error",
+                     value=round(perr[k] / max(err[k], 1e-12), 3))
     if args.plot:
         plot_loss(args.plot, res.history, seconds, cpu_seconds / torch.get_num_threads(), os.getloadavg()[0])
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter  # noqa: E402
 from workloads import W1, w1_projector  # noqa: E402
 
 from ctbench import custom_trajectory_3d  # noqa: E402
@@ -42,15 +42,6 @@ from ctbench import custom_trajectory_3d  # noqa: E402
 BENCH = "geometry_grad"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_geometry_grad.jsonl"
 TARGET_RATIO = 2.0
-
-
-def _emit(out: Path | None, run_id: str, **fields) -> None:
-    line = json.dumps({"bench": BENCH, "run_id": run_id, **fields})
-    print(line, flush=True)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("a") as f:
-            f.write(line + "\n")
 
 
 def _best_interleaved(fns, repeat: int, sync) -> tuple[list[float], list[float]]:
@@ -98,12 +89,13 @@ def main(argv=None) -> None:
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     P = w1_projector(args.backend, scale=args.scale)
     dtype = W1["dtype"]
-    _emit(args.out, run_id, kind="header", machine=platform.machine(), processor=platform.processor(),
-          cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
-          loadavg=list(os.getloadavg()) if hasattr(os, "getloadavg") else None, backend=args.backend,
-          device=str(torch.cuda.get_device_name(device)) if device.type == "cuda" else "cpu",
-          workload="W1", scale=args.scale, volume_shape=list(P.volume_shape),
-          detector_shape=list(P.detector_shape), n_views=P.n_views, dtype=str(dtype), repeat=args.repeat)
+    emit = Emitter(args.out, run_id, bench=BENCH)
+    emit(kind="header", machine=platform.machine(), processor=platform.processor(),
+         cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), torch=torch.__version__,
+         loadavg=list(os.getloadavg()) if hasattr(os, "getloadavg") else None, backend=args.backend,
+         device=str(torch.cuda.get_device_name(device)) if device.type == "cuda" else "cpu",
+         workload="W1", scale=args.scale, volume_shape=list(P.volume_shape),
+         detector_shape=list(P.detector_shape), n_views=P.n_views, dtype=str(dtype), repeat=args.repeat)
 
     vol = _phantom(P.volume_shape[0], dtype, device)
     ex = P._executor(device)
@@ -116,10 +108,10 @@ def main(argv=None) -> None:
                                                         lambda: ex.geometry_vjp(vol4, 0, cot, rays)],
                                                        args.repeat, sync)
     rays_total = P.n_views * P.detector_shape[0] * P.detector_shape[1]
-    _emit(args.out, run_id, op="forward", seconds=t_fwd, cpu_seconds=c_fwd, rays_per_s=rays_total / t_fwd)
-    _emit(args.out, run_id, op="geometry_vjp", seconds=t_vjp, cpu_seconds=c_vjp, rays_per_s=rays_total / t_vjp)
-    _emit(args.out, run_id, ratio="geometry_vjp/forward", value=t_vjp / t_fwd, cpu_time_value=c_vjp / c_fwd,
-          target=TARGET_RATIO, meets_target=t_vjp / t_fwd <= TARGET_RATIO)
+    emit(op="forward", seconds=t_fwd, cpu_seconds=c_fwd, rays_per_s=rays_total / t_fwd)
+    emit(op="geometry_vjp", seconds=t_vjp, cpu_seconds=c_vjp, rays_per_s=rays_total / t_vjp)
+    emit(ratio="geometry_vjp/forward", value=t_vjp / t_fwd, cpu_time_value=c_vjp / c_fwd,
+         target=TARGET_RATIO, meets_target=t_vjp / t_fwd <= TARGET_RATIO)
 
     # End to end through the public API and autograd.
     leaves = [t.detach().to(device).clone().requires_grad_(True) for t in P.trajectory.tensors()]
@@ -138,11 +130,11 @@ def main(argv=None) -> None:
                                                                       sync)
     t_api_bwd = max(t_api_fb - t_api_fwd, 0.0)
     c_api_bwd = max(c_api_fb - c_api_fwd, 0.0)
-    _emit(args.out, run_id, op="autograd_forward", seconds=t_api_fwd, cpu_seconds=c_api_fwd)
-    _emit(args.out, run_id, op="autograd_forward_and_geometry_backward", seconds=t_api_fb, cpu_seconds=c_api_fb)
-    _emit(args.out, run_id, ratio="autograd_geometry_backward/autograd_forward", value=t_api_bwd / t_api_fwd,
-          cpu_time_value=c_api_bwd / c_api_fwd, target=TARGET_RATIO, meets_target=t_api_bwd / t_api_fwd <= TARGET_RATIO,
-          note="backward time = (forward+backward) - forward, each best of N")
+    emit(op="autograd_forward", seconds=t_api_fwd, cpu_seconds=c_api_fwd)
+    emit(op="autograd_forward_and_geometry_backward", seconds=t_api_fb, cpu_seconds=c_api_fb)
+    emit(ratio="autograd_geometry_backward/autograd_forward", value=t_api_bwd / t_api_fwd,
+         cpu_time_value=c_api_bwd / c_api_fwd, target=TARGET_RATIO, meets_target=t_api_bwd / t_api_fwd <= TARGET_RATIO,
+         note="backward time = (forward+backward) - forward, each best of N")
 
 
 if __name__ == "__main__":
