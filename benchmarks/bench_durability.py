@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import platform
 import shutil
@@ -32,16 +31,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_durability.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def avx512() -> bool:
@@ -67,6 +56,8 @@ def filesystem(path: Path) -> str:
 
 
 def main(argv=None) -> int:
+    from bench_projector import Emitter, cpu_model
+
     from ctbench.atomic_files import durability
     from ctbench.solvers import checkpoint as ckmod
     from ctbench.solvers.disk_cgls import disk_cgls_iterations
@@ -85,12 +76,7 @@ def main(argv=None) -> int:
         ap.error("--rounds must be at least 5")
     run_id = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
 
-    def emit(**fields):
-        line = json.dumps({"bench": "durability", "run_id": run_id, **fields})
-        print(line, flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    emit = Emitter(args.out, run_id, bench="durability")
 
     work = Path(tempfile.mkdtemp(prefix="ctbench-durability-", dir=args.dir))
     emit(kind="header", python=platform.python_version(), cpu=cpu_model(), avx512=avx512(),

@@ -13,30 +13,23 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from ctbench.storage import ZarrStore
-from ctbench.storage.completion import CompletionRecord
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter, cpu_model  # noqa: E402
+
+from ctbench.storage import ZarrStore  # noqa: E402
+from ctbench.storage.completion import CompletionRecord  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_store_checksum.jsonl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:
@@ -47,12 +40,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     run_id = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
 
-    def emit(**fields):
-        line = json.dumps({"bench": "store_checksum", "run_id": run_id, **fields})
-        print(line, flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            f.write(line + "\n")
+    emit = Emitter(args.out, run_id, bench="store_checksum")
 
     n = args.size
     emit(kind="header", python=platform.python_version(), torch=torch.__version__, cpu=cpu_model(),
