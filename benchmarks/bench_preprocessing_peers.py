@@ -38,7 +38,6 @@ import datetime as _dt
 import json
 import math
 import os
-import platform
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -46,23 +45,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ctbench.geometry import circular_trajectory_2d_parallel, circular_trajectory_3d
-from ctbench.io.scan import sinogram_to_images
-from ctbench.phantoms import shepp_logan_line_integrals
-from ctbench.preprocessing import (OutlierReport, find_centre, mid_plane_sinogram, paganin, remove_outliers,
-                                   remove_stripes, remove_stripes_sorting, remove_stripes_wavelet, wavelength_mm)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import cpu_model  # noqa: E402
+
+from ctbench.geometry import circular_trajectory_2d_parallel, circular_trajectory_3d  # noqa: E402
+from ctbench.io.scan import sinogram_to_images  # noqa: E402
+from ctbench.phantoms import shepp_logan_line_integrals  # noqa: E402
+from ctbench.preprocessing import (OutlierReport, find_centre, mid_plane_sinogram, paganin,  # noqa: E402
+                                   remove_outliers, remove_stripes, remove_stripes_sorting, remove_stripes_wavelet,
+                                   wavelength_mm)
 
 RUN_ID = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(name):
