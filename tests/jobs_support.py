@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +94,23 @@ class BridgeProcess:
                 self.kill()
         for s in (self.proc.stdout, self.proc.stderr):
             s.close()
+
+
+@contextmanager
+def running_bridge(state_dir: Path, *args: str):
+    """A BridgeProcess on ``state_dir`` with ``args``, stopped on leaving (the body of a bridge fixture)."""
+    b = BridgeProcess(state_dir, *args)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def http_client(bridge: BridgeProcess, timeout: float = 60.0):
+    """An httpx client of ``bridge``'s HTTP API with its token (no proxy settings taken from the environment)."""
+    import httpx
+    return httpx.Client(base_url=bridge.url, headers={"Authorization": f"Bearer {bridge.token}"}, trust_env=False,
+                        timeout=timeout)
 
 
 def cli(state_dir: Path, *args: str, timeout: float = 180.0) -> subprocess.CompletedProcess:

@@ -4,23 +4,20 @@ folder it points at."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
-from jobs_support import BridgeProcess
+from jobs_support import http_client, running_bridge
 
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    b = BridgeProcess(tmp_path_factory.mktemp("databridge"), "--max-upload", "64 KiB")
-    yield b
-    b.stop()
+    with running_bridge(tmp_path_factory.mktemp("databridge"), "--max-upload", "64 KiB") as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
 def http(bridge):
-    with httpx.Client(base_url=bridge.url, headers={"Authorization": f"Bearer {bridge.token}"},
-                      trust_env=False, timeout=60) as c:
+    with http_client(bridge) as c:
         yield c
 
 

@@ -6,24 +6,21 @@ from __future__ import annotations
 import io
 import tarfile
 
-import httpx
 import pytest
 
-from jobs_support import BridgeProcess, make_dataset, wait_for
+from jobs_support import http_client, make_dataset, running_bridge, wait_for
 
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    b = BridgeProcess(tmp_path_factory.mktemp("outbridge"), "--max-jobs", "2")
-    make_dataset(b.state_dir / "data" / "scan.zarr", n=12, n_views=12)
-    yield b
-    b.stop()
+    with running_bridge(tmp_path_factory.mktemp("outbridge"), "--max-jobs", "2") as b:
+        make_dataset(b.state_dir / "data" / "scan.zarr", n=12, n_views=12)
+        yield b
 
 
 @pytest.fixture(scope="module")
 def http(bridge):
-    with httpx.Client(base_url=bridge.url, headers={"Authorization": f"Bearer {bridge.token}"},
-                      trust_env=False, timeout=60) as c:
+    with http_client(bridge) as c:
         yield c
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from jobs_support import BridgeProcess, cli, make_dataset, pid_gone, wait_for
+from jobs_support import BridgeProcess, cli, make_dataset, pid_gone, running_bridge, wait_for
 
 pytestmark = [pytest.mark.distributed]
 
@@ -32,9 +32,8 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    b = BridgeProcess(tmp_path_factory.mktemp("bridge"), "--max-jobs", "2", "--grace", "3")
-    yield b
-    b.stop()
+    with running_bridge(tmp_path_factory.mktemp("bridge"), "--max-jobs", "2", "--grace", "3") as b:
+        yield b
 
 
 def test_two_rank_cgls_job_from_the_cli_matches_in_process_cgls(bridge, data, tmp_path):

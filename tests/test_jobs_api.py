@@ -10,22 +10,20 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings  # noqa: F401
 
-from jobs_support import BridgeProcess, make_dataset
+from jobs_support import http_client, make_dataset, running_bridge
 
 LIMIT = 4096   # --max-upload of this bridge
 
 
 @pytest.fixture(scope="module")
 def bridge(tmp_path_factory):
-    b = BridgeProcess(tmp_path_factory.mktemp("apibridge"), "--max-upload", "4 KiB")
-    yield b
-    b.stop()
+    with running_bridge(tmp_path_factory.mktemp("apibridge"), "--max-upload", "4 KiB") as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
 def http(bridge):
-    with httpx.Client(base_url=bridge.url, headers={"Authorization": f"Bearer {bridge.token}"},
-                      trust_env=False, timeout=30) as c:
+    with http_client(bridge, timeout=30) as c:
         yield c
 
 
