@@ -423,7 +423,7 @@ class ScanImportWidget(QWidget):
                                 meta={"layer": layer.name, "recon": _jsonable(info(layer).get("recon"))})
         except FileExistsError as e:
             # The library's wording names its keyword; here the choice is the checkbox.
-            raise FileExistsError(str(e).strip("'\"").replace("pass overwrite=True (--overwrite)", "tick Overwrite").replace("pass overwrite=True", "tick Overwrite")) from None
+            raise FileExistsError(str(e).replace("pass overwrite=True (--overwrite)", "tick Overwrite")) from None
         self.message.note(f"wrote {out} ({layer.data.shape}, voxel {spacing} mm)")
         return out
 
