@@ -158,7 +158,6 @@ class StallProbe:
 
     def measure(self, action, settle_s: float = 0.5) -> tuple[float, float]:
         """(longest stall in ms, wall time in s) of ``action()`` plus ``settle_s`` of event loop after it."""
-        from ctbench_napari._testing import wait_for
 
         self.worst, self.last = 0.0, time.perf_counter()
         self.timer.start()

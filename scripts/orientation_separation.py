@@ -4,7 +4,7 @@ Six simulated camera-convention scans in counts (chiral and Shepp-Logan, offsets
 readings (source, ccw) [right] and (detector, ccw) [wrong] are tried; prints sharpness, offsets and mismatch.
 Run: python scripts/orientation_separation.py  (docs/SCANS.md, "Orientation", quotes its output)
 """
-import numpy as np, time
+import time
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 from ctbench.io.scan import RawScan
 from ctbench.io.orientation import Orientation

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from ..atomic_files import atomic_write_bytes, pid_alive
 from . import cpu_prebuilt
-from .library_trust import CorruptLibrary, UntrustedCache, load_verified, open_trusted, read_fd  # noqa: F401 (re-exported)
+from .library_trust import CorruptLibrary, UntrustedCache, load_verified  # noqa: F401 (re-exported)
 from .library_trust import read_trusted_json
 from .library_trust import check_owned as _check_owned
 
