@@ -15,7 +15,7 @@ over ``[r_k..., shift columns]`` (plus the shift prior) then gives
   explain (0: not identifiable);
 - noise standard deviation ``sigma_k = sqrt(s2 (H^-1)_kk)`` with ``s2`` the residual
   variance per detector pixel: the spread of the estimate under noise like the
-  residual's, a local (linearised) figure (the solver adds a model-error term);
+  residual's, a local (linearised) figure that leaves model error out;
 - correlations ``(H^-1)_ab / sqrt((H^-1)_aa (H^-1)_bb)`` between global parameters.
 """
 
@@ -29,7 +29,7 @@ import torch
 from ..solvers import cgls
 from .normal import normal_matrix
 
-__all__ = ["Analysis", "analyse", "deformation_directions", "reduced_gram"]
+__all__ = ["Analysis", "analyse", "deformation_directions"]
 
 F64 = torch.float64
 N_ITER = 15   # CGLS iterations per column: fewer leave part of what the volume can absorb unexplained
@@ -44,7 +44,6 @@ class Analysis:
     shift_rms_sigma: dict = field(default_factory=dict)
     residual_sigma: float = 0.0
     correlation: dict = field(default_factory=dict)       # {(a, b): corr} between global parameters
-    reduced: list = field(default_factory=list)           # the reduced Jacobian columns (what only geometry does)
 
 
 def deformation_directions(x: torch.Tensor, spacing):
@@ -108,7 +107,7 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_obj
     else:
         Hz = H
     Hinv = torch.linalg.pinv(Hz, hermitian=True, rtol=1e-12) if Hz.numel() else Hz
-    out = Analysis(names, residual_sigma=math.sqrt(s2), reduced=reduced)
+    out = Analysis(names, residual_sigma=math.sqrt(s2))
     for i, k in enumerate(names):
         hk = float(Hinv[i, i])
         if raw[i] <= 0 or hk <= 0 or not math.isfinite(hk):
@@ -131,12 +130,3 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_obj
             out.shift_rms_sigma[k] = float(part.square().mean().sqrt())
     return out
 
-
-def reduced_gram(an: Analysis) -> torch.Tensor:
-    """The Gauss-Newton matrix of the global parameters over their reduced columns (what only geometry does)."""
-    k = len(an.reduced)
-    H = torch.zeros(k, k, dtype=F64)
-    for a in range(k):
-        for b in range(a, k):
-            H[a, b] = H[b, a] = float((an.reduced[a].to(F64) * an.reduced[b].to(F64)).sum())
-    return H

@@ -32,11 +32,12 @@ from ..projector import Projector
 from ..solvers import cgls
 from ..solvers._checks import check_callable, check_cancel, check_sinogram
 from ..solvers.state import is_cancelled
-from .analysis import Analysis, analyse, reduced_gram
+from .analysis import Analysis, analyse
 from .levels import Level, make_level, resample_volume
 from .model import complement_basis
 from .normal import difference_operator, normal_matrix
-from .parameters import GLOBAL, PER_VIEW, SPECS, STAGE, WHY_WEAK, check_bounds, check_free, check_start
+from .parameters import (GLOBAL, NEEDS_KNOWN_OBJECT, PER_VIEW, SPECS, STAGE, WHY_WEAK, check_bounds, check_free,
+                         check_start)
 from .result import CalibrationResult, ParameterEstimate
 
 __all__ = ["CalibrationState", "calibrate", "calibrate_iterations"]
@@ -290,22 +291,12 @@ def _object_on(level: Level, obj: torch.Tensor, dtype) -> torch.Tensor:
     return F.adaptive_avg_pool3d(obj.to(dtype)[None, None], tuple(level.volume_shape))[0, 0]
 
 
-def _model_sensitivity(projector, y, est, x, vf, f, n_init, dtype, an: Analysis) -> dict:
-    """How far each global estimate would move if the object were modelled on another grid: one reduced
-    Gauss-Newton step from the estimate with a reconstruction ``vf + 1`` times coarser than the detector
-    (instead of ``vf``).  Noise does not move it; model error (discretisation) does, and a parameter that the
-    data fix only weakly moves the most.  Its size is the model-error part of the uncertainty."""
-    level = make_level(projector, y, f, vf + 1)
-    P = level.projector(est.trajectory(level.model, dtype=dtype))
-    xa = cgls(P, level.sinogram, n_init, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
-    gg, _ = _gradient(level, est, P, xa, level.sinogram, dtype)
-    H = reduced_gram(an)
-    delta = -(torch.linalg.pinv(H, hermitian=True, rtol=1e-12) @ gg)
-    return {k: abs(float(delta[i])) for i, k in enumerate(est.active)}
-
-
-def _hold_note(k: str, ident: float) -> str:
+def _hold_note(k: str, ident: float, scale_like: bool = False) -> str:
     why = WHY_WEAK.get(k)
+    if scale_like:
+        return (f"{k}: not identifiable from an unknown object ({why}; the rest, {100 * ident:.1f}% of its effect "
+                "on the data, is smaller than what the coarse calibration volume gets wrong); held at its start "
+                "value: give known_object to calibrate it")
     return (f"{k}: not identifiable from this scan (only {100 * ident:.1f}% of its effect on the data is not "
             "explained by a changed object or the other parameters" + (f": {why}" if why else "") +
             "); held at its start value")
@@ -366,12 +357,13 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             cols_g, cols_s = _jacobian(level, est, P, x, dtype)
             if any(k not in tested for k in est.active):
                 an = analyse(P, x, yl, est, cols_g, cols_s, B, smoothness, Dm, known_object=known is not None)
-                weak = [k for k in est.active if k not in tested and an.identifiability[k] < min_ident]
+                weak = [k for k in est.active if k not in tested and
+                        (an.identifiability[k] < min_ident or (known is None and k in NEEDS_KNOWN_OBJECT))]
                 tested |= set(est.active)
                 for k in weak:
                     est.held.add(k)
                     held_ident[k] = an.identifiability[k]
-                    notes.append(_hold_note(k, an.identifiability[k]))
+                    notes.append(_hold_note(k, an.identifiability[k], known is None and k in NEEDS_KNOWN_OBJECT))
                 keep = [i for i, k in enumerate(an.names) if k not in weak]
                 cols_g = [cols_g[i] for i in keep]
             if not est.active and not est.s.numel():
@@ -454,11 +446,6 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
         cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
         analysis = analyse(P, xa, level.sinogram, est, cols_g, cols_s, B, smoothness,
                            difference_operator(est.n, len(est.shift_names)), known_object=known is not None)
-        if known is None and est.active:
-            model_sd = _model_sensitivity(projector, y, est, x, vf, levels[0], n_init, dtype, analysis)
-            for k, m in model_sd.items():
-                if analysis.sigma.get(k) is not None:
-                    analysis.sigma[k] = math.hypot(analysis.sigma[k], m)
         # An estimate whose uncertainty exceeds what the parameter is for says nothing: report it as such and
         # leave the geometry at the start for it, instead of a confident-looking wrong value.
         for k in est.active:
