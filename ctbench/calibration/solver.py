@@ -367,8 +367,9 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 keep = [i for i, k in enumerate(an.names) if k not in weak]
                 cols_g = [cols_g[i] for i in keep]
             if not est.active and not est.s.numel():
-                if not est.pending:
-                    notes.append("no free parameter is identifiable from this scan: the geometry is left nominal")
+                msg = "no free parameter is identifiable from this scan: the geometry is left nominal"
+                if not est.pending and msg not in notes:
+                    notes.append(msg)
                 break
             gg, gs = _gradient(level, est, P, x, yl, dtype)
             H = normal_matrix(cols_g, cols_s, est.n)
