@@ -3,6 +3,8 @@ after-image is sharper and closer to the object than the before-image, and the g
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -95,6 +97,8 @@ def test_scan_import_calibrate_step_sharpens_a_misaligned_sample(make_napari_vie
     from ctbench.calibration.simulate import random_object
     from ctbench.io.selfcal_sample import SelfCalSpec, write_selfcal_sample
     from ctbench_napari._qt.calibrate import CalibrateWidget
+    import imageio.v3 as iio
+
     from ctbench_napari._testing import save_viewer_screenshot
 
     spec = SelfCalSpec(n_views=60, detector_u=48, detector_v=40, pitch=2.0 * 64 / 48, offset_u_px=3.3,
@@ -159,14 +163,19 @@ def test_scan_import_calibrate_step_sharpens_a_misaligned_sample(make_napari_vie
     assert sino.metadata["ctbench"]["calibration"]["offset_u"] == pytest.approx(res.value("offset_u"))
 
     # the screenshots for docs/CALIBRATION.md: the widget, and before | after side by side
-    DOC = __import__("pathlib").Path(__file__).resolve().parents[1] / "docs" / "images"
+    DOC = Path(__file__).resolve().parents[1] / "docs" / "images"
+    w.comparison.reference.select(w.layers["before"].name)
+    w.comparison.compare(layers=[w.layers["after"]])
+    wait_for(lambda: not w.comparison.busy, timeout=120)
     save_widget_screenshot(w, "calibrate_from_scan_import", DOC)
     for layer in viewer.layers:
         layer.visible = layer.name in (w.layers["before"].name, w.layers["after"].name)
-    shifted = list(w.layers["before"].translate)
-    shifted[-1] += 1.05 * before.shape[2] * geo.voxel_spacing[2]     # after to the right of before
-    w.layers["after"].translate = shifted
+    # the comparison panel lays them out side by side (before is its reference)
     viewer.dims.ndisplay = 2
     viewer.dims.set_point(0, 0.0)
     viewer.reset_view()
-    save_viewer_screenshot(viewer, "calibrate_before_after", DOC, canvas_only=True)
+    path, _ = save_viewer_screenshot(viewer, "calibrate_before_after", DOC, canvas_only=True)
+    img = iio.imread(path)           # the canvas is tall (docks take the width): keep the band of the images
+    band = img[40:-60, :, :3].max(axis=2) > 0
+    rows, cols = band.any(axis=1).nonzero()[0] + 40, band.any(axis=0).nonzero()[0]
+    iio.imwrite(path, img[max(0, rows[0] - 15):rows[-1] + 15, max(0, cols[0] - 15):cols[-1] + 15])
