@@ -72,3 +72,36 @@ def test_bad_calibrate_section_is_named(folder, tmp_path, capsys):
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     assert main(["calibrate", str(tmp_path / "c.json")]) == 2
     assert "calibrate.n_inner" in capsys.readouterr().err
+
+
+def test_calibrate_prints_the_scans_orientation_warnings_on_stderr(tmp_path):
+    """A camera-convention scan stated as seen from the detector: ``ctbench calibrate`` (a real subprocess)
+    says on stderr that the data contradict the stated orientation, as ``ctbench recon`` does, and still
+    writes its files; the warning is in the report too."""
+    import subprocess
+    import sys
+
+    from ctbench.io.sample_scan import LabScanSpec, write_lab_scan
+
+    spec = LabScanSpec(n_views=64, detector_u=48, detector_v=24, offset_px=2.37, phantom_name="chiral",
+                       rotation="ccw", seen_from="source", seed=5, volume=32)
+    scan = write_lab_scan(tmp_path / "scan", spec)
+    cfg = {"input": {"path": str(scan)}, "geometry": {"image_seen_from": "detector"},
+           "calibrate": {"free": ["offset_u"], "levels": [1], "n_outer": [2],
+                         "trajectory": str(tmp_path / "t.json"), "report": str(tmp_path / "r.json")}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    p = subprocess.run([sys.executable, "-m", "ctbench.cli", "calibrate", str(tmp_path / "c.json")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    warnings = [line for line in p.stderr.splitlines() if line.startswith("ctbench calibrate: warning: ")]
+    assert len(warnings) == 1 and "contradict the stated orientation" in warnings[0]
+    assert "warning" not in p.stdout
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert any("contradict the stated orientation" in w for w in report["warnings"])
+    # the same scan stated rightly: no warning
+    cfg["geometry"] = {"image_seen_from": "source"}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    p = subprocess.run([sys.executable, "-m", "ctbench.cli", "calibrate", str(tmp_path / "c.json"), "--overwrite"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in p.stderr

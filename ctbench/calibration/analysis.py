@@ -1,18 +1,22 @@
-"""Identifiability and uncertainty of calibration parameters from the reduced Gauss-Newton matrix.
+"""Identifiability, uncertainty and correlations of calibration parameters from the reduced Gauss-Newton matrix.
 
 With an unknown object, a geometry change that a changed volume can mimic is
-invisible in the data.  For each global parameter's Jacobian column ``j_k`` a
-short CGLS solve finds the volume change ``dx_k`` that best explains it; the
-remainder ``r_k = j_k - A dx_k`` is what only the geometry can produce.  The
-reduced matrix ``H`` over ``[r_k..., shift columns]`` (plus the shift prior)
-then gives
+invisible in the data.  For each global parameter's Jacobian column ``j_k`` the
+volume change that best explains it is removed: first the projections of the
+object's smooth deformations (:func:`deformation_directions`: a magnification
+change looks like a larger object, a detector pitch like an object that flares
+with height; a short CGLS solve finds such directions only slowly), then by a
+short CGLS solve; the remainder ``r_k`` is what only the geometry can produce.  With a
+*known* object (``obj`` given) nothing is removed.  The reduced matrix ``H``
+over ``[r_k..., shift columns]`` (plus the shift prior) then gives
 
 - identifiability ``1 / sqrt(|j_k|^2 (H^-1)_kk)`` in [0, 1]: the fraction of the
   parameter's data signature that neither the object nor the other parameters
   explain (0: not identifiable);
-- standard deviation ``sigma_k = sqrt(s2 (H^-1)_kk)`` with ``s2`` the residual
+- noise standard deviation ``sigma_k = sqrt(s2 (H^-1)_kk)`` with ``s2`` the residual
   variance per detector pixel: the spread of the estimate under noise like the
-  residual's, a local (linearised) figure.
+  residual's, a local (linearised) figure that leaves model error out;
+- correlations ``(H^-1)_ab / sqrt((H^-1)_aa (H^-1)_bb)`` between global parameters.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import torch
 from ..solvers import cgls
 from .normal import normal_matrix
 
-__all__ = ["Analysis", "analyse"]
+__all__ = ["Analysis", "analyse", "deformation_directions"]
 
 F64 = torch.float64
 N_ITER = 15   # CGLS iterations per column: fewer leave part of what the volume can absorb unexplained
@@ -39,19 +43,59 @@ class Analysis:
     shift_sigma: dict = field(default_factory=dict)       # per view, px
     shift_rms_sigma: dict = field(default_factory=dict)
     residual_sigma: float = 0.0
+    correlation: dict = field(default_factory=dict)       # {(a, b): corr} between global parameters
 
 
-def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm) -> Analysis:
+def deformation_directions(x: torch.Tensor, spacing):
+    """Volume changes ``-(phi . grad) x`` of the object ``x`` under smooth displacement fields ``phi``: each
+    component a monomial of degree <= 2 in the (box-normalised) coordinates, 30 fields in all.
+
+    They hold the object's translations, rotations, scaling (what a magnification change looks like), shears,
+    a flare with height (a detector pitch) and radial bulges: what an unknown object can do to mimic a geometry
+    error, and what a short CGLS solve would find only slowly."""
+    D, H, W = x.shape
+    sp = [float(d) for d in spacing]
+    coords = torch.meshgrid(*[(torch.arange(n, dtype=x.dtype) - (n - 1) / 2) / max(1.0, (n - 1) / 2)
+                              for n in (D, H, W)], indexing="ij")
+    grads = [torch.gradient(x, spacing=sp[i], dim=i)[0] if x.shape[i] > 1 else torch.zeros_like(x)
+             for i in range(3)]
+    z, y, xx = coords
+    one = torch.ones_like(x)
+    monomials = [one, z, y, xx, z * z, y * y, xx * xx, z * y, z * xx, y * xx]
+    return [-m * g for g in grads for m in monomials]
+
+
+def deformation_basis(P, x) -> torch.Tensor | None:
+    """The projections of the object's smooth deformations as unit columns (n_pix, k); None when the object
+    has no structure to deform."""
+    M = torch.stack([P.project(d).reshape(-1).to(F64) for d in deformation_directions(x, P.voxel_spacing)], 1)
+    norms = M.norm(dim=0)
+    if float(norms.max()) <= 0:
+        return None
+    keep = norms > 1e-9 * float(norms.max())
+    return M[:, keep] / norms[keep]
+
+
+def _absorb(P, j, basis):
+    """The part of a Jacobian column that no changed volume explains (smooth deformations, then CGLS)."""
+    if basis is not None:
+        a = torch.linalg.lstsq(basis, j.reshape(-1, 1).to(F64)).solution
+        j = (j.reshape(-1).to(F64) - (basis @ a)[:, 0]).reshape(j.shape).to(j.dtype)
+    return j - P.project(cgls(P, j, N_ITER).volume)
+
+
+def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_object: bool = False) -> Analysis:
     names = est.active
     with torch.no_grad():
         r = P.project(x) - y
         n_pix = r.numel()
         s2 = float(r.to(F64).square().sum()) / max(1, n_pix)
-        reduced, raw = [], []
-        for j in cols_g:
-            raw.append(float(j.to(F64).square().sum()))
-            dx = cgls(P, j, N_ITER).volume
-            reduced.append(j - P.project(dx))
+        raw = [float(j.to(F64).square().sum()) for j in cols_g]
+        if known_object:
+            reduced = list(cols_g)
+        else:
+            basis = deformation_basis(P, x) if cols_g else None
+            reduced = [_absorb(P, j, basis) for j in cols_g]
     H = normal_matrix(reduced, cols_s, est.n)
     kg = len(names)
     if est.s.numel():
@@ -72,12 +116,17 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm) -> Analysis:
             continue
         out.identifiability[k] = min(1.0, 1.0 / math.sqrt(raw[i] * hk))
         out.sigma[k] = math.sqrt(s2 * hk)
+    for a in range(kg):
+        for b in range(a + 1, kg):
+            den = math.sqrt(max(float(Hinv[a, a]) * float(Hinv[b, b]), 0.0))
+            if den > 0:
+                out.correlation[names[a], names[b]] = float(Hinv[a, b]) / den
     if est.s.numel():
         cov = B @ Hinv[kg:, kg:] @ B.T
-        sd = (s2 * torch.diagonal(cov).clamp_min(0)).sqrt()
         n = est.n
         for i, k in enumerate(est.shift_names):
-            part = sd[i * n:(i + 1) * n]
+            part = (s2 * torch.diagonal(cov)[i * n:(i + 1) * n].clamp_min(0)).sqrt()
             out.shift_sigma[k] = part.tolist()
             out.shift_rms_sigma[k] = float(part.square().mean().sqrt())
     return out
+

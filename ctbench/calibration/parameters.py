@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["GLOBAL", "PER_VIEW", "ALL", "ParameterSpec", "SPECS", "check_free", "check_bounds", "check_start",
+__all__ = ["GLOBAL", "PER_VIEW", "ALL", "STAGE", "WHY_WEAK", "NEEDS_KNOWN_OBJECT", "ParameterSpec", "SPECS",
+           "check_free", "check_bounds", "check_start",
            "MIN_VIEWS"]
 
 
@@ -21,17 +22,19 @@ class ParameterSpec:
     bound: float          # default symmetric bound |value| <= bound
     step: float           # central finite-difference step (in the parameter's unit)
     meaning: str
+    resolution: float = math.inf   # a 1-sd uncertainty above this: the scan does not determine it
 
 
 SPECS = {s.name: s for s in (
-    ParameterSpec("offset_u", "px", 20.0, 0.1, "detector shift along its u axis (rows), full-resolution pixels"),
-    ParameterSpec("offset_v", "px", 20.0, 0.1, "detector shift along its v axis (columns), full-resolution pixels"),
-    ParameterSpec("roll", "deg", 5.0, 0.05, "detector rotation about its normal, u turning towards v"),
-    ParameterSpec("pitch", "deg", 10.0, 0.25, "detector rotation about its u axis, v turning towards the normal"),
-    ParameterSpec("yaw", "deg", 10.0, 0.25, "detector rotation about its v axis, u turning towards the normal"),
+    ParameterSpec("offset_u", "px", 20.0, 0.1, "detector shift along its u axis (rows), full-resolution pixels", 0.5),
+    ParameterSpec("offset_v", "px", 20.0, 0.1, "detector shift along its v axis (columns), full-resolution pixels",
+                  0.5),
+    ParameterSpec("roll", "deg", 5.0, 0.05, "detector rotation about its normal, u turning towards v", 0.1),
+    ParameterSpec("pitch", "deg", 10.0, 0.25, "detector rotation about its u axis, v turning towards the normal", 0.5),
+    ParameterSpec("yaw", "deg", 10.0, 0.25, "detector rotation about its v axis, u turning towards the normal", 0.5),
     ParameterSpec("axis_tilt", "deg", 5.0, 0.1,
-                  "rotation axis tilted towards the beam (about each view's lateral axis through the isocentre)"),
-    ParameterSpec("sdd", "mm", 50.0, 1.0, "change of the source-detector distance (cone beam)"),
+                  "rotation axis tilted towards the beam (about each view's lateral axis through the isocentre)", 0.25),
+    ParameterSpec("sdd", "mm", 50.0, 1.0, "change of the source-detector distance (cone beam)", 5.0),
     ParameterSpec("shift_u", "px", 20.0, 0.1,
                   "per-view object translation along the detector u axis, in detector pixels at the isocentre"),
     ParameterSpec("shift_v", "px", 20.0, 0.1,
@@ -40,6 +43,24 @@ SPECS = {s.name: s for s in (
 GLOBAL = ("offset_u", "offset_v", "roll", "pitch", "yaw", "axis_tilt", "sdd")
 PER_VIEW = ("shift_u", "shift_v")
 ALL = GLOBAL + PER_VIEW
+# Coarse to fine in the parameters too: offsets, roll and shifts first (strong, nearly independent
+# signatures), then the tilts, then the source-detector distance (weak signatures that a wrong offset
+# would otherwise pull on).  A parameter joins when the stages before it have run at the coarsest level.
+STAGE = {"pitch": 1, "yaw": 1, "axis_tilt": 1, "sdd": 2}
+# Parameters an unknown object mimics to first order (a larger object, an object that flares with height):
+# what is left of their signature is the cone-angle effects, smaller than the discretisation error of the
+# calibration volume (simulated scans put sdd 33-56 mm off and pitch 3.5-12 degrees off, each with a small noise
+# figure).  Without a known object they are held and reported "not identifiable".
+NEEDS_KNOWN_OBJECT = ("pitch", "sdd")
+# Why a parameter can come out "not identifiable" (the report's note).
+WHY_WEAK = {
+    "sdd": "a changed source-detector distance is a changed magnification, which an unknown object of another "
+           "size explains; only the cone-angle effects remain (a known object fixes the absolute scale)",
+    "pitch": "a detector pitch looks like an object that flares with height (each slice magnified a little "
+             "more than the one below); only higher-order cone effects remain",
+    "yaw": "a detector yaw mostly looks like a radial bulge of the object",
+    "offset_v": "a vertical detector shift looks like the object moved along the axis",
+}
 # Fewest views for which a parameter is worth estimating: per-view translations lose 3-5 gauge
 # directions (object position, mean shift) and need neighbours for the smoothness prior.
 MIN_VIEWS = {"shift_u": 12, "shift_v": 12, "axis_tilt": 4, "pitch": 4, "yaw": 4, "sdd": 4,

@@ -30,7 +30,7 @@ class ParameterEstimate:
     bounds: tuple[float, float]
     uncertainty: float | None
     identifiability: float | None
-    status: str                      # "estimated", "at bound", "not identifiable"
+    status: str                      # "estimated", "at bound", "not identifiable", "not reached" (cancelled)
     meaning: str = ""
     per_view: bool = False
 
@@ -59,6 +59,7 @@ class CalibrationResult:
     notes: list[str] = field(default_factory=list)
     final_loss: float = float("nan")       # relative misfit of the final geometry at full resolution
     levels: list = field(default_factory=list)
+    correlations: dict = field(default_factory=dict)   # {"a/b": r} between global parameters (linearised)
 
     def value(self, name: str):
         for p in self.parameters:
@@ -81,5 +82,6 @@ class CalibrationResult:
         return {"format": "ctbench.calibration-report", "version": 1, "stopped": self.stopped,
                 "parameters": [p.to_dict() for p in self.parameters], "shifts_px": self.shifts,
                 "shift_sigma_px": self.shift_sigma, "loss_history": self.loss_history,
-                "final_loss": self.final_loss, "levels": self.levels, "notes": self.notes,
+                "final_loss": self.final_loss, "levels": self.levels, "correlations": self.correlations,
+                "notes": self.notes,
                 "history": self.history}

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 
 from ..projector import Projector
 from ..solvers import cgls
@@ -35,7 +36,8 @@ from .analysis import Analysis, analyse
 from .levels import Level, make_level, resample_volume
 from .model import complement_basis
 from .normal import difference_operator, normal_matrix
-from .parameters import GLOBAL, PER_VIEW, SPECS, check_bounds, check_free, check_start
+from .parameters import (GLOBAL, NEEDS_KNOWN_OBJECT, PER_VIEW, SPECS, STAGE, WHY_WEAK, check_bounds, check_free,
+                         check_start)
 from .result import CalibrationResult, ParameterEstimate
 
 __all__ = ["CalibrationState", "calibrate", "calibrate_iterations"]
@@ -80,10 +82,30 @@ def _check_structure(y: torch.Tensor) -> None:
                          "no geometry can be calibrated from it")
 
 
+def _check_known_object(obj, projector: Projector):
+    if obj is None:
+        return None
+    if not isinstance(obj, torch.Tensor):
+        try:
+            obj = torch.as_tensor(obj)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(f"known_object must be a volume tensor, got {type(obj).__name__}") from None
+    shape = tuple(projector.global_volume_shape)
+    if tuple(obj.shape) != shape:
+        raise ValueError(f"known_object has shape {tuple(obj.shape)}; the projector's volume is {shape}")
+    if not obj.is_floating_point():
+        obj = obj.to(torch.float32)
+    if not bool(torch.isfinite(obj).all()):
+        raise ValueError("known_object has non-finite values")
+    if float(obj.abs().max()) == 0:
+        raise ValueError("known_object is empty (all zero): a known object needs structure")
+    return obj.detach().cpu()
+
+
 def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "roll", "shift"), *,
                          bounds=None, start=None, levels=(2, 1), n_outer=(8, 3), n_inner: int = 3,
                          n_init: int = 10, volume_factor: int = 2, smoothness: float = 0.05, min_identifiability: float = 0.03,
-                         callback=None, cancel=None):
+                         known_object=None, callback=None, cancel=None):
     """Generator of self-calibration steps; yields a :class:`CalibrationState` per outer iteration.
 
     Its return value (``StopIteration.value``; :func:`calibrate` collects it) is
@@ -114,8 +136,9 @@ def calibrate_iterations(projector: Projector, sinogram: torch.Tensor, free=("of
             raise ValueError(f"{name} must be a non-negative number, got {val!r}")
     callback = check_callable(callback, "callback")
     cancel = check_cancel(cancel)
+    known = _check_known_object(known_object, projector)
     return _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, volume_factor, float(smoothness),
-                float(min_identifiability), callback, cancel)
+                float(min_identifiability), callback, cancel, known)
 
 
 def calibrate(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "roll", "shift"), **options
@@ -137,6 +160,8 @@ def calibrate(projector: Projector, sinogram: torch.Tensor, free=("offset_u", "r
     smoothness : weight of the first-difference prior on per-view shifts, relative to their data curvature.
     min_identifiability : a global parameter whose data signature is explained to within this
         fraction by a changed volume and the other parameters is held and reported "not identifiable".
+    known_object : the object on the projector's volume grid when it is known (a calibration phantom, a
+        reference scan): no reconstruction, and the absolute scale (``sdd``, ``pitch``) becomes identifiable.
     callback : called with each :class:`CalibrationState`; returning True stops.
     cancel : a threading.Event or a callable; checked between outer iterations.
     """
@@ -160,10 +185,11 @@ class _Estimate:
         self.s = torch.cat([torch.as_tensor(start.get(k, [0.0] * n), dtype=F64) for k in self.shift_names]) \
             if self.shift_names else torch.zeros(0, dtype=F64)
         self.held: set[str] = set()
+        self.pending: set[str] = set()    # not yet released by the coarse-to-fine stages
 
     @property
     def active(self) -> tuple[str, ...]:
-        return tuple(k for k in self.glob_names if k not in self.held)
+        return tuple(k for k in self.glob_names if k not in self.held and k not in self.pending)
 
     def shifts(self, s=None) -> dict:
         s = self.s if s is None else s
@@ -258,8 +284,26 @@ def _extrapolate(est: _Estimate, step: torch.Tensor, last: torch.Tensor | None, 
     return True
 
 
+def _object_on(level: Level, obj: torch.Tensor, dtype) -> torch.Tensor:
+    """A known object on a level's (binned) grid: the mean over each bin, which keeps attenuation per mm."""
+    if tuple(obj.shape) == tuple(level.volume_shape):
+        return obj.to(dtype)
+    return F.adaptive_avg_pool3d(obj.to(dtype)[None, None], tuple(level.volume_shape))[0, 0]
+
+
+def _hold_note(k: str, ident: float, scale_like: bool = False) -> str:
+    why = WHY_WEAK.get(k)
+    if scale_like:
+        return (f"{k}: not identifiable from an unknown object ({why}; the rest, {100 * ident:.1f}% of its effect "
+                "on the data, is smaller than what the coarse calibration volume gets wrong); held at its start "
+                "value: give known_object to calibrate it")
+    return (f"{k}: not identifiable from this scan (only {100 * ident:.1f}% of its effect on the data is not "
+            "explained by a changed object or the other parameters" + (f": {why}" if why else "") +
+            "); held at its start value")
+
+
 def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf, smoothness, min_ident,
-         callback, cancel):
+         callback, cancel, known=None):
     dtype = y.dtype
     est = _Estimate(free, start, projector.n_views)
     y_full_norm2 = float(y.to(F64).square().sum())
@@ -270,43 +314,62 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
     it = 0
     stopped = "completed"
     analysis: Analysis | None = None
-    pre_analysis: Analysis | None = None
+    held_ident: dict[str, float] = {}
+    tested: set[str] = set()
     mu = 1e-3
-    for li, (f, n_it) in enumerate(zip(levels, n_outer)):
-        level = make_level(projector, y, f, vf)
-        yl = level.sinogram
-        y_norm2 = float(yl.to(F64).square().sum())
-        if B is None:
-            N = level.model.gauge_vectors(est.shift_names, est.glob_names) if est.shift_names else None
-            B = complement_basis(N) if N is not None else torch.zeros(0, 0, dtype=F64)
-            if est.s.numel():
-                est.s = B @ (B.T @ est.s)
-        Dm = difference_operator(est.n, len(est.shift_names))
+    if known is not None:
+        vf = 1                      # nothing to absorb: the object is given on the projector's grid
+    stages = sorted({STAGE.get(k, 0) for k in est.glob_names} | {0})
+    est.pending = {k for k in est.glob_names if STAGE.get(k, 0) > 0}
+    schedule = [(0, st) for st in stages] + [(li, stages[-1]) for li in range(1, len(levels))]
+    cur = None
+    for li, stage in schedule:
+        f, n_it = levels[li], n_outer[li]
+        if li != cur:
+            level = make_level(projector, y, f, vf)
+            yl = level.sinogram
+            y_norm2 = float(yl.to(F64).square().sum())
+            if B is None:
+                N = level.model.gauge_vectors(est.shift_names, est.glob_names) if est.shift_names else None
+                B = complement_basis(N) if N is not None else torch.zeros(0, 0, dtype=F64)
+                if est.s.numel():
+                    est.s = B @ (B.T @ est.s)
+            Dm = difference_operator(est.n, len(est.shift_names))
+            P = level.projector(est.trajectory(level.model, dtype=dtype))
+            if known is not None:
+                x = _object_on(level, known, dtype)
+            else:
+                x0 = None if x is None else resample_volume(x, P.volume_shape).to(dtype)
+                x = cgls(P, yl, n_init if x is None else n_inner, x0=x0).volume
+            fresh = True
+            cur = li
+        est.pending -= {k for k in est.pending if STAGE[k] <= stage}
         last_step = None
-        P = level.projector(est.trajectory(level.model, dtype=dtype))
-        x0 = None if x is None else resample_volume(x, P.volume_shape).to(dtype)
-        x = cgls(P, yl, n_init if x is None else n_inner, x0=x0).volume
         for k_outer in range(n_it):
             if is_cancelled(cancel):
                 stopped = "cancelled"
                 break
-            if k_outer > 0:
+            if not fresh:
                 P = level.projector(est.trajectory(level.model, dtype=dtype))
-                x = cgls(P, yl, n_inner, x0=x).volume
+                if known is None:
+                    x = cgls(P, yl, n_inner, x0=x).volume
+            fresh = False
             cols_g, cols_s = _jacobian(level, est, P, x, dtype)
-            if pre_analysis is None:
-                pre_analysis = analyse(P, x, yl, est, cols_g, cols_s, B, smoothness, Dm)
-                weak = [k for k in est.active if pre_analysis.identifiability[k] < min_ident]
+            if any(k not in tested for k in est.active):
+                an = analyse(P, x, yl, est, cols_g, cols_s, B, smoothness, Dm, known_object=known is not None)
+                weak = [k for k in est.active if k not in tested and
+                        (an.identifiability[k] < min_ident or (known is None and k in NEEDS_KNOWN_OBJECT))]
+                tested |= set(est.active)
                 for k in weak:
                     est.held.add(k)
-                    notes.append(f"{k}: not identifiable from this scan (only "
-                                 f"{100 * pre_analysis.identifiability[k]:.1f}% of its effect on the data is not "
-                                 "explained by a changed object or the other parameters); held at its start value")
-                if weak:
-                    keep = [i for i, k in enumerate(pre_analysis.names) if k not in weak]
-                    cols_g = [cols_g[i] for i in keep]
+                    held_ident[k] = an.identifiability[k]
+                    notes.append(_hold_note(k, an.identifiability[k], known is None and k in NEEDS_KNOWN_OBJECT))
+                keep = [i for i, k in enumerate(an.names) if k not in weak]
+                cols_g = [cols_g[i] for i in keep]
             if not est.active and not est.s.numel():
-                notes.append("no free parameter is identifiable from this scan: the geometry is left nominal")
+                msg = "no free parameter is identifiable from this scan: the geometry is left nominal"
+                if not est.pending and msg not in notes:
+                    notes.append(msg)
                 break
             gg, gs = _gradient(level, est, P, x, yl, dtype)
             H = normal_matrix(cols_g, cols_s, est.n)
@@ -328,6 +391,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             cur_data = _loss(P, None, x, yl, y_norm2)
             current = cur_data + reg(est.s)
             accepted = False
+            step_g = step_s = 0.0
             diag = torch.diagonal(Hz).clamp_min(1e-30)
             for _ in range(5):
                 A = Hz + mu * torch.diag(diag)
@@ -357,8 +421,8 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                     break
                 mu *= 5
             it += 1
-            rec = {"iteration": it, "level": li, "binning": f, "loss": current, "data_loss": cur_data,
-                   "accepted": accepted, "damping": mu}
+            rec = {"iteration": it, "level": li, "binning": f, "stage": stage, "loss": current,
+                   "data_loss": cur_data, "accepted": accepted, "damping": mu}
             history.append(rec)
             state = CalibrationState(it, li, f, current, dict(est.g),
                                      {k: v.tolist() for k, v in est.shifts().items()}, x, dict(rec))
@@ -368,7 +432,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 stopped = "callback"
                 break
             if accepted and step_g < 1e-4 and step_s < 1e-4:
-                break   # converged at this level
+                break   # converged at this level and stage
         if stopped != "completed":
             break
     # Final uncertainty and identifiability at the coarsest level with the final geometry (cheap, and a
@@ -376,10 +440,25 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
     if stopped == "completed":
         level = make_level(projector, y, levels[0], vf)
         P = level.projector(est.trajectory(level.model, dtype=dtype))
-        xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
+        if known is not None:
+            xa = _object_on(level, known, dtype)
+        else:
+            xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
         cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
         analysis = analyse(P, xa, level.sinogram, est, cols_g, cols_s, B, smoothness,
-                           difference_operator(est.n, len(est.shift_names)))
+                           difference_operator(est.n, len(est.shift_names)), known_object=known is not None)
+        # An estimate whose uncertainty exceeds what the parameter is for says nothing: report it as such and
+        # leave the geometry at the start for it, instead of a confident-looking wrong value.
+        for k in est.active:
+            sd = analysis.sigma.get(k)
+            if sd is None or sd > SPECS[k].resolution:
+                est.held.add(k)
+                held_ident[k] = analysis.identifiability.get(k, 0.0)
+                notes.append(f"{k}: not determined by this scan (its estimate {est.g[k]:.4g} has a 1-sd uncertainty "
+                             f"of {'?' if sd is None else f'{sd:.3g}'} {SPECS[k].unit}, above the "
+                             f"{SPECS[k].resolution:g} {SPECS[k].unit} that would make it useful"
+                             + (f": {WHY_WEAK[k]}" if k in WHY_WEAK else "") + "); held at its start value")
+                est.g[k] = float(start.get(k, 0.0))
     else:
         notes.append(f"stopped early ({stopped}): no final uncertainty analysis")
     model = make_level(projector, y, 1).model
@@ -396,9 +475,10 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                                            None if analysis is None else analysis.shift_rms_sigma.get(k),
                                            None, "estimated", spec.meaning, per_view=True))
             continue
-        if k in est.held:
-            table.append(ParameterEstimate(k, spec.unit, None, st, bounds[k], None,
-                                           pre_analysis.identifiability[k], "not identifiable", spec.meaning))
+        if k in est.held or k in est.pending:
+            status = "not identifiable" if k in est.held else "not reached"
+            table.append(ParameterEstimate(k, spec.unit, None, st, bounds[k], None, held_ident.get(k), status,
+                                           spec.meaning))
             continue
         ident = None if analysis is None else analysis.identifiability.get(k)
         sigma = None if analysis is None else analysis.sigma.get(k)
@@ -408,6 +488,15 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             status = "at bound"
             notes.append(f"{k}: the estimate sits at its bound {est.g[k]:g}; widen the bounds")
         table.append(ParameterEstimate(k, spec.unit, est.g[k], st, bounds[k], sigma, ident, status, spec.meaning))
+    correlations = {} if analysis is None else {f"{a}/{b}": c for (a, b), c in analysis.correlation.items()}
+    for pair, c in correlations.items():
+        if abs(c) > 0.9:
+            notes.append(f"{pair.replace('/', ' and ')} are strongly correlated (r = {c:+.2f}): the data fix a "
+                         "combination of them better than either; their uncertainties include it")
+    if projector.beam == "cone" and known is None:
+        notes.append("absolute scale (the object's size against the magnification) is not identifiable from an "
+                     "unknown object: the source-object distance and the detector pitch are taken as given"
+                     + ("; sdd is estimated from the cone-angle effects alone" if "sdd" in est.active else ""))
     if est.shift_names:
         gauge = ["a fixed translation of the object (it only moves the reconstruction)"]
         if "shift_u" in est.shift_names and "offset_u" in est.glob_names:
@@ -422,4 +511,4 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                              shift_sigma=None if analysis is None else analysis.shift_sigma,
                              loss_history=[h["loss"] for h in history], history=history, volume=x,
                              volume_binning=levels[-1] if stopped == "completed" else f, stopped=stopped,
-                             notes=notes, final_loss=final_loss, levels=list(levels))
+                             notes=notes, final_loss=final_loss, levels=list(levels), correlations=correlations)

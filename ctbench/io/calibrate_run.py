@@ -86,6 +86,10 @@ def _cli(args) -> int:
     except (ValueError, TypeError, FileExistsError, FileNotFoundError) as e:
         print(f"ctbench calibrate: {e}", file=sys.stderr)
         return 2
+    # the scan's orientation/centre doubts, as ctbench recon gives them: a calibration of a mirrored or
+    # mis-centred reading is a calibration of the wrong scan
+    for w in report.get("warnings", []):
+        print(f"ctbench calibrate: warning: {w}", file=sys.stderr)
     print(json.dumps({k: report[k] for k in ("trajectory", "report", "final_loss", "elapsed_s")}
                      | {"parameters": {p["name"]: p["value"] for p in report["parameters"]}}))
     return 0

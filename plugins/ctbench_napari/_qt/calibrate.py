@@ -57,6 +57,22 @@ def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel):
     yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
 
 
+def open_calibrate(viewer, layer) -> "CalibrateWidget":
+    """Show the Calibrate dock widget (one per viewer) with ``layer`` picked: Scan import's Calibrate step."""
+    if layer is None or layer not in viewer.layers:
+        raise LayerError("no sinogram with a geometry yet: press Attach geometry first (step 3)")
+    if not (is_sinogram(layer) and has_geometry(layer)):
+        raise LayerError(f"layer '{layer.name}' is not a sinogram with a ctbench geometry")
+    from .. import PLUGIN
+
+    dock, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Calibrate", tabify=True)
+    dock.show()
+    dock.raise_()
+    w.sinogram.select(layer.name)
+    w.message.note(f"'{layer.name}' from Scan import: choose the parameters and press Calibrate")
+    return w
+
+
 class CalibrateWidget(QWidget):
     """Self-calibration of a sinogram layer with a ctbench geometry."""
 

@@ -130,7 +130,11 @@ class ScanImportWidget(QWidget):
         self.centre_button.clicked.connect(self.find_centre)
         self.attach_button = QPushButton("Attach geometry")
         self.attach_button.clicked.connect(self.attach_geometry)
-        form.addRow(_row(self.centre_button, self.attach_button))
+        self.calibrate_button = QPushButton("Calibrate…")
+        self.calibrate_button.setToolTip("correct the attached geometry from the scan's own data (offset, roll, "
+                                         "drift, tilts): the Calibrate widget on this sinogram")
+        self.calibrate_button.clicked.connect(self.calibrate)
+        form.addRow(_row(self.centre_button, self.attach_button, self.calibrate_button))
         lay.addWidget(box)
 
         # ---------------------------------------------------------- export
@@ -392,6 +396,13 @@ class ScanImportWidget(QWidget):
                 {"source": info(layer).get("source"), "units": "line integral", "from_layer": layer.name})
         # The geometry, the sinogram's display copy and its window are computed in a worker thread.
         return self._start(_attach, args, self._show_attached, "attaching the geometry…")
+
+    @report_errors
+    def calibrate(self, *_):
+        """The Calibrate step: the Calibrate widget on the sinogram that Attach geometry made."""
+        from .calibrate import open_calibrate
+
+        return open_calibrate(self.viewer, self.last_sinogram)
 
     def _show_attached(self, res):
         geo, layer_data = res
