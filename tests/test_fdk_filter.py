@@ -90,3 +90,25 @@ def test_filter_bad_spacing_is_a_clear_error():
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="spacing"):
             ramp_filter(torch.ones(2, 8), bad)
+
+
+def test_cosine_weights_of_a_view_range_are_that_range_of_the_whole():
+    from ctbench import Projector, circular_trajectory_3d
+    from ctbench.solvers.weights import cosine_weights, orbit_of
+
+    p = Projector(circular_trajectory_3d(12, 50.0, 90.0, detector_offset=(1.2, -0.4)), (6, 8, 8), (9, 7),
+                  detector_spacing=1.5)
+    orbit = orbit_of(p, require="circular", who="test")
+    whole = cosine_weights(orbit)
+    assert whole.shape == (12, 9, 7) and float(whole.max()) <= 1.0 and float(whole.min()) > 0.9
+    # independent: Dsd / distance from the source to each pixel centre
+    s, c = p.trajectory.source[3].double(), p.trajectory.detector_center[3].double()
+    u, v = p.trajectory.detector_u[3].double() * 1.5, p.trajectory.detector_v[3].double() * 1.5
+    n = torch.linalg.cross(u, v)
+    n = n / n.norm()
+    dsd = float((c - s) @ n)
+    i, j = 2, 5
+    pix = c + (i - 4) * u + (j - 3) * v
+    assert float(whole[3, i, j]) == pytest.approx(dsd / float((pix - s).norm()), rel=1e-12)
+    for k0, k1 in [(0, 12), (3, 7), (11, 12), (5, 5)]:
+        torch.testing.assert_close(cosine_weights(orbit, (k0, k1)), whole[k0:k1], rtol=0, atol=0)
