@@ -232,9 +232,10 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
     return;
   }
   // Views per block: about kFdkBlockBytes of projections (a view's whole detector, an upper bound
-  // of what the block's columns read), at least 4 and at most 32.
+  // of what the block's columns read), 16 to 32.  Each block re-reads and re-writes the slab once,
+  // so at least 16 views keep that under a byte per voxel and view on any detector size.
   const double view_bytes = (double)U * V * sizeof(real);
-  const int vblock = (int)std::max(4.0, std::min(32.0, (double)kFdkBlockBytes / view_bytes));
+  const int vblock = (int)std::max(16.0, std::min(32.0, (double)kFdkBlockBytes / view_bytes));
 #pragma omp parallel num_threads(nthreads)
   {
     std::vector<real> acc((size_t)kFdkTileX * kFdkChunkZ);
@@ -279,12 +280,14 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
         // buffer (a vector load spanning several pending stores cannot be forwarded and stalls).
         int ncol = 0;
         size_t used = 0;
+        // The row's constants of a, b and w (the view's matrix at this y and z-independent).
+        const double a_y = M[3] + M[1] * iy, b_y = M[7] + M[5] * iy, w_y = M[11] + M[9] * iy;
         for (int ix = x0; ix < x1; ++ix) {
-          const double wd = cone ? M[11] + M[8] * ix + M[9] * iy : 1.0;
+          const double wd = cone ? w_y + M[8] * ix : 1.0;
           if (!(wd > 0.0)) continue;  // at or behind the source plane: nothing (fdk_contribution)
           const double invd = 1.0 / wd;
           const real inv = (real)invd;
-          const real fi_r = (real)((M[3] + M[0] * ix + M[1] * iy) * invd);
+          const real fi_r = (real)((a_y + M[0] * ix) * invd);
           const real fi = tmin(tmax(fi_r + real(2), real(0)), real(U + 3));
           const int i0 = (int)fi - 2;
           const real ti = fi - real(i0 + 2);
@@ -295,7 +298,7 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
           const real* r1 = qk + (i64)tmin(tmax(i0 + 1, 0), U - 1) * su;
           FdkColumn<real>& col = cols[ncol];
           col.ix = ix;
-          col.jb = (real)((M[7] + M[4] * ix + M[5] * iy) * invd);
+          col.jb = (real)((b_y + M[4] * ix) * invd);
           col.dj = (real)(M[6] * invd);
           col.scale = cone ? wk * (inv * inv) : wk;
           // The v-range the chunk touches, as the clamped floor indices do, plus one for j0 + 1.
