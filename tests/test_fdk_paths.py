@@ -163,6 +163,16 @@ def test_unknown_path_is_a_clear_error(monkeypatch):
         weighted_backproject(q, rays, grid, w)
 
 
+def test_forced_columns_runs_in_every_dtype(monkeypatch):
+    """``fdk=columns`` forced for a whole run also serves a dtype without lanes (scalar z loop)."""
+    monkeypatch.setenv("CTBENCH_CPU_PATH", "fdk=columns")
+    for dtype in (F64, F32):
+        rays, grid, q, w = _case("flipped-v", dtype)
+        assert fdk_path(dtype, grid.D) == "columns"
+        want = reference_weighted_backproject(q, rays, grid, w, 0, grid.D, 0, rays.n_views)
+        _check(weighted_backproject(q, rays, grid, w), want, dtype)
+
+
 def test_measure_fdk_paths_times_every_path():
     times = measure_fdk_paths(F32, n=16, repeats=1)
     assert set(times) == set(fdk_paths(F32)) and all(t > 0 for t in times.values())
