@@ -2,26 +2,39 @@
 // of fdk.cuh in OpenMP loops.  Built at first use by ctbench/engine/cpu_build.py
 // and called through ctypes (which releases the GIL).
 //
-// Threads own voxel rows (z, y) of the output slab, so no atomics are needed.
-// A thread accumulates one row over a block of views in a small buffer that
-// stays in L1, then adds it to the output once; along the row the three
-// projective numerators advance by a constant step per voxel.
+// Two paths, equal within round-off (tests force each, CTBENCH_CPU_PATH=fdk=NAME):
+// - rows: threads own voxel rows (z, y) of the output slab, so no atomics are
+//   needed.  A thread accumulates one row over the views in a small buffer
+//   that stays in L1, then adds it to the output once; along the row the three
+//   projective numerators advance by a constant step per voxel (compiler
+//   vectorised, with gathers).
+// - columns: threads own tiles of voxel columns (z-chunk, y, x-tile); per
+//   (view, column) the u interpolation is done once and the z loop runs in
+//   SIMD lanes (fdk_columns_cpu.hpp); "columns-scalar" is the same with a
+//   scalar z loop (the portable fallback of builds without lanes).
 #include <omp.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "fdk.cuh"
+#include "fdk_columns_cpu.hpp"
 
 namespace {
 
 using ct::i64;
 
 
+// Path codes of fdk_backproject_path_*: ctbench/engine/fdk_kernels.py FDK_PATHS.
+enum FdkPath { kPathAuto = 0, kPathRows = 1, kPathColumnsScalar = 2, kPathColumns = 3 };
+
+// Columns pay once a column has a few z-voxels to share the per-(view, column) set-up.
+constexpr int kColumnsMinZ = 8;
+
 template <typename real>
 void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride, int U, int V, const real* src,
                  const real* ctr, const real* ustep, const real* vstep, const real* view_weight, int cone, int k0,
-                 int k1, ct::VolumeWindow<real> vw, real* out, int accumulate, int nthreads) {
+                 int k1, ct::VolumeWindow<real> vw, real* out, int accumulate, int nthreads, int path) {
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || vw.H <= 0 || vw.W <= 0) return;
   const i64 plane = (i64)vw.H * vw.W;
@@ -36,6 +49,23 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
       ct::fdk_index_matrix(P, vw, &mats[(size_t)k * 12]);
       ok[k] = ct::fdk_index_matrix_ok<real>(&mats[(size_t)k * 12]) ? 1 : 0;
     }
+  }
+  if (path == kPathAuto)
+    path = nz < kColumnsMinZ ? kPathRows : (ct::fdk_lanes<real>() > 0 ? kPathColumns : kPathColumnsScalar);
+  if (path == kPathColumns || path == kPathColumnsScalar) {
+    std::vector<ct::FdkColumnView> views;
+    std::vector<int> ids;
+    for (int k = 0; k < nv; ++k) {
+      if (!ok[k]) continue;
+      ct::FdkColumnView cv;
+      std::copy(&mats[(size_t)k * 12], &mats[(size_t)k * 12] + 12, cv.M);
+      cv.columnar = cv.M[2] == 0.0 && cv.M[10] == 0.0;
+      views.push_back(cv);
+      ids.push_back(k0 + k);
+    }
+    ct::fdk_backproject_columns<real>(q, q_view_stride, (int)q_u_stride, (int)q_v_stride, U, V, views, ids,
+                                      view_weight, cone, vw, out, accumulate, path == kPathColumns, nthreads);
+    return;
   }
   const i64 rows = (i64)nz * vw.H;
   const int W = vw.W;
@@ -95,8 +125,19 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
                                           real* out, int accumulate, int nthreads) {                             \
     ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};                                    \
     backproject<real>(q, q_view_stride, q_u_stride, q_v_stride, U, V, src, ctr, ustep, vstep, view_weight, cone,  \
-                      k0, k1, vw, out, accumulate, nthreads);                                                     \
+                      k0, k1, vw, out, accumulate, nthreads, kPathAuto);                                          \
   }                                                                                                              \
+  CT_EXPORT void fdk_backproject_path_##suffix(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride, \
+                                               int U, int V, const real* src, const real* ctr,                   \
+                                               const real* ustep, const real* vstep, const real* view_weight,    \
+                                               int cone, int k0, int k1, int D, int H, int W, int z0, int z1,    \
+                                               double dx, double dy, double dz, real* out, int accumulate,       \
+                                               int nthreads, int path) {                                         \
+    ct::VolumeWindow<real> vw{D, H, W, z0, z1, (real)dx, (real)dy, (real)dz};                                    \
+    backproject<real>(q, q_view_stride, q_u_stride, q_v_stride, U, V, src, ctr, ustep, vstep, view_weight, cone,  \
+                      k0, k1, vw, out, accumulate, nthreads, path);                                               \
+  }                                                                                                              \
+  CT_EXPORT int fdk_lanes_##suffix() { return ct::fdk_lanes<real>(); }                                           \
   CT_EXPORT int fdk_view_matrix_##suffix(const real* src, const real* ctr, const real* ustep, const real* vstep,  \
                                          int cone, int k, int U, int V, double* P) {                             \
     return ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P) ? 1 : 0;                                 \

@@ -17,32 +17,114 @@ The cpu and cuda backends run ``kernels/fdk_*``; the reference backend is an
 independent torch implementation (rays intersected with the detector plane
 and pixel offsets solved from the 2x2 Gram system) that the tests compare
 the kernels against.
+
+The cpu kernel has paths (:func:`fdk_paths`), equal within round-off:
+``columns`` (voxel columns, the z loop in SIMD lanes; the default where the
+build has lanes), ``columns-scalar`` (the same with a scalar z loop) and
+``rows`` (voxel rows, compiler-vectorised with gathers).
+``CTBENCH_CPU_PATH=fdk=NAME`` forces one (:mod:`ctbench.engine.cpu_paths`); ``columns``
+forced where the build has no lanes for the dtype runs as ``columns-scalar``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import time
 
 import numpy as np
 import torch
 
 from .base import Rays, VolumeGrid
 from .cpu import num_threads
-from .cpu_build import F64, I64, INT, PTR, cpu_function
+from .cpu_build import DTYPE_SUFFIX, F64, I64, INT, PTR, cpu_function, load_cpu_library
+from .cpu_paths import PATH_ENV, forced_path
 
 _P, _I, _L, _D = PTR, INT, I64, F64
-_CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I]
+_CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I, _I]
 FDK_BACKENDS = ("auto", "cpu", "cuda", "reference", "cuda-emulated")
+# Path names and their codes in kernels/fdk_cpu.cpp (enum FdkPath).
+FDK_PATHS = {"rows": 1, "columns-scalar": 2, "columns": 3}
+# Below this many z-voxels in a slab the columns' per-(view, column) set-up does not pay.
+COLUMNS_MIN_Z = 8
 
 
 def _cpu_fn(dtype: torch.dtype):
-    return cpu_function("fdk", "fdk_backproject", dtype, _CPU_ARGS)
+    return cpu_function("fdk", "fdk_backproject_path", dtype, _CPU_ARGS)
 
 
-def _u_fastest(filtered: torch.Tensor) -> torch.Tensor:
-    """The projections with u contiguous (stride 1): a voxel row mostly walks along u."""
-    if filtered.stride(1) == 1:
+def fdk_lanes(dtype: torch.dtype = torch.float32) -> int:
+    """SIMD lanes of the columns path's z loop in the loaded cpu library for ``dtype`` (0: none)."""
+    f = getattr(load_cpu_library("fdk"), f"fdk_lanes_{DTYPE_SUFFIX[str(dtype)]}")
+    f.argtypes, f.restype = [], ctypes.c_int
+    return int(f())
+
+
+def fdk_paths(dtype: torch.dtype = torch.float32) -> tuple[str, ...]:
+    """The cpu FDK paths this library runs for ``dtype`` (``columns`` only where it has lanes)."""
+    return tuple(p for p in FDK_PATHS if p != "columns" or fdk_lanes(dtype) > 0)
+
+
+def default_fdk_path(dtype: torch.dtype = torch.float32, nz: int = COLUMNS_MIN_Z) -> str:
+    """The path measured fastest (docs/PERFORMANCE.md): columns in lanes where the build has them,
+    else columns with a scalar z loop; rows for slabs thinner than ``COLUMNS_MIN_Z`` (fan 2D)."""
+    if nz < COLUMNS_MIN_Z:
+        return "rows"
+    return "columns" if fdk_lanes(dtype) > 0 else "columns-scalar"
+
+
+def fdk_path(dtype: torch.dtype, nz: int) -> str:
+    """The path a call runs: the one ``CTBENCH_CPU_PATH`` forces (``fdk=NAME``), else the default."""
+    name = forced_path("fdk")
+    if name is None:
+        return default_fdk_path(dtype, nz)
+    if name not in FDK_PATHS:
+        raise ValueError(f"{PATH_ENV}: unknown fdk path {name!r}; expected one of {', '.join(FDK_PATHS)} "
+                         f"(this cpu library runs {', '.join(fdk_paths(dtype))} for {dtype})")
+    # "columns" where the build has no lanes for dtype runs the scalar z loop (the kernel falls back),
+    # so one forced name serves a whole test run in float32 and float64.
+    return name
+
+
+def measure_fdk_paths(dtype: torch.dtype = torch.float32, n: int = 48, repeats: int = 3) -> dict[str, float]:
+    """Seconds (best of ``repeats``) of each cpu path on a small circular cone-beam problem
+    (n^3 voxels, n views, n x n detector): what a per-CPU choice of the fastest path measures."""
+    from ..geometry import circular_trajectory_3d
+
+    tr = circular_trajectory_3d(n, 3.0 * n, 6.0 * n, dtype=dtype)
+    rays = Rays(tr.source, tr.detector_center, tr.detector_u * 2.0, tr.detector_v * 2.0, True, (n, n))
+    grid = VolumeGrid((n, n, n), (1.0, 1.0, 1.0))
+    q = torch.randn((n, n, n), generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype)
+    w = torch.ones(n, dtype=dtype)
+    times = {}
+    for name in fdk_paths(dtype):
+        best = float("inf")
+        for _ in range(max(1, repeats) + 1):  # the first call warms up
+            t0 = time.perf_counter()
+            _cpu_backproject(q, rays, grid, w, 0, n, 0, n, torch.empty((n, n, n), dtype=dtype), False, name)
+            best = min(best, time.perf_counter() - t0)
+        times[name] = best
+    return times
+
+
+def _layout_for(filtered: torch.Tensor, path: str) -> torch.Tensor:
+    """The projections with the axis the path walks contiguous: u for rows (a voxel row mostly
+    walks along u), v for columns (a voxel column walks along v)."""
+    axis = 1 if path == "rows" else 2
+    if filtered.stride(axis) == 1:
         return filtered
-    return filtered.transpose(1, 2).contiguous().transpose(1, 2)
+    other = 3 - axis
+    return filtered.transpose(axis, other).contiguous().transpose(axis, other)
+
+
+def _cpu_backproject(q, rays: Rays, grid: VolumeGrid, w, z0, z1, k0, k1, out_t, accumulate, path):
+    n, U, V = q.shape
+    q = _layout_for(q, path)
+    geo = [t.detach().to(dtype=q.dtype).contiguous() for t in rays.tensors()]
+    dz, dy, dx = grid.spacing
+    _cpu_fn(q.dtype)(q.data_ptr(), q.stride(0), q.stride(1), q.stride(2), U, V, *(t.data_ptr() for t in geo),
+                     w.data_ptr(), int(rays.cone), k0, k1, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz,
+                     out_t.data_ptr(), int(accumulate), num_threads(), FDK_PATHS[path])
+    return out_t
 
 
 def _resolve(backend: str, device: torch.device) -> str:
@@ -104,13 +186,10 @@ def weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, v
     if which == "reference":
         res = reference_weighted_backproject(q, Rays(*geo, rays.cone, rays.detector_shape), grid, w, z0, z1, k0, k1)
         return out_t.add_(res) if accumulate else out_t.copy_(res)
-    q = _u_fastest(q)
-    dz, dy, dx = grid.spacing
     if which == "cpu":
-        _cpu_fn(dtype)(q.data_ptr(), q.stride(0), q.stride(1), q.stride(2), U, V, *(t.data_ptr() for t in geo),
-                       w.data_ptr(), int(rays.cone), k0, k1, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz,
-                       out_t.data_ptr(), int(accumulate), num_threads())
-        return out_t
+        return _cpu_backproject(q, Rays(*geo, rays.cone, rays.detector_shape), grid, w, z0, z1, k0, k1, out_t,
+                                accumulate, fdk_path(dtype, z1 - z0))
+    q = _layout_for(q, "rows")  # the CUDA kernel's threads walk u
     from .cuda import runtime_for
     return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate, runtime_for(which))
 

@@ -74,7 +74,7 @@ def filtered_views(projector, orbit: Orbit, sino4: torch.Tensor, k0: int, k1: in
     dtype, device = sino4.dtype, sino4.device
     data = sino4
     if orbit.cone:
-        pre = cosine_weights(orbit)[k0:k1]
+        pre = cosine_weights(orbit, (k0, k1))
         if parker is not None:
             pre = pre * parker[k0:k1, :, None]
         data = data * pre.to(device=device, dtype=dtype)

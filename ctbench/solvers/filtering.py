@@ -113,6 +113,14 @@ def _spectrum_cached(n_fft: int, spacing: float, name: str, cutoff: float) -> to
     return spec * window(name, f, cutoff)
 
 
+@lru_cache(maxsize=32)
+def _spectrum_for(n_fft: int, spacing: float, name: str, cutoff: float, dtype: torch.dtype,
+                  device: torch.device) -> torch.Tensor:
+    """The spectrum in the data's dtype and device, built once per (length, spacing, window, dtype,
+    device); callers only read it."""
+    return _spectrum_cached(n_fft, spacing, name, cutoff).to(device=device, dtype=dtype)
+
+
 def ramp_spectrum(n_fft: int, spacing: float, filter: str = "ram-lak", cutoff: float = 1.0) -> torch.Tensor:
     """The filter's rfft spectrum (n_fft//2 + 1,), float64, including the ``spacing`` factor."""
     if not (spacing > 0 and math.isfinite(spacing)):
@@ -141,21 +149,30 @@ def ramp_filter(projections: torch.Tensor, spacing: float, *, dim: int = -1, fil
         raise TypeError("projections must be a floating-point torch.Tensor")
     padding = check_padding(padding)
     m = check_oversample(oversample)
+    dim = dim % projections.ndim if projections.ndim else dim
     n = projections.shape[dim]
     n_fft = padded_length(n, padding)
-    spec = ramp_spectrum(n_fft, float(spacing), filter, cutoff).to(device=projections.device,
-                                                                    dtype=projections.dtype)
-    x = projections.movedim(dim, -1)
-    if x.numel() == 0:  # e.g. a distributed rank with zero views: some FFT backends reject empty batches
-        return x.new_zeros((*x.shape[:-1], (n - 1) * m + 1 if m > 1 else n)).movedim(-1, dim).contiguous()
-    X = torch.fft.rfft(x, n=n_fft, dim=-1) * spec
+    if not (spacing > 0 and math.isfinite(spacing)):
+        raise ValueError(f"spacing must be a positive number of mm, got {spacing!r}")
+    spec = _spectrum_for(n_fft, float(spacing), check_filter(filter), _check_cutoff(cutoff), projections.dtype,
+                         projections.device)
+    if projections.numel() == 0:  # e.g. a distributed rank with zero views: some FFT backends reject empty batches
+        shape = list(projections.shape)
+        shape[dim] = (n - 1) * m + 1 if m > 1 else n
+        return projections.new_zeros(shape)
+    # Real FFTs along ``dim`` itself: no transposed copy of the data before or after.
+    spec = spec.reshape(-1, *([1] * (projections.ndim - 1 - dim)))
+    X = torch.fft.rfft(projections, n=n_fft, dim=dim)
+    X *= spec
     if m == 1:
-        out = torch.fft.irfft(X, n=n_fft, dim=-1)[..., :n]
+        out = torch.fft.irfft(X, n=n_fft, dim=dim).narrow(dim, 0, n)
     else:
         # Trigonometric interpolation: the spectrum zero-padded to m * n_fft; the
         # Nyquist bin is split between +/- Nyquist, hence halved.
-        Xp = X.new_zeros((*X.shape[:-1], m * n_fft // 2 + 1))
-        Xp[..., :X.shape[-1]] = X
-        Xp[..., X.shape[-1] - 1] *= 0.5
-        out = torch.fft.irfft(Xp, n=m * n_fft, dim=-1)[..., :(n - 1) * m + 1] * m
-    return out.movedim(-1, dim).contiguous()
+        shape = list(X.shape)
+        shape[dim] = m * n_fft // 2 + 1
+        Xp = X.new_zeros(shape)
+        Xp.narrow(dim, 0, X.shape[dim]).copy_(X)
+        Xp.narrow(dim, X.shape[dim] - 1, 1).mul_(0.5)
+        out = torch.fft.irfft(Xp, n=m * n_fft, dim=dim).narrow(dim, 0, (n - 1) * m + 1) * m
+    return out.contiguous()

@@ -231,12 +231,14 @@ def is_full_scan(orbit: Orbit) -> bool:
     return orbit.coverage >= period - 0.5 * orbit.step
 
 
-def cosine_weights(orbit: Orbit) -> torch.Tensor:
-    """Cone/fan pre-weights ``Dsd / |pixel - source|``, (n_views, U, V)."""
-    pu2 = orbit.pixel_u[:, :, None] ** 2
-    pv2 = orbit.pixel_v[:, None, :] ** 2
-    d2 = orbit.sdd[:, None, None] ** 2
-    return orbit.sdd[:, None, None] / torch.sqrt(d2 + pu2 + pv2)
+def cosine_weights(orbit: Orbit, views: tuple[int, int] | None = None) -> torch.Tensor:
+    """Cone/fan pre-weights ``Dsd / |pixel - source|``, (n_views, U, V); with ``views=(k0, k1)`` those
+    of views [k0, k1) only, (k1-k0, U, V) (a batch of views costs its own share, not the whole scan's)."""
+    k0, k1 = (0, orbit.sdd.shape[0]) if views is None else views
+    pu2 = orbit.pixel_u[k0:k1, :, None] ** 2
+    pv2 = orbit.pixel_v[k0:k1, None, :] ** 2
+    sdd = orbit.sdd[k0:k1, None, None]
+    return sdd / torch.sqrt(sdd * sdd + pu2 + pv2)
 
 
 def redundancy_weights(orbit: Orbit, short_scan: str | bool = "auto", who: str = "fdk"):
