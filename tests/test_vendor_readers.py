@@ -263,7 +263,8 @@ def test_zeiss_reads_distances_pitch_angles_reference_and_shifts(zeiss_counts, t
     np.testing.assert_allclose(scan.angles, ZS.angles, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(scan.projections[50]), proj[50])
     np.testing.assert_array_equal(np.asarray(scan.flats)[0], ref)
-    np.testing.assert_allclose(scan.scanner["alignment_shifts_px"]["x"], shifts, atol=1e-6)
+    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["x"], shifts, atol=1e-6)   # applied by the pipeline
+    assert scan.scanner["view_shifts_px"]["y"] == [0.0] * ZS.n_views
     assert scan.orientation.seen_from == "auto"
 
 

@@ -13,8 +13,11 @@ the same ones):
   included): the detector pitch is it times SDD / SID;
 - the images ``ImageData<k>/Image<i>`` (``i`` from 1, 100 per storage);
   the reference (flat field) ``ReferenceData/Image`` (float32), when present;
-- ``Alignment/X-Shifts`` / ``Y-Shifts`` (pixels per image): kept in
-  ``scanner["alignment_shifts_px"]``, not applied.
+- ``Alignment/X-Shifts`` / ``Y-Shifts`` (float32 pixels per image, the
+  alignment Xradia's reconstructor applies: image ``k`` moved by ``x_k``
+  columns and ``y_k`` rows, as txrm2tiff applies them): the scan's per-view
+  shifts (:mod:`ctbench.io.view_shifts`), applied by the pipeline.  A
+  ``Y-Shifts`` stream missing beside ``X-Shifts`` counts as zeros.
 
 ``.txm`` files (reconstructed volumes) have the same container; only
 projection files (``.txrm``) are scans.  Orientation: the sense of the
@@ -33,6 +36,8 @@ import numpy as np
 from .errors import ScanFileError
 from .orientation import Orientation
 from .scan import RawScan
+from .view_shifts import KEY as VIEW_SHIFTS
+from .view_shifts import shifts_entry
 
 ZEISS_SUFFIXES = (".txrm", ".txm")
 _DTYPES = {5: np.dtype("<u2"), 10: np.dtype("<f4")}
@@ -116,9 +121,12 @@ def read_zeiss(path) -> RawScan:
         scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Zeiss Xradia",
                    "pixel_size_at_object_um": pixel_um}
         xs = _stream(ole, "Alignment/X-Shifts", path, "<f4", required=False)
-        if xs is not None:
-            ys = _stream(ole, "Alignment/Y-Shifts", path, "<f4", required=False)
-            scanner["alignment_shifts_px"] = {"x": xs[:n].tolist(), "y": None if ys is None else ys[:n].tolist()}
+        ys = _stream(ole, "Alignment/Y-Shifts", path, "<f4", required=False)
+        if xs is not None or ys is not None:
+            xs = np.zeros(n) if xs is None else xs[:n]
+            ys = None if ys is None else ys[:n]
+            if np.any(xs) or (ys is not None and np.any(ys)):     # all zero: no alignment was recorded
+                scanner[VIEW_SHIFTS] = shifts_entry(xs, ys, n, "Alignment/X-Shifts, Y-Shifts", path)
         return RawScan(proj, flats, None, angles=np.radians(angles), pixel_size=(pitch, pitch), scanner=scanner,
                        source=str(path), format="zeiss", orientation=Orientation("auto", "right", "down", "ccw"))
     except ScanFileError:
