@@ -88,7 +88,7 @@ def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white
 
 def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, direction=None, optical_axis=None,
                  binning: int = 1, shifts=None, random_movement: str = "OFF (10)", postalignment: float = 0.0,
-                 short_list: bool = False) -> Path:
+                 short_list: bool = False, xy_ratio: float = 1.0) -> Path:
     """A SkyScan folder: ``<prefix>.log`` ([System], [Acquisition], [Reconstruction]; spaces around values as
     the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ...
 
@@ -124,7 +124,7 @@ def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, dire
         lines += [f"{k:.6f}, {x[k]:.6f}, {y[k]:.6f}" for k in range(m)]
         (folder / f"{prefix}_TS.csv").write_text("\r\n".join(lines) + "\r\n\r\n")
     text = ["[System]", "Scanner=SkyScan1272", "Instrument S/N=ctbench-test", "Software=Version 1. 1 (build 18)",
-            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", "CameraXYRatio=1.0000", "[Acquisition]"]
+            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", f"CameraXYRatio={xy_ratio:.4f}", "[Acquisition]"]
     text += [f"{k}={v}" for k, v in acq]
     text += ["[Reconstruction]", "Reconstruction Program=NRecon", f"Postalignment={postalignment:.2f}"]
     (folder / f"{prefix}.log").write_text("\r\n".join(text) + "\r\n")
@@ -223,7 +223,7 @@ def _write_cfb(path, streams: dict) -> Path:
 
 
 def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, binning: int = 1,
-               x_shifts=None, y_shifts=None) -> Path:
+               x_shifts=None, y_shifts=None, xray_geometry: int = 1, acquisition_mode: int = 0) -> Path:
     """A Zeiss Xradia ``.txrm``: ImageInfo streams (little-endian int32/float32; the source and detector distances
     negative for the source side, as Xradia writes them), images as uint16 ``ImageData<k>/Image<i>`` (100 per
     storage, 1-based), the reference (flat) as float32 ``ReferenceData/Image``, per-view alignment shifts."""
@@ -237,7 +237,8 @@ def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, 
          "ImageInfo/Angles": f32(angles_deg), "ImageInfo/StoRADistance": f32(np.full(n, -sid)),
          "ImageInfo/DtoRADistance": f32(np.full(n, sdd - sid)), "ImageInfo/CameraBinning": i32(binning),
          "ImageInfo/XrayMagnification": f32(np.full(n, sdd / sid)),
-         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10)}
+         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10),
+         "ImageInfo/XrayGeometry": i32(xray_geometry), "ImageInfo/AcquisitionMode": i32(acquisition_mode)}
     if x_shifts is not None:
         s["Alignment/X-Shifts"] = f32(x_shifts)
         s["Alignment/Y-Shifts"] = f32(np.zeros(n) if y_shifts is None else y_shifts)

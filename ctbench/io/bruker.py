@@ -10,6 +10,8 @@ The ``.log`` file is INI-like text (``[System]``, ``[Acquisition]``,
 - ``Image Pixel Size (um)``: the pixel at the *object* (binning included),
   so the detector pitch is it times SDD / SID; without it,
   ``Camera Pixel Size (um)`` (``[System]``) times ``Camera binning`` (``2x2``);
+- ``CameraXYRatio`` (``Camera X/Y Ratio`` in newer logs): the row pitch is
+  the column pitch times it, as TIGRE's BrukerDataLoader reads it;
 - ``Rotation Step (deg)``; angles ``step * i`` (negated for a ``"cw"`` scan: ctbench's angles);
 - ``Optical Axis (line)``: the detector row the central ray hits, giving the
   vertical detector offset ``(line - (rows - 1) / 2) * dv`` (``scanner["detector_offset_v_mm"]``, used
@@ -130,6 +132,9 @@ def read_bruker(path, *, flats=None) -> RawScan:
     else:
         b = re.match(r"\s*(\d+)", _get(d, "Camera binning") or "1")
         pitch_mm = _num(d, "Camera Pixel Size (um)", log) * 1e-3 * (int(b.group(1)) if b else 1)
+    # The pixel's height over its width (TIGRE's reading: dv = du x ratio); newer logs write "Camera X/Y Ratio".
+    xy = "CameraXYRatio" if _get(d, "CameraXYRatio") is not None else "Camera X/Y Ratio"
+    ratio = _num(d, xy, log, default=1.0)
     step = _num(d, "Rotation Step (deg)", log)
     direction = (_get(d, "Rotation Direction") or "").strip().upper()
     rotation = {"CC": "cw", "CCW": "cw", "CW": "ccw"}.get(direction, "auto")
@@ -149,11 +154,12 @@ def read_bruker(path, *, flats=None) -> RawScan:
     axis = _get(d, "Optical Axis (line)")
     if axis is not None:
         scanner["detector_offset_v_mm"] = (_num(d, "Optical Axis (line)", log, positive=False)
-                                           - (rows - 1) / 2) * pitch_mm
+                                           - (rows - 1) / 2) * pitch_mm * ratio
     try:
         # RawScan angles are ctbench's for the stated rotation: decreasing for "cw".
         sign = -1.0 if rotation == "cw" else 1.0
-        return RawScan(proj, flats, None, angles=np.radians(sign * step * np.arange(n)), pixel_size=(pitch_mm, pitch_mm),
+        return RawScan(proj, flats, None, angles=np.radians(sign * step * np.arange(n)),
+                       pixel_size=(pitch_mm, pitch_mm * ratio),
                        scanner=scanner, source=str(log), format="bruker",
                        orientation=Orientation("source", "right", "down", rotation))
     except ValueError as e:

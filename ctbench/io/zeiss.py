@@ -5,6 +5,10 @@ the same ones):
 
 - ``ImageInfo/ImageWidth``, ``ImageHeight`` (int32), ``ImagesTaken`` (or
   ``NoOfImages``), ``DataType`` (5: uint16, 10: float32);
+- ``ImageInfo/AcquisitionMode`` (int32; 0: projections, anything else a
+  reconstructed volume, refused) and ``ImageInfo/XrayGeometry`` (int32; 1:
+  cone beam, otherwise parallel, as CIL's ZEISSDataReader reads them; absent:
+  cone beam);
 - ``ImageInfo/Angles`` (float32 per image, degrees);
 - ``ImageInfo/StoRADistance`` / ``DtoRADistance`` (float32 per image, mm:
   source and detector distances to the rotation axis, the source's written
@@ -87,18 +91,26 @@ def read_zeiss(path) -> RawScan:
         if code not in _DTYPES:
             raise ScanFileError(path, f"has ImageInfo/DataType {code}; ctbench reads 5 (uint16) and 10 (float32)")
         dtype = _DTYPES[code]
+        mode = one("ImageInfo/AcquisitionMode", required=False)
+        if mode is not None and int(mode) != 0:        # as CIL reads it: 0 projections, otherwise a volume (.txm)
+            raise ScanFileError(path, f"holds a reconstructed volume (ImageInfo/AcquisitionMode={int(mode)}), not "
+                                      "projections; only projection files (.txrm) are scans")
+        geometry = one("ImageInfo/XrayGeometry", required=False)
+        parallel = geometry is not None and int(geometry) != 1     # 1: cone beam (CIL's reading), else parallel
         angles = _stream(ole, "ImageInfo/Angles", path, "<f4").astype(np.float64)[:n]
         if angles.size != n:
             raise ScanFileError(path, f"has {angles.size} angles for {n} images")
-        sid = float(np.abs(_stream(ole, "ImageInfo/StoRADistance", path, "<f4")[:n]).mean())
-        odd = float(np.abs(_stream(ole, "ImageInfo/DtoRADistance", path, "<f4")[:n]).mean())
-        if not (np.isfinite(sid) and sid > 0 and np.isfinite(odd) and odd >= 0):
-            raise ScanFileError(path, f"has source/detector distances {sid} / {odd} mm")
-        sdd = sid + odd
+        sid = sdd = None
+        if not parallel:
+            sid = float(np.abs(_stream(ole, "ImageInfo/StoRADistance", path, "<f4")[:n]).mean())
+            odd = float(np.abs(_stream(ole, "ImageInfo/DtoRADistance", path, "<f4")[:n]).mean())
+            if not (np.isfinite(sid) and sid > 0 and np.isfinite(odd) and odd >= 0):
+                raise ScanFileError(path, f"has source/detector distances {sid} / {odd} mm")
+            sdd = sid + odd
         pixel_um = float(one("ImageInfo/PixelSize", "<f4"))
         if not (np.isfinite(pixel_um) and pixel_um > 0):
             raise ScanFileError(path, f"has ImageInfo/PixelSize {pixel_um}")
-        pitch = pixel_um * 1e-3 * sdd / sid
+        pitch = pixel_um * 1e-3 * (1.0 if parallel else sdd / sid)
         for i in (1, n):
             if not ole.exists(f"ImageData{(i - 1) // 100 + 1}/Image{i}"):
                 raise ScanFileError(path, f"has no stream ImageData{(i - 1) // 100 + 1}/Image{i} (image {i} of {n})")
@@ -118,8 +130,11 @@ def read_zeiss(path) -> RawScan:
             if ref.size != rows * cols:
                 raise ScanFileError(path, f"ReferenceData/Image has {ref.size} pixels, not {cols} x {rows}")
             flats = ref.reshape(1, rows, cols).astype(np.float32)
-        scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Zeiss Xradia",
-                   "pixel_size_at_object_um": pixel_um}
+        scanner = {"format": "Zeiss Xradia", "pixel_size_at_object_um": pixel_um}
+        if parallel:
+            scanner["beam"] = "parallel"
+        else:
+            scanner |= {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd}
         xs = _stream(ole, "Alignment/X-Shifts", path, "<f4", required=False)
         ys = _stream(ole, "Alignment/Y-Shifts", path, "<f4", required=False)
         if xs is not None or ys is not None:
