@@ -257,11 +257,23 @@ def conjugate_mismatch(sino, angles, offset_px: float, pitch: float, sid=None, s
     return float(np.mean(diff * diff))
 
 
+def _median_step(a: np.ndarray) -> float:
+    """The median angular step between successive views (radians; 0 when all angles are equal)."""
+    steps = np.abs(np.diff(a))
+    return float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+
+
+def _depth(cs: np.ndarray) -> float:
+    """1 - min / median of a cost curve's finite values (0: flat, 1: a sharp minimum)."""
+    fin = cs[np.isfinite(cs)]
+    med = float(np.median(fin))
+    return 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+
+
 def opposite_view_pairs(angles, *, tol_steps: float = 0.05) -> list[tuple[int, int]]:
     """Index pairs ``(i, j)`` of views 180 degrees apart (within ``tol_steps`` of the median angular step)."""
     a = np.asarray(angles, dtype=np.float64).reshape(-1)
-    steps = np.abs(np.diff(a))
-    step = float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+    step = _median_step(a)
     if step == 0.0:
         return []
     tol = tol_steps * step
@@ -334,13 +346,10 @@ def offset_by_opposite_views(images, angles, pitch: float, *, search_px=None):
 def _half_turn(angles) -> np.ndarray:
     """Indices of the views of the first half turn (angles below the first one + 180 degrees, less a margin)."""
     a = np.asarray(angles, dtype=np.float64).reshape(-1)
-    steps = np.abs(np.diff(a))
-    step = float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
-    rel = np.abs(a - a[0])
-    return np.flatnonzero(rel < np.pi - 0.5 * step)
+    return np.flatnonzero(np.abs(a - a[0]) < np.pi - 0.5 * _median_step(a))
 
 
-def _double_wedge_cost(sino, angles, pitch):
+def _double_wedge_cost(sino, angles):
     """Energy outside the double wedge of the 2D spectrum of the 360-degree sinogram made of a half turn and its
     mirror about a candidate axis (the idea of Vo et al. 2014, Opt. Express 22:19078; written for ctbench).
 
@@ -370,11 +379,12 @@ def _double_wedge_cost(sino, angles, pitch):
 
 def offset_by_double_wedge(sino, angles, pitch: float, *, search_px=None):
     """Offset (pixels) of a parallel scan of (at least) a half turn whose mirrored completion to a full turn is
-    most consistent (:func:`_double_wedge_cost`); the cross-check for half-turn parallel scans, where the
-    sharpness of FBP slices does not peak at the centre."""
+    most consistent (:func:`_double_wedge_cost`), and the cost curve: :func:`find_centre`'s method for half-turn
+    parallel scans, where few rays have a measured conjugate and the sharpness of FBP slices does not peak at
+    the centre."""
     s, a = _check(sino, angles, pitch, None, None)
     lo, hi = _search_range(s.shape[1], search_px)
-    return _minimise(_double_wedge_cost(s, a, pitch), lo, hi, 1.0, 0.1)
+    return _minimise(_double_wedge_cost(s, a), lo, hi, 1.0, 0.1)
 
 
 def half_turn_parallel(angles, sid=None) -> bool:
@@ -383,15 +393,14 @@ def half_turn_parallel(angles, sid=None) -> bool:
     a = np.asarray(angles, dtype=np.float64).reshape(-1)
     if sid is not None or a.size < 4 or _pairs_most_rays(a):
         return False
-    steps = np.abs(np.diff(a))
-    step = float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+    step = _median_step(a)
     return step > 0 and float(np.abs(a - a[0]).max()) >= np.pi - 1.5 * step    # a half turn, end view or not
 
 
 def cross_check_offset(sino, angles, pitch: float, sid=None, sdd=None, *, search_px=None):
     """The second, independent centre estimate: ``(offset_px, offsets, costs, method)``.
 
-    The sharpness sweep, except for half-turn parallel scans (the double wedge)."""
+    The sharpness sweep, except for half-turn parallel scans: the views 180 degrees apart (none without them)."""
     if half_turn_parallel(angles, sid):
         if not opposite_view_pairs(angles):       # a half turn without its end view: no independent second method
             return None, None, None, ""
@@ -511,9 +520,7 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
     if half_turn_parallel(a_all, sid):
         return _centre_of_half_turn(images, sino, a_all, pitch, n_bad, search_px, cross_check)
     x, xs, cs = offset_by_conjugate_rays(sino, angles, pitch, sid, sdd, search_px=search_px)
-    fin = cs[np.isfinite(cs)]
-    med = float(np.median(fin))
-    depth = 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+    depth = _depth(cs)
     split = float("inf")
     if sino.shape[0] >= 4:
         # The halves search +-4 px around the answer (the same grids as the full search): cheaper, and still wide
@@ -540,9 +547,7 @@ def _centre_of_half_turn(images, sino, angles, pitch, n_bad, search_px, cross_ch
     """find_centre for a parallel scan of about a half turn: the double wedge of the mirrored completion (all
     views), the even and the odd views for the confidence, the opposite views as the cross-check."""
     x, xs, cs = offset_by_double_wedge(sino, angles, pitch, search_px=search_px)
-    fin = cs[np.isfinite(cs)]
-    med = float(np.median(fin))
-    depth = 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+    depth = _depth(cs)
     split = float("inf")
     if sino.shape[0] >= 8:
         lo, hi = _search_range(sino.shape[1], search_px)
