@@ -205,7 +205,8 @@ class Prepared:
 
 
 def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
-    """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise and ring-filter a scan."""
+    """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise, ring-filter a scan and
+    apply the per-view shifts its file records (preprocess.view_shifts)."""
     from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
                                  flat_dark_correct, remove_stripes, view_subset)
     from ..preprocessing.correction import replace_nonfinite
@@ -254,6 +255,11 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     if pre.ring_filter:
         images = remove_stripes(images, pre.ring_filter)
     images = correct_line_integrals(images, pre, extra)
+    if pre.view_shifts:     # the scanner's per-view shifts, after rings and binning, in the file's image frame
+        from .view_shifts import apply_recorded_shifts
+        images, shifted = apply_recorded_shifts(images, scan.scanner, idx, pre.bin)
+        if shifted:
+            extra["view_shifts"] = shifted
     du, dv = (p * f for p, f in zip(pitch, change.pitch_factor))
     return Prepared(images, None if scan.angles is None else scan.angles[idx], (du, dv), change.shift_u,
                     change.shift_v, idx, report.to_dict() | extra)
@@ -384,15 +390,10 @@ def oriented_scan(cfg: ReconConfig, say):
         say(f"non-finite input values: {n_nonfinite} ({prep.correction['nonfinite_rule']})")
     if "zingers" in prep.correction:
         say(f"zingers: replaced {prep.correction['zingers']['n_replaced']} outlier values")
-    if cfg.preprocess.view_shifts:              # the scanner's per-view shifts, in the file's image frame
-        from dataclasses import replace
-
-        from .view_shifts import apply_recorded_shifts
-        shifted_images, shifted = apply_recorded_shifts(prep.images, scan.scanner, prep.views, cfg.preprocess.bin)
-        if shifted:
-            prep = replace(prep, images=shifted_images, correction={**prep.correction, "view_shifts": shifted})
-            say(f"per-view shifts applied ({shifted['source']}; up to {shifted['max_abs_x_px']:.2f} px across, "
-                f"{shifted['max_abs_y_px']:.2f} px down)")
+    shifted = prep.correction.get("view_shifts")
+    if shifted:
+        say(f"per-view shifts applied ({shifted['source']}; up to {shifted['max_abs_x_px']:.2f} px across, "
+            f"{shifted['max_abs_y_px']:.2f} px down)")
     sid, sdd = distances(scan, cfg.geometry)
     if cfg.geometry.detector_offset_v_mm is None:
         cfg = cfg.model_copy(deep=True)
