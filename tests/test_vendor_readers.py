@@ -322,3 +322,19 @@ def test_zeiss_parallel_beam_and_volume_files(tmp_path):
     assert "beam" not in cone.scanner and cone.pixel_size == pytest.approx((0.006, 0.006))
     with pytest.raises(ScanFileError, match="reconstructed volume"):
         read_scan(write_txrm(tmp_path / "vol.txrm", proj, ref, acquisition_mode=1, **kw))
+
+
+def test_stated_tilts_that_are_not_applied_are_warnings(tmp_path):
+    """A Nikon ObjectRoll/ObjectTilt (CIL turns its axis by them) and a SkyScan Image Rotation are not applied by
+    ctbench's circular orbit: the scan says so instead of reconstructing silently with a tilted axis."""
+    imgs = np.full((3, 4, 6), 1000, np.uint16)
+    xt = write_nikon(tmp_path / "nk", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0, angles_deg=[0.0, 120.0, 240.0],
+                     white_level=2000.0, extra={"ObjectRoll": 0.5})
+    assert any("ObjectRoll=0.5 deg is not applied" in w for w in read_scan(xt).scanner["warnings"])
+    assert "warnings" not in read_scan(write_nikon(tmp_path / "ok", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0,
+                                                   angles_deg=[0.0, 120.0, 240.0], white_level=2000.0)).scanner
+    log = write_bruker(tmp_path / "sky", "r_", imgs, sid=50.0, sdd=200.0, pitch=0.02, step_deg=120.0,
+                       image_rotation=0.23)
+    scan = read_scan(log)
+    assert scan.scanner["image_rotation_deg"] == pytest.approx(0.23)
+    assert any("Image Rotation=0.23 deg is not applied" in w for w in scan.scanner["warnings"])

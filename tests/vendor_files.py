@@ -88,7 +88,7 @@ def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white
 
 def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, direction=None, optical_axis=None,
                  binning: int = 1, shifts=None, random_movement: str = "OFF (10)", postalignment: float = 0.0,
-                 short_list: bool = False, xy_ratio: float = 1.0) -> Path:
+                 short_list: bool = False, xy_ratio: float = 1.0, image_rotation: float | None = None) -> Path:
     """A SkyScan folder: ``<prefix>.log`` ([System], [Acquisition], [Reconstruction]; spaces around values as
     the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ...
 
@@ -113,6 +113,8 @@ def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, dire
         acq.insert(8, ("Optical Axis (line)", f"{optical_axis:g}"))
     if direction is not None:
         acq.append(("Rotation Direction", direction))
+    if image_rotation is not None:
+        acq.insert(8, ("Image Rotation", f"{image_rotation:.4f}"))
     if shifts is not None:
         x, y = (np.asarray(v, dtype=np.float64) for v in shifts)
         m = n - 1 if short_list else n

@@ -29,6 +29,9 @@ pipeline as the shifts that align each view (:mod:`ctbench.io.view_shifts`).
 ``Random Movement`` (``ON (n)``: the stage moved by up to ``n`` pixels
 between views against ring artefacts) is read; when it is ON and no list
 is found the scan carries a warning (its views cannot be aligned).
+``Image Rotation`` (degrees, the in-plane turn NRecon applies) is kept in
+``scanner["image_rotation_deg"]`` and, when not zero, reported as a warning
+(its sense is not documented; not applied).
 ``[Reconstruction] Postalignment`` (NRecon's whole-scan horizontal shift,
 pixels) is kept in ``scanner["postalignment_px"]`` for the report, not
 applied: the pipeline's centre finder measures the offset, and a stated
@@ -151,6 +154,13 @@ def read_bruker(path, *, flats=None) -> RawScan:
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Bruker SkyScan",
                "log": str(log), "rotation_step_deg": step}
     _per_view_shifts(d, log, prefix, n, scanner)
+    turned = _get(d, "Image Rotation")
+    if turned is not None and _num(d, "Image Rotation", log, positive=False):
+        # NRecon turns the images by it (degrees); its sense is not documented, so it is reported, not applied
+        scanner["image_rotation_deg"] = _num(d, "Image Rotation", log, positive=False)
+        scanner.setdefault("warnings", []).append(
+            f"{log.name}: Image Rotation={scanner['image_rotation_deg']:g} deg is not applied; state "
+            "geometry.detector_roll_deg (its sign is not documented: check the result) or calibrate the roll")
     axis = _get(d, "Optical Axis (line)")
     if axis is not None:
         scanner["detector_offset_v_mm"] = (_num(d, "Optical Axis (line)", log, positive=False)
