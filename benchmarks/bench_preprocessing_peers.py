@@ -9,8 +9,9 @@ offsets, stripes and zingers, the textbook Paganin formula).
    ``find_center_vo`` on 360-degree parallel-beam scans and on the mid-plane
    of 360-degree cone-beam scans (algotom gets the first 180 degrees, the
    input its method is made for; ctbench's conjugate rays need the pairs
-   180 degrees apart), with known non-integer offsets and Poisson noise.
-   Error in pixels.
+   180 degrees apart), and on 180-degree parallel-beam scans with both end
+   views (0 and 180 degrees; both finders get the same 181 views), with
+   known non-integer offsets and Poisson noise.  Error in pixels.
 2. ``rings``: stripes planted in a sinogram; the part of each stripe left
    (mean planted amplitude over mean residual: the reduction factor) and the
    change elsewhere (mean and max |change| off the stripes, relative to the
@@ -93,7 +94,7 @@ def bench_centre(out, quick, rng):
 
     offsets = [-7.3, -2.6, 3.3, 8.8] if not quick else [-2.6, 3.3]
     U = 256
-    for geometry in ("parallel-360", "cone-360"):
+    for geometry in ("parallel-360", "cone-360", "parallel-180"):
         for off in offsets:
             for photons in (2e4, 2e3):
                 if geometry == "parallel-360":
@@ -106,6 +107,15 @@ def bench_centre(out, quick, rng):
                     sino = _noisy(sino * 0.02, photons, rng)         # line integrals up to ~1.5
                     res = find_centre(sino, ang.numpy(), 1.0)
                     half = sino[: n // 2]
+                elif geometry == "parallel-180":
+                    # a half turn with both end views, as beamlines write it: the same data for both finders
+                    n = 181
+                    ang = torch.linspace(0, math.pi, n, dtype=torch.float64)
+                    traj = circular_trajectory_2d_parallel(angles=ang, detector_offset=off * 1.0, dtype=torch.float64)
+                    sino = shepp_logan_line_integrals(traj, U, 1.0, scale=100.0).numpy()
+                    sino = _noisy(sino * 0.02, photons, rng)
+                    res = find_centre(sino, ang.numpy(), 1.0)
+                    half = sino
                 else:
                     n = 360
                     ang = torch.linspace(0, 2 * math.pi, n + 1, dtype=torch.float64)[:-1]

@@ -263,7 +263,8 @@ def test_zeiss_reads_distances_pitch_angles_reference_and_shifts(zeiss_counts, t
     np.testing.assert_allclose(scan.angles, ZS.angles, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(scan.projections[50]), proj[50])
     np.testing.assert_array_equal(np.asarray(scan.flats)[0], ref)
-    np.testing.assert_allclose(scan.scanner["alignment_shifts_px"]["x"], shifts, atol=1e-6)
+    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["x"], shifts, atol=1e-6)   # applied by the pipeline
+    assert scan.scanner["view_shifts_px"]["y"] == [0.0] * ZS.n_views
     assert scan.orientation.seen_from == "auto"
 
 
@@ -296,3 +297,44 @@ def test_zeiss_bad_files_are_named(tmp_path):
     p.write_bytes(b"not an OLE file at all" * 40)
     with pytest.raises(ScanFileError, match="not an OLE2 compound file"):
         read_scan(p)
+
+
+# ------------------------------------------------------------------ mappings checked against the open readers
+def test_bruker_row_pitch_follows_the_camera_xy_ratio(tmp_path):
+    """TIGRE's BrukerDataLoader: dv = du x CameraXYRatio (docs/SCANS.md, the mapping table)."""
+    log = write_bruker(tmp_path, "x_", np.ones((3, 4, 6), np.uint16), sid=50.0, sdd=200.0, pitch=0.02,
+                       step_deg=120.0, xy_ratio=0.9927, optical_axis=2.5)
+    scan = read_scan(log)
+    assert scan.pixel_size == pytest.approx((0.02, 0.02 * 0.9927), rel=1e-5)
+    assert scan.scanner["detector_offset_v_mm"] == pytest.approx((2.5 - 1.5) * 0.02 * 0.9927, rel=1e-5)
+
+
+def test_zeiss_parallel_beam_and_volume_files(tmp_path):
+    """CIL's ZEISSDataReader: ImageInfo/XrayGeometry 1 is a cone beam, otherwise parallel (the pixel size is then
+    the detector pitch); ImageInfo/AcquisitionMode other than 0 is a reconstructed volume."""
+    proj = np.full((4, 6, 8), 1000, np.uint16)
+    ref = np.full((6, 8), 2000.0, np.float32)
+    kw = dict(angles_deg=[0, 45, 90, 135], sid=100.0, sdd=300.0, pixel_um=2.0)
+    par = read_scan(write_txrm(tmp_path / "par.txrm", proj, ref, xray_geometry=2, **kw))
+    assert par.scanner["beam"] == "parallel" and "source_object_distance_mm" not in par.scanner
+    assert par.pixel_size == pytest.approx((0.002, 0.002))
+    cone = read_scan(write_txrm(tmp_path / "cone.txrm", proj, ref, **kw))
+    assert "beam" not in cone.scanner and cone.pixel_size == pytest.approx((0.006, 0.006))
+    with pytest.raises(ScanFileError, match="reconstructed volume"):
+        read_scan(write_txrm(tmp_path / "vol.txrm", proj, ref, acquisition_mode=1, **kw))
+
+
+def test_stated_tilts_that_are_not_applied_are_warnings(tmp_path):
+    """A Nikon ObjectRoll/ObjectTilt (CIL turns its axis by them) and a SkyScan Image Rotation are not applied by
+    ctbench's circular orbit: the scan says so instead of reconstructing silently with a tilted axis."""
+    imgs = np.full((3, 4, 6), 1000, np.uint16)
+    xt = write_nikon(tmp_path / "nk", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0, angles_deg=[0.0, 120.0, 240.0],
+                     white_level=2000.0, extra={"ObjectRoll": 0.5})
+    assert any("ObjectRoll=0.5 deg is not applied" in w for w in read_scan(xt).scanner["warnings"])
+    assert "warnings" not in read_scan(write_nikon(tmp_path / "ok", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0,
+                                                   angles_deg=[0.0, 120.0, 240.0], white_level=2000.0)).scanner
+    log = write_bruker(tmp_path / "sky", "r_", imgs, sid=50.0, sdd=200.0, pitch=0.02, step_deg=120.0,
+                       image_rotation=0.23)
+    scan = read_scan(log)
+    assert scan.scanner["image_rotation_deg"] == pytest.approx(0.23)
+    assert any("Image Rotation=0.23 deg is not applied" in w for w in scan.scanner["warnings"])

@@ -87,9 +87,14 @@ def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white
 
 
 def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, direction=None, optical_axis=None,
-                 binning: int = 1) -> Path:
+                 binning: int = 1, shifts=None, random_movement: str = "OFF (10)", postalignment: float = 0.0,
+                 short_list: bool = False, xy_ratio: float = 1.0, image_rotation: float | None = None) -> Path:
     """A SkyScan folder: ``<prefix>.log`` ([System], [Acquisition], [Reconstruction]; spaces around values as
-    the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ..."""
+    the scanner writes them) and flat-field corrected 16-bit projections ``<prefix>0000.tif`` ...
+
+    ``shifts=(x, y)``: the per-view shift list ``<prefix>_TS.csv`` as the scanner writes it (a ``Format`` line, a
+    ``Property of the curves`` line, ``CURVE, Y1, Y2``, then ``index, Y1, Y2``; Y1 horizontal, Y2 vertical), named
+    in the log by the scanner PC's Windows path; ``short_list``: one view short, as the scanner lists them."""
     import tifffile
 
     folder = Path(folder)
@@ -102,16 +107,28 @@ def write_bruker(folder, prefix, projections, *, sid, sdd, pitch, step_deg, dire
            ("Object to Source (mm)", f"{sid:.3f}"), ("Camera to Source (mm)", f"{sdd:.5f}"),
            ("Image Format", "TIFF"), ("Depth (bits)", "16"), ("Exposure (ms)", "  400"),
            ("Rotation Step (deg)", f"{step_deg:.3f}"), ("Frame Averaging", "ON (2)"),
-           ("Random Movement", "OFF (10)"), ("Use 360 Rotation", "YES"), ("Geometrical Correction", "ON"),
+           ("Random Movement", random_movement), ("Use 360 Rotation", "YES"), ("Geometrical Correction", "ON"),
            ("Flat Field Correction", "ON"), ("Type of Detector Motion", "STEP AND SHOOT")]
     if optical_axis is not None:
         acq.insert(8, ("Optical Axis (line)", f"{optical_axis:g}"))
     if direction is not None:
         acq.append(("Rotation Direction", direction))
+    if image_rotation is not None:
+        acq.insert(8, ("Image Rotation", f"{image_rotation:.4f}"))
+    if shifts is not None:
+        x, y = (np.asarray(v, dtype=np.float64) for v in shifts)
+        m = n - 1 if short_list else n
+        acq += [("Maximum vertical TS", f"{np.abs(y).max():.1f}"), ("Maximum horizontal TS", f"{np.abs(x).max():.1f}"),
+                ("TS modified at", f"December1,10:00:34 ---  {m} of {m} projections"),
+                ("TS modified according to", f"D:\\Results\\{prefix}\\proj\\{prefix}_TS.csv"),
+                ("TS modified at level", "0")]
+        lines = ["Format,  CSV", f"Property of the curves, 2 {m} 1.000000 1.000000 ", "CURVE, Y1, Y2"]
+        lines += [f"{k:.6f}, {x[k]:.6f}, {y[k]:.6f}" for k in range(m)]
+        (folder / f"{prefix}_TS.csv").write_text("\r\n".join(lines) + "\r\n\r\n")
     text = ["[System]", "Scanner=SkyScan1272", "Instrument S/N=ctbench-test", "Software=Version 1. 1 (build 18)",
-            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", "CameraXYRatio=1.0000", "[Acquisition]"]
+            f"Camera Pixel Size (um)=   {pitch * 1e3 / binning:.2f}", f"CameraXYRatio={xy_ratio:.4f}", "[Acquisition]"]
     text += [f"{k}={v}" for k, v in acq]
-    text += ["[Reconstruction]", "Reconstruction Program=NRecon", "Postalignment=0.00"]
+    text += ["[Reconstruction]", "Reconstruction Program=NRecon", f"Postalignment={postalignment:.2f}"]
     (folder / f"{prefix}.log").write_text("\r\n".join(text) + "\r\n")
     for i, img in enumerate(projections):
         tifffile.imwrite(folder / f"{prefix}{i:04d}.tif", np.asarray(img, np.uint16))
@@ -208,7 +225,7 @@ def _write_cfb(path, streams: dict) -> Path:
 
 
 def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, binning: int = 1,
-               x_shifts=None, y_shifts=None) -> Path:
+               x_shifts=None, y_shifts=None, xray_geometry: int = 1, acquisition_mode: int = 0) -> Path:
     """A Zeiss Xradia ``.txrm``: ImageInfo streams (little-endian int32/float32; the source and detector distances
     negative for the source side, as Xradia writes them), images as uint16 ``ImageData<k>/Image<i>`` (100 per
     storage, 1-based), the reference (flat) as float32 ``ReferenceData/Image``, per-view alignment shifts."""
@@ -222,7 +239,8 @@ def write_txrm(path, projections, reference, *, angles_deg, sid, sdd, pixel_um, 
          "ImageInfo/Angles": f32(angles_deg), "ImageInfo/StoRADistance": f32(np.full(n, -sid)),
          "ImageInfo/DtoRADistance": f32(np.full(n, sdd - sid)), "ImageInfo/CameraBinning": i32(binning),
          "ImageInfo/XrayMagnification": f32(np.full(n, sdd / sid)),
-         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10)}
+         "ReferenceData/Image": f32(reference), "ReferenceData/DataType": i32(10),
+         "ImageInfo/XrayGeometry": i32(xray_geometry), "ImageInfo/AcquisitionMode": i32(acquisition_mode)}
     if x_shifts is not None:
         s["Alignment/X-Shifts"] = f32(x_shifts)
         s["Alignment/Y-Shifts"] = f32(np.zeros(n) if y_shifts is None else y_shifts)

@@ -10,6 +10,8 @@ The ``.log`` file is INI-like text (``[System]``, ``[Acquisition]``,
 - ``Image Pixel Size (um)``: the pixel at the *object* (binning included),
   so the detector pitch is it times SDD / SID; without it,
   ``Camera Pixel Size (um)`` (``[System]``) times ``Camera binning`` (``2x2``);
+- ``CameraXYRatio`` (``Camera X/Y Ratio`` in newer logs): the row pitch is
+  the column pitch times it, as TIGRE's BrukerDataLoader reads it;
 - ``Rotation Step (deg)``; angles ``step * i`` (negated for a ``"cw"`` scan: ctbench's angles);
 - ``Optical Axis (line)``: the detector row the central ray hits, giving the
   vertical detector offset ``(line - (rows - 1) / 2) * dv`` (``scanner["detector_offset_v_mm"]``, used
@@ -18,12 +20,28 @@ The ``.log`` file is INI-like text (``[System]``, ``[Acquisition]``,
   from above): the source turns the other way about the object, so ``CC`` is
   ctbench's ``"cw"``; absent: ``"auto"``.
 
+Per-view shifts: the scanner's list of per-projection shifts (thermal
+drift and stage movement measured against a reference scan, the "TS"
+correction NRecon applies), ``<prefix>_TS.csv`` beside the log (or the file
+named by ``TS modified according to``), is read with
+:func:`ctbench.io.view_shifts.read_skyscan_shift_list` and applied by the
+pipeline as the shifts that align each view (:mod:`ctbench.io.view_shifts`).
+``Random Movement`` (``ON (n)``: the stage moved by up to ``n`` pixels
+between views against ring artefacts) is read; when it is ON and no list
+is found the scan carries a warning (its views cannot be aligned).
+``Image Rotation`` (degrees, the in-plane turn NRecon applies) is kept in
+``scanner["image_rotation_deg"]`` and, when not zero, reported as a warning
+(its sense is not documented; not applied).
+``[Reconstruction] Postalignment`` (NRecon's whole-scan horizontal shift,
+pixels) is kept in ``scanner["postalignment_px"]`` for the report, not
+applied: the pipeline's centre finder measures the offset, and a stated
+``detector_offset_u_mm`` wins.
+
 The projections are flat-field corrected by the scanner (``Flat Field
 Correction=ON``), so their flat field is the full scale of their type (65535
 for 16-bit files) unless ``flats=`` gives one.  The images are taken to be
 in the camera convention (seen from the source, columns right, rows down);
-the pipeline checks that against the data.  Not read: per-view shifts of
-"Random Movement" scans and ``Postalignment``.
+the pipeline checks that against the data.
 """
 
 from __future__ import annotations
@@ -36,6 +54,8 @@ import numpy as np
 from .errors import ScanFileError
 from .orientation import Orientation
 from .scan import RawScan
+from .view_shifts import KEY as VIEW_SHIFTS
+from .view_shifts import read_skyscan_shift_list, shifts_entry
 
 
 def find_skyscan_log(path) -> Path | None:
@@ -115,6 +135,9 @@ def read_bruker(path, *, flats=None) -> RawScan:
     else:
         b = re.match(r"\s*(\d+)", _get(d, "Camera binning") or "1")
         pitch_mm = _num(d, "Camera Pixel Size (um)", log) * 1e-3 * (int(b.group(1)) if b else 1)
+    # The pixel's height over its width (TIGRE's reading: dv = du x ratio); newer logs write "Camera X/Y Ratio".
+    xy = "CameraXYRatio" if _get(d, "CameraXYRatio") is not None else "Camera X/Y Ratio"
+    ratio = _num(d, xy, log, default=1.0)
     step = _num(d, "Rotation Step (deg)", log)
     direction = (_get(d, "Rotation Direction") or "").strip().upper()
     rotation = {"CC": "cw", "CCW": "cw", "CW": "ccw"}.get(direction, "auto")
@@ -130,15 +153,46 @@ def read_bruker(path, *, flats=None) -> RawScan:
         flats = da.full((1, rows, cols), full, dtype=np.float32)
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Bruker SkyScan",
                "log": str(log), "rotation_step_deg": step}
+    _per_view_shifts(d, log, prefix, n, scanner)
+    turned = _get(d, "Image Rotation")
+    if turned is not None and _num(d, "Image Rotation", log, positive=False):
+        # NRecon turns the images by it (degrees); its sense is not documented, so it is reported, not applied
+        scanner["image_rotation_deg"] = _num(d, "Image Rotation", log, positive=False)
+        scanner.setdefault("warnings", []).append(
+            f"{log.name}: Image Rotation={scanner['image_rotation_deg']:g} deg is not applied; state "
+            "geometry.detector_roll_deg (its sign is not documented: check the result) or calibrate the roll")
     axis = _get(d, "Optical Axis (line)")
     if axis is not None:
         scanner["detector_offset_v_mm"] = (_num(d, "Optical Axis (line)", log, positive=False)
-                                           - (rows - 1) / 2) * pitch_mm
+                                           - (rows - 1) / 2) * pitch_mm * ratio
     try:
         # RawScan angles are ctbench's for the stated rotation: decreasing for "cw".
         sign = -1.0 if rotation == "cw" else 1.0
-        return RawScan(proj, flats, None, angles=np.radians(sign * step * np.arange(n)), pixel_size=(pitch_mm, pitch_mm),
+        return RawScan(proj, flats, None, angles=np.radians(sign * step * np.arange(n)),
+                       pixel_size=(pitch_mm, pitch_mm * ratio),
                        scanner=scanner, source=str(log), format="bruker",
                        orientation=Orientation("source", "right", "down", rotation))
     except ValueError as e:
         raise ScanFileError(log, str(e)) from None
+
+
+def _per_view_shifts(d: dict, log: Path, prefix: str, n: int, scanner: dict) -> None:
+    """Random movement, post-alignment and the per-view shift list of a SkyScan log into ``scanner``."""
+    moved = re.match(r"\s*(ON|OFF)\s*(?:\((\d+(?:\.\d+)?)\))?", (_get(d, "Random Movement") or "").upper())
+    if moved:
+        scanner["random_movement"] = {"on": moved.group(1) == "ON",
+                                      "max_px": None if moved.group(2) is None else float(moved.group(2))}
+    post = _get(d, "Postalignment")
+    if post is not None and post.strip():
+        scanner["postalignment_px"] = _num(d, "Postalignment", log, positive=False)
+    named = (_get(d, "TS modified according to") or "").strip()
+    # The log names the list by the scanner PC's (Windows) path: look for its file name beside the log.
+    cands = ([log.parent / re.split(r"[\\/]", named)[-1]] if named else []) + [log.parent / f"{prefix}_TS.csv"]
+    found = next((q for q in cands if q.is_file()), None)
+    if found is not None:
+        x, y = read_skyscan_shift_list(found, n)
+        scanner[VIEW_SHIFTS] = shifts_entry(x, y, n, found.name, log)
+    elif scanner.get("random_movement", {}).get("on"):
+        scanner.setdefault("warnings", []).append(
+            f"{log.name}: Random Movement is ON but no per-view shift list ({prefix}_TS.csv) is beside it: the "
+            "views cannot be aligned and the reconstruction will be blurred; copy the list from the scanner")

@@ -91,7 +91,7 @@ def _evaluate(sino_file_cols: np.ndarray, angles, file_rotation, o: Orientation,
     a = ctbench_angles(angles, file_rotation, o.rotation)
     c = find_centre(np.ascontiguousarray(sino), a, pitch, sid=sid, sdd=sdd, cross_check=cross_check)
     sharp = float(-np.min(c.curve["sharpness"][1])) if "sharpness" in c.curve else float("nan")
-    costs = np.asarray(c.curve["conjugate"][1], dtype=np.float64)
+    costs = np.asarray(next(iter(c.curve.values()))[1], dtype=np.float64)     # the first method's curve
     mis = float(np.min(costs[np.isfinite(costs)])) if np.isfinite(costs).any() else float("inf")
     return Reading(o, c, sharp, mis)
 
@@ -116,7 +116,7 @@ def resolve_orientation(images, angles, orientation: Orientation, file_rotation:
     (a warning when the data fit that one better).  With
     ``search_centre=False`` and a stated orientation nothing is computed.
     """
-    from ..preprocessing.centre import mid_plane_sinogram, offset_by_sharpness
+    from ..preprocessing.centre import cross_check_offset, mid_plane_sinogram
 
     cands = candidate_orientations(orientation)
     res = Resolved(cands[0], detected=len(cands) > 1)
@@ -129,15 +129,16 @@ def resolve_orientation(images, angles, orientation: Orientation, file_rotation:
     other = [r for r in res.readings if r is not best][0]
     ratio = other.mismatch / best.mismatch if best.mismatch > 0 else float("inf")
     chosen = best if res.detected else res.readings[0]
-    # The cross-check (sharpness sweep) of the reading taken.
+    # The cross-check (sharpness sweep; opposite views for a half-turn parallel scan) of the reading taken.
     s = sino[:, ::-1] if chosen.orientation.flip_columns else sino
-    y, ys, ds = offset_by_sharpness(np.ascontiguousarray(s), ctbench_angles(angles, file_rotation,
-                                                                             chosen.orientation.rotation),
-                                    pitch, sid, sdd)
+    y, ys, ds, how = cross_check_offset(np.ascontiguousarray(s), ctbench_angles(angles, file_rotation,
+                                                                                chosen.orientation.rotation),
+                                        pitch, sid, sdd)
     c = chosen.centre
-    c.cross_check_px, c.cross_check_method = y, "sharpness sweep of FBP slices"
-    c.curve["sharpness"] = (ys, ds)
-    chosen.sharpness = float(-np.min(ds))
+    c.cross_check_px, c.cross_check_method = y, how
+    if y is not None:
+        c.curve["sharpness" if how.startswith("sharpness") else "opposite_views"] = (ys, ds)
+    chosen.sharpness = float(-np.min(ds)) if how.startswith("sharpness") else float("nan")
     res.orientation, res.centre = chosen.orientation, c
     if res.detected:
         res.notes.append(

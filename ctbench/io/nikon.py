@@ -11,7 +11,8 @@ used (lengths in mm, angles in degrees):
   shading-corrected projections: it is their flat field);
 - ``DetectorOffsetX`` / ``Y``, ``ObjectOffsetX``, ``CentreOfRotationTop`` /
   ``Bottom``, ``ObjectRoll``, ``ObjectTilt``: kept in ``scanner`` for the
-  report (the pipeline's centre finder measures the offset itself);
+  report (the pipeline's centre finder measures the offset itself); a
+  non-zero roll or tilt is reported as a warning (not applied);
 - ``DetectorBinning`` (or ``Binning``) when present: the pixel size keys
   give the unbinned pitch, which is multiplied by it.
 
@@ -143,6 +144,11 @@ def read_nikon(path) -> RawScan:
              if p.get(k, "").strip() and re.fullmatch(r"[-+0-9.eE]+", p[k].strip())}
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Nikon XT H",
                "xtekct": str(xt), "white_level": white, "binning": binning, "nikon": extra}
+    tilted = {k: extra[k] for k in ("ObjectRoll", "ObjectTilt") if extra.get(k)}
+    if tilted:      # CIL turns its rotation axis by these; ctbench's circular orbit does not: say so
+        scanner["warnings"] = [f"{xt.name}: " + ", ".join(f"{k}={v:g} deg" for k, v in tilted.items()) +
+                               " is not applied (the axis is taken as vertical); state geometry.detector_roll_deg "
+                               "or calibrate the tilt (ctbench calibrate)"]
     try:
         return RawScan(proj, flats, None, angles=np.radians(deg), pixel_size=pitch, scanner=scanner,
                        source=str(xt), format="nikon", orientation=NIKON_ORIENTATION)

@@ -11,7 +11,7 @@ A config (JSON; every section but ``input`` optional)::
     {"input":      {"path": "scan/", "format": "auto", "flats": null, "darks": null,
                     "raw": {"shape": [360, 512, 512], "dtype": "uint16", "byte_order": "little", "header": 0}},
      "preprocess": {"rows": null, "cols": null, "bin": 1, "every": 1, "angle_range_deg": null,
-                    "ring_filter": 0, "min_transmission": 1e-4,
+                    "ring_filter": 0, "min_transmission": 1e-4, "view_shifts": true,
                     "zingers": null, "rings": null, "phase": null, "beam_hardening": null},
      "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
                     "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": null,
@@ -84,6 +84,7 @@ class PreprocessConfig(CorrectionKeys):      # + zingers, rings, phase, beam_har
     angle_range_deg: Optional[tuple[float, float]] = None
     ring_filter: int = Field(0, ge=0, strict=True, description="median width in pixels; 0 = off")
     min_transmission: float = Field(1e-4, gt=0, lt=1)
+    view_shifts: bool = Field(True, description="apply the per-view shifts the file records (io/view_shifts.py)")
 
     @field_validator("ring_filter")
     @classmethod
@@ -204,7 +205,8 @@ class Prepared:
 
 
 def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
-    """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise and ring-filter a scan."""
+    """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise, ring-filter a scan and
+    apply the per-view shifts its file records (preprocess.view_shifts)."""
     from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
                                  flat_dark_correct, remove_stripes, view_subset)
     from ..preprocessing.correction import replace_nonfinite
@@ -253,6 +255,11 @@ def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     if pre.ring_filter:
         images = remove_stripes(images, pre.ring_filter)
     images = correct_line_integrals(images, pre, extra)
+    if pre.view_shifts:     # the scanner's per-view shifts, after rings and binning, in the file's image frame
+        from .view_shifts import apply_recorded_shifts
+        images, shifted = apply_recorded_shifts(images, scan.scanner, idx, pre.bin)
+        if shifted:
+            extra["view_shifts"] = shifted
     du, dv = (p * f for p, f in zip(pitch, change.pitch_factor))
     return Prepared(images, None if scan.angles is None else scan.angles[idx], (du, dv), change.shift_u,
                     change.shift_v, idx, report.to_dict() | extra)
@@ -383,11 +390,16 @@ def oriented_scan(cfg: ReconConfig, say):
         say(f"non-finite input values: {n_nonfinite} ({prep.correction['nonfinite_rule']})")
     if "zingers" in prep.correction:
         say(f"zingers: replaced {prep.correction['zingers']['n_replaced']} outlier values")
+    shifted = prep.correction.get("view_shifts")
+    if shifted:
+        say(f"per-view shifts applied ({shifted['source']}; up to {shifted['max_abs_x_px']:.2f} px across, "
+            f"{shifted['max_abs_y_px']:.2f} px down)")
     sid, sdd = distances(scan, cfg.geometry)
     if cfg.geometry.detector_offset_v_mm is None:
         cfg = cfg.model_copy(deep=True)
         cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
+    resolved.warnings[:0] = list(scan.scanner.get("warnings", []))     # what the reader found amiss in the file
     for note in resolved.notes:
         say(note)
     return scan, prep, sid, sdd, angles, resolved, cfg

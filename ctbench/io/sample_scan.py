@@ -116,11 +116,14 @@ class LabScanSpec:
         return sino.numpy() * self.attenuation
 
 
-def simulate_counts(spec: LabScanSpec = LabScanSpec()):
-    """(projections, flats, darks) as uint16 ``(n, rows, cols)`` stacks and the exact line integrals."""
+def simulate_counts(spec: LabScanSpec = LabScanSpec(), trajectory=None):
+    """(projections, flats, darks) as uint16 ``(n, rows, cols)`` stacks and the exact line integrals.
+
+    ``trajectory``: scan that one instead of the spec's circular orbit (e.g. with per-view detector shifts).
+    """
     rng = np.random.default_rng(spec.seed)
     U, V = spec.detector_u, spec.detector_v
-    sino = spec.line_integrals()
+    sino = spec.line_integrals(trajectory)
     line = sinogram_to_images(sino)                                        # (n, rows, cols), ctbench's images
     if spec.seen_from == "source":
         line = line[:, :, ::-1]                                            # seen from the source, +u is left

@@ -5,6 +5,10 @@ the same ones):
 
 - ``ImageInfo/ImageWidth``, ``ImageHeight`` (int32), ``ImagesTaken`` (or
   ``NoOfImages``), ``DataType`` (5: uint16, 10: float32);
+- ``ImageInfo/AcquisitionMode`` (int32; 0: projections, anything else a
+  reconstructed volume, refused) and ``ImageInfo/XrayGeometry`` (int32; 1:
+  cone beam, otherwise parallel, as CIL's ZEISSDataReader reads them; absent:
+  cone beam);
 - ``ImageInfo/Angles`` (float32 per image, degrees);
 - ``ImageInfo/StoRADistance`` / ``DtoRADistance`` (float32 per image, mm:
   source and detector distances to the rotation axis, the source's written
@@ -13,8 +17,11 @@ the same ones):
   included): the detector pitch is it times SDD / SID;
 - the images ``ImageData<k>/Image<i>`` (``i`` from 1, 100 per storage);
   the reference (flat field) ``ReferenceData/Image`` (float32), when present;
-- ``Alignment/X-Shifts`` / ``Y-Shifts`` (pixels per image): kept in
-  ``scanner["alignment_shifts_px"]``, not applied.
+- ``Alignment/X-Shifts`` / ``Y-Shifts`` (float32 pixels per image, the
+  alignment Xradia's reconstructor applies: image ``k`` moved by ``x_k``
+  columns and ``y_k`` rows, as txrm2tiff applies them): the scan's per-view
+  shifts (:mod:`ctbench.io.view_shifts`), applied by the pipeline.  A
+  ``Y-Shifts`` stream missing beside ``X-Shifts`` counts as zeros.
 
 ``.txm`` files (reconstructed volumes) have the same container; only
 projection files (``.txrm``) are scans.  Orientation: the sense of the
@@ -33,6 +40,8 @@ import numpy as np
 from .errors import ScanFileError
 from .orientation import Orientation
 from .scan import RawScan
+from .view_shifts import KEY as VIEW_SHIFTS
+from .view_shifts import shifts_entry
 
 ZEISS_SUFFIXES = (".txrm", ".txm")
 _DTYPES = {5: np.dtype("<u2"), 10: np.dtype("<f4")}
@@ -82,18 +91,26 @@ def read_zeiss(path) -> RawScan:
         if code not in _DTYPES:
             raise ScanFileError(path, f"has ImageInfo/DataType {code}; ctbench reads 5 (uint16) and 10 (float32)")
         dtype = _DTYPES[code]
+        mode = one("ImageInfo/AcquisitionMode", required=False)
+        if mode is not None and int(mode) != 0:        # as CIL reads it: 0 projections, otherwise a volume (.txm)
+            raise ScanFileError(path, f"holds a reconstructed volume (ImageInfo/AcquisitionMode={int(mode)}), not "
+                                      "projections; only projection files (.txrm) are scans")
+        geometry = one("ImageInfo/XrayGeometry", required=False)
+        parallel = geometry is not None and int(geometry) != 1     # 1: cone beam (CIL's reading), else parallel
         angles = _stream(ole, "ImageInfo/Angles", path, "<f4").astype(np.float64)[:n]
         if angles.size != n:
             raise ScanFileError(path, f"has {angles.size} angles for {n} images")
-        sid = float(np.abs(_stream(ole, "ImageInfo/StoRADistance", path, "<f4")[:n]).mean())
-        odd = float(np.abs(_stream(ole, "ImageInfo/DtoRADistance", path, "<f4")[:n]).mean())
-        if not (np.isfinite(sid) and sid > 0 and np.isfinite(odd) and odd >= 0):
-            raise ScanFileError(path, f"has source/detector distances {sid} / {odd} mm")
-        sdd = sid + odd
+        sid = sdd = None
+        if not parallel:
+            sid = float(np.abs(_stream(ole, "ImageInfo/StoRADistance", path, "<f4")[:n]).mean())
+            odd = float(np.abs(_stream(ole, "ImageInfo/DtoRADistance", path, "<f4")[:n]).mean())
+            if not (np.isfinite(sid) and sid > 0 and np.isfinite(odd) and odd >= 0):
+                raise ScanFileError(path, f"has source/detector distances {sid} / {odd} mm")
+            sdd = sid + odd
         pixel_um = float(one("ImageInfo/PixelSize", "<f4"))
         if not (np.isfinite(pixel_um) and pixel_um > 0):
             raise ScanFileError(path, f"has ImageInfo/PixelSize {pixel_um}")
-        pitch = pixel_um * 1e-3 * sdd / sid
+        pitch = pixel_um * 1e-3 * (1.0 if parallel else sdd / sid)
         for i in (1, n):
             if not ole.exists(f"ImageData{(i - 1) // 100 + 1}/Image{i}"):
                 raise ScanFileError(path, f"has no stream ImageData{(i - 1) // 100 + 1}/Image{i} (image {i} of {n})")
@@ -113,12 +130,18 @@ def read_zeiss(path) -> RawScan:
             if ref.size != rows * cols:
                 raise ScanFileError(path, f"ReferenceData/Image has {ref.size} pixels, not {cols} x {rows}")
             flats = ref.reshape(1, rows, cols).astype(np.float32)
-        scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Zeiss Xradia",
-                   "pixel_size_at_object_um": pixel_um}
+        scanner = {"format": "Zeiss Xradia", "pixel_size_at_object_um": pixel_um}
+        if parallel:
+            scanner["beam"] = "parallel"
+        else:
+            scanner |= {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd}
         xs = _stream(ole, "Alignment/X-Shifts", path, "<f4", required=False)
-        if xs is not None:
-            ys = _stream(ole, "Alignment/Y-Shifts", path, "<f4", required=False)
-            scanner["alignment_shifts_px"] = {"x": xs[:n].tolist(), "y": None if ys is None else ys[:n].tolist()}
+        ys = _stream(ole, "Alignment/Y-Shifts", path, "<f4", required=False)
+        if xs is not None or ys is not None:
+            xs = np.zeros(n) if xs is None else xs[:n]
+            ys = None if ys is None else ys[:n]
+            if np.any(xs) or (ys is not None and np.any(ys)):     # all zero: no alignment was recorded
+                scanner[VIEW_SHIFTS] = shifts_entry(xs, ys, n, "Alignment/X-Shifts, Y-Shifts", path)
         return RawScan(proj, flats, None, angles=np.radians(angles), pixel_size=(pitch, pitch), scanner=scanner,
                        source=str(path), format="zeiss", orientation=Orientation("auto", "right", "down", "ccw"))
     except ScanFileError:

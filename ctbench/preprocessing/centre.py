@@ -12,8 +12,18 @@ circular cone-beam scan is an exact fan-beam scan.
    (computed from the geometry, so fan and parallel beams are handled alike)
    and compared with the data interpolated there; the offset minimises the
    mean squared mismatch.  For parallel beams this is the registration of
-   each view with the mirrored view 180 degrees away (so a parallel scan
-   needs views on both sides: 360 degrees, or 180 with both end views).
+   each view with the mirrored view 180 degrees away.  A parallel scan of
+   (about) 180 degrees has few such pairs, typically only its two end views
+   (0 and 180 degrees, the second one legitimate: it is the first one
+   mirrored about the axis).  There :func:`find_centre` completes the
+   half turn to a full one with its mirror about each candidate axis and
+   takes the axis whose completion is most consistent (the least spectral
+   energy outside the double wedge, :func:`offset_by_double_wedge`; the
+   idea of Vo et al. 2014), and cross-checks it by registering the views
+   180 degrees apart over all detector rows
+   (:func:`offset_by_opposite_views`); the even and the odd views give the
+   confidence.  (The sharpness of FBP slices does not peak at the centre of
+   a half turn: a wrong axis leaves its edges sharp.)
 2. Sharpness sweep (:func:`offset_by_sharpness`): quick FBP reconstructions
    of the mid-plane for a range of offsets; a wrong centre smears every edge
    into arcs and lowers the energy of the image gradient; the offset
@@ -98,6 +108,7 @@ class CentreResult:
 
 
 LOW_CONFIDENCE = 0.5    # the two halves differ by more than 0.5 px
+OPPOSITE_VIEWS = "registration of the views 180 degrees apart"
 
 
 # ----------------------------------------------------------------- helpers
@@ -246,6 +257,165 @@ def conjugate_mismatch(sino, angles, offset_px: float, pitch: float, sid=None, s
     return float(np.mean(diff * diff))
 
 
+def _median_step(a: np.ndarray) -> float:
+    """The median angular step between successive views (radians; 0 when all angles are equal)."""
+    steps = np.abs(np.diff(a))
+    return float(np.median(steps[steps > 0])) if (steps > 0).any() else 0.0
+
+
+def _depth(cs: np.ndarray) -> float:
+    """1 - min / median of a cost curve's finite values (0: flat, 1: a sharp minimum)."""
+    fin = cs[np.isfinite(cs)]
+    med = float(np.median(fin))
+    return 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+
+
+def opposite_view_pairs(angles, *, tol_steps: float = 0.05) -> list[tuple[int, int]]:
+    """Index pairs ``(i, j)`` of views 180 degrees apart (within ``tol_steps`` of the median angular step)."""
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    step = _median_step(a)
+    if step == 0.0:
+        return []
+    tol = tol_steps * step
+    pairs = []
+    for i in range(a.size):
+        d = np.abs(np.angle(np.exp(1j * (a - a[i] - np.pi))))      # distance of a_j from a_i + pi, wrapped
+        d[: i + 1] = np.inf                                        # each pair once, i < j
+        j = int(np.argmin(d))
+        if d[j] <= tol:
+            pairs.append((i, j))
+    return pairs
+
+
+def _lerp(rows: np.ndarray, col: np.ndarray) -> np.ndarray:
+    """``rows`` (r, U) linearly interpolated at fractional columns ``col`` (inside [0, U-1])."""
+    c0 = np.clip(np.floor(col).astype(int), 0, rows.shape[1] - 2)
+    f = col - c0
+    return rows[:, c0] * (1 - f) + rows[:, c0 + 1] * f
+
+
+def _pairs_cost(p, pairs):
+    """Mean squared mismatch of each view of ``pairs`` with the other one mirrored about a candidate axis.
+
+    Both views are sampled at points mirror-symmetric about the candidate
+    axis with the same fractional column, so both are smoothed alike by the
+    interpolation (no bias towards whole-pixel offsets).
+    """
+    U = p.shape[2]
+
+    def cost(o: float) -> float:
+        h = (-o) % 1.0
+        col_a = np.arange(U - 1) + h
+        col_b = (U - 1) - 2 * o - col_a                 # the mirror of col_a about the axis at offset o
+        ok = (col_b >= 0) & (col_b <= U - 1)
+        if ok.sum() < max(2, U // 4):
+            return float("inf")
+        ca, cb = col_a[ok], col_b[ok]
+        d = [(_lerp(p[i], ca) - _lerp(p[j], cb)) for i, j in pairs]
+        return float(np.mean(np.square(d)))
+    return cost
+
+
+def offset_by_opposite_views(images, angles, pitch: float, *, search_px=None):
+    """Offset (pixels) of a parallel scan from its views 180 degrees apart, registered over all rows.
+
+    For parallel scans that do not pair every ray with a conjugate (about
+    180 degrees, both end views included).  ``images``: ``(view, row, col)``
+    line integrals (or a ``(view, col)`` sinogram).  Returns ``(offset,
+    offsets, costs, split)``: ``split`` is the distance between the offsets
+    of the even and of the odd rows (None with fewer than two rows).
+    """
+    p = np.asarray(images, dtype=np.float64)
+    p = p[:, None, :] if p.ndim == 2 else p
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    pairs = opposite_view_pairs(a)
+    if not pairs:
+        raise ValueError("the scan does not cover enough angles to pair each ray with its conjugate (needs a full "
+                         "turn for fan/cone beams, 180 degrees for parallel beams: both end views, 0 and 180)")
+    lo, hi = _search_range(p.shape[2], search_px)
+    x, xs, cs = _minimise(_pairs_cost(p, pairs), lo, hi, 1.0, 0.1)
+    split = None
+    if p.shape[1] >= 2:
+        lo2, hi2 = max(lo, x - 4.0), min(hi, x + 4.0)
+        halves = [_minimise(_pairs_cost(p[:, k::2], pairs), lo2, hi2, 1.0, 0.1)[0]
+                  for k in (0, 1)]
+        split = float(abs(halves[0] - halves[1]))
+    return x, xs, cs, split
+
+
+def _half_turn(angles) -> np.ndarray:
+    """Indices of the views of the first half turn (angles below the first one + 180 degrees, less a margin)."""
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    return np.flatnonzero(np.abs(a - a[0]) < np.pi - 0.5 * _median_step(a))
+
+
+def _double_wedge_cost(sino, angles):
+    """Energy outside the double wedge of the 2D spectrum of the 360-degree sinogram made of a half turn and its
+    mirror about a candidate axis (the idea of Vo et al. 2014, Opt. Express 22:19078; written for ctbench).
+
+    A consistent sinogram of an object inside the field of view has its
+    spectrum inside ``|k| <= 2 pi |nu| R`` (``k`` cycles per turn, ``nu``
+    cycles per pixel, ``R`` the field's radius in pixels); a wrong axis makes
+    the mirrored half jump at the seams and spills energy outside.
+    """
+    s = np.asarray(sino, dtype=np.float64)[_half_turn(angles)]
+    n, U = s.shape
+    W = 2 * U                                               # zero padding: the sub-pixel shift does not wrap
+    nu = np.fft.rfftfreq(W)
+    k = np.fft.fftfreq(2 * n, d=1.0 / (2 * n))             # cycles per turn
+    R = U / 2
+    outside = np.abs(k)[:, None] > 2 * np.pi * nu[None, :] * R + 1.0
+    outside[:, 0] = False                                   # the mean of each view carries no centre
+    mirrored = np.fft.rfft(s[:, ::-1], n=W, axis=1)
+
+    def cost(offset_px: float) -> float:
+        # the mirror of column c about the axis at offset o is column (U-1) - c - 2o: shift the reversed views by -2o
+        shifted = mirrored * np.exp(-2j * np.pi * nu * (-2.0 * offset_px))[None, :]
+        full = np.concatenate([np.fft.rfft(s, n=W, axis=1), shifted])
+        spec = np.abs(np.fft.fft(full, axis=0)) ** 2
+        return float(spec[outside].mean() / max(spec.mean(), 1e-300))
+    return cost
+
+
+def offset_by_double_wedge(sino, angles, pitch: float, *, search_px=None):
+    """Offset (pixels) of a parallel scan of (at least) a half turn whose mirrored completion to a full turn is
+    most consistent (:func:`_double_wedge_cost`), and the cost curve: :func:`find_centre`'s method for half-turn
+    parallel scans, where few rays have a measured conjugate and the sharpness of FBP slices does not peak at
+    the centre."""
+    s, a = _check(sino, angles, pitch, None, None)
+    lo, hi = _search_range(s.shape[1], search_px)
+    return _minimise(_double_wedge_cost(s, a), lo, hi, 1.0, 0.1)
+
+
+def half_turn_parallel(angles, sid=None) -> bool:
+    """Whether a scan is a parallel one of a half turn or a little more, too little to pair most rays with their
+    conjugates (the double-wedge path of :func:`find_centre`)."""
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    if sid is not None or a.size < 4 or _pairs_most_rays(a):
+        return False
+    step = _median_step(a)
+    return step > 0 and float(np.abs(a - a[0]).max()) >= np.pi - 1.5 * step    # a half turn, end view or not
+
+
+def cross_check_offset(sino, angles, pitch: float, sid=None, sdd=None, *, search_px=None):
+    """The second, independent centre estimate: ``(offset_px, offsets, costs, method)``.
+
+    The sharpness sweep, except for half-turn parallel scans: the views 180 degrees apart (none without them)."""
+    if half_turn_parallel(angles, sid):
+        if not opposite_view_pairs(angles):       # a half turn without its end view: no independent second method
+            return None, None, None, ""
+        y, ys, ds, _ = offset_by_opposite_views(sino, angles, pitch, search_px=search_px)
+        return y, ys, ds, OPPOSITE_VIEWS
+    y, ys, ds = offset_by_sharpness(sino, angles, pitch, sid, sdd, search_px=search_px)
+    return y, ys, ds, "sharpness sweep of FBP slices"
+
+
+def _pairs_most_rays(angles) -> bool:
+    """Whether the angle 180 degrees on lies within the scanned angles for most views (about a full turn)."""
+    a = np.asarray(angles, dtype=np.float64).reshape(-1)
+    return bool(_AngleInterp(a).weights(a + np.pi)[3].mean() >= 0.5)
+
+
 def _minimise(cost, lo: float, hi: float, coarse: float, fine: float) -> tuple[float, np.ndarray, np.ndarray]:
     """Grid search on [lo, hi] with step ``coarse``, then ``fine`` steps around the best, then a parabola."""
     xs = np.arange(lo, hi + coarse / 2, coarse)
@@ -346,10 +516,11 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
     _refuse_degenerate(sino)
     sino, n_bad = _fill_rows(sino)
     _refuse_degenerate(sino)
+    a_all = np.asarray(angles, dtype=np.float64).reshape(-1)
+    if half_turn_parallel(a_all, sid):
+        return _centre_of_half_turn(images, sino, a_all, pitch, n_bad, search_px, cross_check)
     x, xs, cs = offset_by_conjugate_rays(sino, angles, pitch, sid, sdd, search_px=search_px)
-    fin = cs[np.isfinite(cs)]
-    med = float(np.median(fin))
-    depth = 0.0 if med <= 0 else float(np.clip(1.0 - fin.min() / med, 0.0, 1.0))
+    depth = _depth(cs)
     split = float("inf")
     if sino.shape[0] >= 4:
         # The halves search +-4 px around the answer (the same grids as the full search): cheaper, and still wide
@@ -357,7 +528,6 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
         lo, hi = _search_range(sino.shape[1], search_px)
         lo, hi = max(lo, x - 4.0), min(hi, x + 4.0)
         halves = []
-        a_all = np.asarray(angles, dtype=np.float64).reshape(-1)
         for k in (0, 1):
             sk, ak = sino[k::2], a_all[k::2]
             xk, _, ck = _minimise(lambda o: conjugate_mismatch(sk, ak, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
@@ -370,4 +540,29 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
         y, ys, ds = offset_by_sharpness(sino, angles, pitch, sid, sdd, search_px=search_px)
         res.cross_check_px, res.cross_check_method = y, "sharpness sweep of FBP slices"
         res.curve["sharpness"] = (ys, ds)
+    return res
+
+
+def _centre_of_half_turn(images, sino, angles, pitch, n_bad, search_px, cross_check) -> CentreResult:
+    """find_centre for a parallel scan of about a half turn: the double wedge of the mirrored completion (all
+    views), the even and the odd views for the confidence, the opposite views as the cross-check."""
+    x, xs, cs = offset_by_double_wedge(sino, angles, pitch, search_px=search_px)
+    depth = _depth(cs)
+    split = float("inf")
+    if sino.shape[0] >= 8:
+        lo, hi = _search_range(sino.shape[1], search_px)
+        lo, hi = max(lo, x - 4.0), min(hi, x + 4.0)
+        halves = [offset_by_double_wedge(sino[k::2], angles[k::2], pitch, search_px=(lo, hi))[0] for k in (0, 1)]
+        split = float(abs(halves[0] - halves[1]))
+    res = CentreResult(x, float(pitch), "double-wedge consistency of the mirrored half turn",
+                       curve={"double_wedge": (xs, cs)}, depth=depth, n_nonfinite=n_bad, split_px=split)
+    if cross_check and opposite_view_pairs(angles):
+        p = np.asarray(images, dtype=np.float64)
+        if p.ndim == 3:     # every row of a parallel beam is a slice with the same centre: register them all
+            p = np.stack([_fill_rows(p[:, r])[0] for r in range(p.shape[1])], axis=1)
+        else:
+            p = sino
+        y, ys, ds, _ = offset_by_opposite_views(p, angles, pitch, search_px=search_px)
+        res.cross_check_px, res.cross_check_method = y, OPPOSITE_VIEWS
+        res.curve["opposite_views"] = (ys, ds)
     return res
