@@ -18,6 +18,7 @@ import torch
 from .. import solvers as _s
 
 from . import _checkpoint as _ck
+from ._agreement import agree
 from ._common import _is_projector, _read_all, _write_blocks
 
 __all__ = ["SolverResult", "cgls", "sirt", "tv_reconstruction", "cgls_into", "total_variation"]
@@ -104,6 +105,20 @@ class _Checkpoints:
                      **scalars)
 
 
+def _admitted(operator, admit, token):
+    """Run the local checks ``admit()`` (returning its result), then agree with the other ranks on
+    the outcome and the branches taken (:mod:`ctbench.compat._agreement`) before any collective."""
+    result, error = None, None
+    try:
+        result = admit()
+    except (ValueError, TypeError, OSError, NotImplementedError) as caught:
+        error = caught
+    ck = result[0] if isinstance(result, tuple) else result
+    saved = getattr(ck, "saved", None)
+    agree(operator, error, (*token, None if saved is None else (saved["iteration"], saved["residual_history"])))
+    return result
+
+
 def _no_checkpoints(solver, checkpoint_directory, resume):
     if checkpoint_directory is not None or resume is not None:
         raise NotImplementedError(f"checkpoint_directory/resume are not supported by {solver} in ctbench")
@@ -161,10 +176,14 @@ def cgls(operator, measurements, iterations=30, *, x0=None, rtol=1e-6, atol=0., 
     """
     if ctbench_kwargs:
         return _ctbench_solver(_s.cgls, "cgls", operator, measurements, iterations, x0, callback, ctbench_kwargs)
-    _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
-    vol, rays = tuple(operator.volume_shape), tuple(operator.projection_shape)
-    ck = _Checkpoints(operator, measurements, "cgls", {}, iterations, checkpoint_directory, resume,
-                      dict(x=vol, s=vol, p=vol, r=rays, q=rays), scalars=("gamma",))
+    def admit():
+        _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
+        vol, rays = tuple(operator.volume_shape), tuple(operator.projection_shape)
+        return _Checkpoints(operator, measurements, "cgls", {}, iterations, checkpoint_directory, resume,
+                            dict(x=vol, s=vol, p=vol, r=rays, q=rays), scalars=("gamma",))
+
+    ck = _admitted(operator, admit, ("cgls", iterations, rtol, atol, x0 is None, resume is None,
+                                     checkpoint_directory is None))
     b = measurements.detach().to(_compute_dtype(operator, measurements))
     norm_b = _norm(operator, b)
     threshold = atol + rtol * norm_b
@@ -220,13 +239,17 @@ def sirt(operator, measurements, iterations=100, *, x0=None, rtol=1e-6, atol=0.,
     """
     if ctbench_kwargs:
         return _ctbench_solver(_s.sirt, "sirt", operator, measurements, iterations, x0, callback, ctbench_kwargs)
-    _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
-    relaxation = _check_setting("relaxation", relaxation, positive=True)
-    if not isinstance(nonnegative, bool):
-        raise TypeError(f"nonnegative must be a bool, got {nonnegative!r}")
-    vol, rays = tuple(operator.volume_shape), tuple(operator.projection_shape)
-    ck = _Checkpoints(operator, measurements, "sirt", dict(relaxation=relaxation, nonnegative=nonnegative),
-                      iterations, checkpoint_directory, resume, dict(x=vol, row=rays, column=vol))
+    def admit():
+        _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
+        omega = _check_setting("relaxation", relaxation, positive=True)
+        if not isinstance(nonnegative, bool):
+            raise TypeError(f"nonnegative must be a bool, got {nonnegative!r}")
+        vol, rays = tuple(operator.volume_shape), tuple(operator.projection_shape)
+        return _Checkpoints(operator, measurements, "sirt", dict(relaxation=omega, nonnegative=nonnegative),
+                            iterations, checkpoint_directory, resume, dict(x=vol, row=rays, column=vol)), omega
+
+    ck, relaxation = _admitted(operator, admit, ("sirt", iterations, rtol, atol, relaxation, nonnegative,
+                                                 x0 is None, resume is None, checkpoint_directory is None))
     b = measurements.detach().to(_compute_dtype(operator, measurements))
     norm_b = _norm(operator, b)
     threshold = atol + rtol * norm_b
@@ -310,14 +333,19 @@ def tv_reconstruction(operator, measurements, iterations=100, weight=1., lr=.1, 
     if ctbench_kwargs:
         return _ctbench_solver(_s.tv_reconstruction, "tv_reconstruction", operator, measurements, iterations, x0,
                                callback, ctbench_kwargs)
-    _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
-    weight, lr = _check_setting("weight", weight), _check_setting("lr", lr, positive=True)
-    if getattr(operator, "partition", None) in ("space", "hybrid"):
-        raise NotImplementedError("the diffct-style tv_reconstruction runs on one process or a views partition; "
-                                  "use ctbench.solvers.tv_reconstruction for space partitions")
-    vol = tuple(operator.volume_shape)
-    ck = _Checkpoints(operator, measurements, "tv_reconstruction", dict(weight=weight, lr=lr), iterations,
-                      checkpoint_directory, resume, dict(x=vol, exp_avg=vol, exp_avg_sq=vol, step=(1,)))
+    def admit():
+        _check_request(operator, measurements, iterations, x0, rtol, atol, checkpoint_directory, resume, callback)
+        settings = dict(weight=_check_setting("weight", weight), lr=_check_setting("lr", lr, positive=True))
+        if getattr(operator, "partition", None) in ("space", "hybrid"):
+            raise NotImplementedError("the diffct-style tv_reconstruction runs on one process or a views partition; "
+                                      "use ctbench.solvers.tv_reconstruction for space partitions")
+        vol = tuple(operator.volume_shape)
+        return _Checkpoints(operator, measurements, "tv_reconstruction", settings, iterations, checkpoint_directory,
+                            resume, dict(x=vol, exp_avg=vol, exp_avg_sq=vol, step=(1,))), settings
+
+    ck, settings = _admitted(operator, admit, ("tv_reconstruction", iterations, rtol, atol, weight, lr, x0 is None,
+                                               resume is None, checkpoint_directory is None))
+    weight, lr = settings["weight"], settings["lr"]
     b = measurements.detach().to(_compute_dtype(operator, measurements))
     norm_b = _norm(operator, b)
     threshold = atol + rtol * norm_b
