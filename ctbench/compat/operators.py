@@ -182,6 +182,12 @@ class Projector(_CoreProjector):
 
 def _store(value, name):
     if not isinstance(value, torch.Tensor):
+        if name == "output" and getattr(value, "writable", True) is False:  # before any read of the input
+            raise PermissionError(f"output {value!r} is read-only (writable=False); *_into writes into it")
+        if not hasattr(value, "chunks") and hasattr(value, "read") and hasattr(value, "write"):
+            from .storage import ForeignStore  # a store of diffct's protocol (no chunks)
+
+            return ForeignStore(value)
         return value
     if not value.is_contiguous():
         raise ValueError(f"{name} must be a contiguous tensor or a block store")

@@ -13,7 +13,7 @@ import torch
 from ..storage import TensorStore as _TensorStore
 from ..storage import normalize_window
 
-__all__ = ["TensorStore", "NpyStore"]
+__all__ = ["TensorStore", "NpyStore"]  # ForeignStore: an adapter, not a diffct name
 
 # ------------------------------------------------------------------ stores
 
@@ -135,7 +135,60 @@ class NpyStore:
     def flush(self):
         self._array.flush()
 
+    def location(self):
+        """The file's identity (device, inode): equal for two stores over one file, whatever the path
+        (``..``, a symbolic or a hard link), so streaming refuses to write a file into itself."""
+        st = os.stat(self.path)
+        return ("npy-file", st.st_dev, st.st_ino)
+
     def __repr__(self):
         return f"NpyStore({str(self.path)!r}, shape={self.shape}, dtype={self.dtype})"
 
 
+
+
+class ForeignStore:
+    """A block store of diffct's protocol (``shape``, ``dtype``, ``read(window)``,
+    ``write(window, value)``, optionally ``writable`` and ``flush``) seen as a ctbench block store:
+    one chunk, reads and writes passed on.  Its ``location`` is the wrapped object, so an input
+    and an output that are one object are refused as aliases."""
+
+    def __init__(self, store):
+        for name in ("shape", "dtype", "read", "write"):
+            if not hasattr(store, name):
+                raise TypeError(f"a block store needs shape, dtype, read and write; {type(store).__name__} lacks {name}")
+        self.store = store
+
+    @property
+    def shape(self):
+        return tuple(self.store.shape)
+
+    @property
+    def dtype(self):
+        return self.store.dtype
+
+    @property
+    def chunks(self):
+        return self.shape
+
+    @property
+    def writable(self):
+        return getattr(self.store, "writable", True)
+
+    def staging_bytes(self, window_shape, write=False):
+        return 0
+
+    def read(self, window=None):
+        return self.store.read(_window(window, self.shape))
+
+    def write(self, window, value):
+        if not self.writable:
+            raise PermissionError(f"{type(self.store).__name__} is read-only (writable=False)")
+        self.store.write(_window(window, self.shape), value)
+
+    def flush(self):
+        if hasattr(self.store, "flush"):
+            self.store.flush()
+
+    def location(self):
+        return ("object", id(self.store))

@@ -51,7 +51,7 @@ def _check_stores(projector, volume_store, sinogram_store) -> torch.dtype:
                         "both stores must have the same dtype")
     if volume_store is sinogram_store or same_location(volume_store, sinogram_store):
         raise ValueError(f"volume_store and sinogram_store must be different stores; both are "
-                         f"{store_location(volume_store) or volume_store!r} (the output would overwrite the input)")
+                         f"{store_location(volume_store) or volume_store!r} (the output would alias the input and overwrite it)")
     return volume_store.dtype
 
 
