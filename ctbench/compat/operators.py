@@ -155,6 +155,13 @@ class Projector(_CoreProjector):
         self.schedule = schedule
         self.native_volume_layout = native_volume_layout
         self.volume_chunk_shape = volume_chunk_shape
+        # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
+        self.model = "joseph"
+        if backend == "torch" and not any(self.options.get(k) for k in ("distributed", "devices")):
+            from .cells import CellStrategy
+
+            self._strategy = CellStrategy(self)
+            self.model = "cells"
 
     def _cast(self, x):
         # diffct's precision: the result dtype is the precision's, the input's cast is differentiable
