@@ -33,6 +33,8 @@ import operator as _operator
 import torch
 
 from ..projector import Projector as _CoreProjector
+from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
+                    check_diffct_geometry)
 from .surfaces import SurfaceProjector
 
 __all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_planes"]
@@ -41,6 +43,7 @@ __all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_plan
 BACKEND_ALIASES = {"torch": "auto", "numba": "cuda"}
 PRECISIONS = {"fast": torch.float32, "float32": torch.float32, "float64": torch.float64}
 SCHEDULES = ("auto", "spatial", "views", "window")
+_UNSET = object()  # precision not given: diffct's "fast" on the diffct face, the input's dtype at top level
 
 
 def _positive(value, name):
@@ -130,10 +133,13 @@ class Projector(_CoreProjector):
     """ctbench's Projector with diffct 2.5's keywords (module docstring); with
     ``detector_surface=`` it builds a :class:`~ctbench.compat.surfaces.SurfaceProjector`."""
 
+    _AUTO_IS_DIFFCT = True  # backend="auto" means diffct's choice (its cell model off NVIDIA CUDA)
+
     def __new__(cls, trajectory=None, volume_shape=None, detector_shape=None, *, detector_surface=None,
-                backend="auto", precision=None, schedule="auto", volume_chunk_shape=None,
+                backend="auto", precision=_UNSET, schedule="auto", volume_chunk_shape=None,
                 native_volume_layout=False, **kwargs):
-        if detector_surface is not None and cls is Projector:
+        precision = cls._precision(precision)
+        if detector_surface is not None:  # (the top-level subclass too: compat/keywords.py)
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
             sp = SurfaceProjector(trajectory, volume_shape, detector_shape, detector_surface=detector_surface,
@@ -143,25 +149,48 @@ class Projector(_CoreProjector):
             return sp
         return object.__new__(cls)
 
-    def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=None,
+    def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=_UNSET,
                  schedule="auto", volume_chunk_shape=None, native_volume_layout=False, detector_surface=None,
                  **options):
+        precision = self._precision(precision)
         core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                      volume_chunk_shape, native_volume_layout, options)
-        super().__init__(trajectory, volume_shape, detector_shape, backend=core_backend, **options)
+        # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
+        # (and "auto", diffct's default, which is its portable backend off NVIDIA CUDA; ctbench's
+        # top-level Projector keeps ctbench's engine for "auto": compat/keywords.py)
+        names = ("torch", "auto") if self._AUTO_IS_DIFFCT else ("torch",)
+        self._cell_model = backend in names and label == "torch" and not any(
+            options.get(k) for k in ("distributed", "devices"))
+        self._float32_work = precision != "float64"
+        super().__init__(_promoted(trajectory), volume_shape, detector_shape, backend=core_backend, **options)
         self.backend = label
         self.precision = precision
         self.dtype = PRECISIONS.get(precision)
         self.schedule = schedule
         self.native_volume_layout = native_volume_layout
         self.volume_chunk_shape = volume_chunk_shape
-        # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
-        self.model = "joseph"
-        if backend == "torch" and not any(self.options.get(k) for k in ("distributed", "devices")):
-            from .cells import CellStrategy
-
+        self.model = "cells" if self._cell_model else "joseph"
+        if self._cell_model:
             self._strategy = CellStrategy(self)
-            self.model = "cells"
+
+    @classmethod
+    def _precision(cls, precision):
+        # diffct's default is "fast" and it has no None; ctbench's top level defaults to the input's dtype
+        if precision is _UNSET:
+            return "fast" if cls._AUTO_IS_DIFFCT else None
+        if precision is None and cls._AUTO_IS_DIFFCT:
+            raise ValueError("precision must be 'fast', 'float32', or 'float64'")
+        return precision
+
+    def _check_trajectory(self, trajectory):
+        if getattr(self, "_cell_model", False):  # the cell model takes any finite segment (compat/cells.py)
+            check_cell_geometry(trajectory, self.beam)
+            check_diffct_geometry(trajectory, self.beam, self.voxel_spacing, self._float32_work)
+            return trajectory
+        return super()._check_trajectory(trajectory)
+
+    def _check_override(self, trajectory):
+        return super()._check_override(_promoted(trajectory))
 
     def _cast(self, x):
         # diffct's precision: the result dtype is the precision's, the input's cast is differentiable
@@ -180,11 +209,27 @@ class Projector(_CoreProjector):
 
     # diffct's *_into also take dense tensors (written in place); the return value stays ctbench's plan
     def project_into(self, volume_store, sinogram_store, *, device=None):
+        if self._cell_model:  # diffct's model streams itself and returns the output, as diffct does
+            return cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"))
         return super().project_into(_store(volume_store, "source"), _store(sinogram_store, "output"), device=device)
 
     def backproject_into(self, sinogram_store, volume_store, *, device=None):
+        if self._cell_model:
+            return cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"))
         return super().backproject_into(_store(sinogram_store, "source"), _store(volume_store, "output"),
                                         device=device)
+
+
+def _promoted(trajectory):
+    """diffct accepts trajectory parts of mixed float dtypes and float16: one dtype for all parts
+    (float64 if any part is, else float32), as diffct computes in its work dtype anyway."""
+    if isinstance(trajectory, (tuple, list)) and trajectory and all(isinstance(t, torch.Tensor) for t in trajectory):
+        dtypes = {t.dtype for t in trajectory}
+        if all(t.is_floating_point() for t in trajectory) and (len(dtypes) > 1 or dtypes - {torch.float32, torch.float64}):
+            dtype = torch.float64 if torch.float64 in dtypes else torch.float32
+            parts = [t.to(dtype) for t in trajectory]
+            return type(trajectory)(parts) if type(trajectory) in (tuple, list) else tuple(parts)
+    return trajectory
 
 
 def _store(value, name):
