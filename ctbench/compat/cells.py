@@ -83,6 +83,12 @@ def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool)
     return flat, length
 
 
+def _work(rays: Rays) -> Rays:
+    # ray set-up in float64 whatever the data dtype: a far endpoint (1e6 voxels away) minus a
+    # plane position keeps its digits; only the lengths are rounded to the data's dtype
+    return rays if rays.source.device.type == "mps" else rays.to(dtype=torch.float64)
+
+
 def _groups(grid: VolumeGrid, rays: Rays, batch: int, view_chunk=None, tile=None):
     """(ray indices, origin, direction) of ray groups: a view chunk times a detector tile (the
     user's ``view_chunk_size``/``detector_chunk_shape``, else whole views), narrowed further so
@@ -111,6 +117,7 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
     ``grid``: (B, n_views, U, V)."""
     B, nz = volume.shape[:2]
     U, V = rays.detector_shape
+    rays = _work(rays)
     flat_vol = volume.reshape(B, -1)
     out = volume.new_zeros((B, rays.n_views * U * V))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
@@ -118,7 +125,7 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
         if flat_vol.shape[1] == 0:  # an empty slab sees nothing (and keeps the geometry in the graph)
             value = volume.new_zeros((B, ray.numel())) + 0 * length.sum()
         else:
-            value = (flat_vol[:, flat] * length).sum(dim=-1)
+            value = (flat_vol[:, flat] * length.to(volume.dtype)).sum(dim=-1)
         out = out.index_add(1, ray, value)
     return out.reshape(B, rays.n_views, U, V)
 
@@ -126,6 +133,7 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
 def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None):
     """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)."""
     B = sinogram.shape[0]
+    rays = _work(rays)
     values = sinogram.reshape(B, -1)
     total = sinogram.new_zeros((B, (z1 - z0) * grid.H * grid.W))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
@@ -133,7 +141,7 @@ def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, v
         if total.shape[1] == 0:
             total = total + 0 * (values[:, ray].sum() * length.sum())
             continue
-        contrib = values[:, ray, None] * length
+        contrib = values[:, ray, None] * length.to(sinogram.dtype)
         total = total.index_add(1, flat.reshape(-1), contrib.reshape(B, -1))
     return total.reshape(B, z1 - z0, grid.H, grid.W)
 
@@ -150,13 +158,12 @@ class CellStrategy:
             projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
 
     def project(self, vol4, rays):
-        return cell_project(vol4, self.p.grid, self.p.volume_slice.start, rays.to(dtype=vol4.dtype),
-                            self.view_chunk, self.tile)
+        return cell_project(vol4, self.p.grid, self.p.volume_slice.start, rays, self.view_chunk, self.tile)
 
     def backproject(self, sino4, rays):
         p = self.p
-        return cell_backproject(sino4, p.grid, p.volume_slice.start, p.volume_slice.stop,
-                                rays.to(dtype=sino4.dtype), self.view_chunk, self.tile)
+        return cell_backproject(sino4, p.grid, p.volume_slice.start, p.volume_slice.stop, rays, self.view_chunk,
+                                self.tile)
 
     def inner_volume(self, a, b):
         return (a * b).sum()

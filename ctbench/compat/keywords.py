@@ -17,3 +17,13 @@ __all__ = ["Projector"]
 class Projector(_DiffctProjector):
     __doc__ = _DiffctProjector.__doc__
     _AUTO_IS_DIFFCT = False
+
+    # ctbench code passes the per-call trajectory positionally: project(x, trajectory)
+    def project(self, volume, trajectory=None):
+        return super().project(volume, trajectory=trajectory)
+
+    def backproject(self, sinogram, trajectory=None):
+        return super().backproject(sinogram, trajectory=trajectory)
+
+    def __call__(self, volume, trajectory=None):
+        return super().project(volume, trajectory=trajectory)

@@ -135,7 +135,7 @@ class Projector(_CoreProjector):
 
     _AUTO_IS_DIFFCT = True  # backend="auto" means diffct's choice (its cell model off NVIDIA CUDA)
 
-    def __new__(cls, trajectory=None, volume_shape=None, detector_shape=None, *, detector_surface=None,
+    def __new__(cls, trajectory, volume_shape, detector_shape, *, detector_surface=None,
                 backend="auto", precision=_UNSET, schedule="auto", volume_chunk_shape=None,
                 native_volume_layout=False, **kwargs):
         precision = cls._precision(precision)
@@ -198,26 +198,39 @@ class Projector(_CoreProjector):
             return x.to(self.dtype)
         return x
 
-    def project(self, volume, trajectory=None):
-        return super().project(self._cast(volume), trajectory)
+    # diffct's per-call frames: trajectory= is keyword-only (ctbench's top level keeps it positional too)
+    def project(self, volume, *, trajectory=None):
+        return _CoreProjector.project(self, self._cast(volume), trajectory)
 
-    def backproject(self, sinogram, trajectory=None):
-        return super().backproject(self._cast(sinogram), trajectory)
+    def backproject(self, sinogram, *, trajectory=None):
+        return _CoreProjector.backproject(self, self._cast(sinogram), trajectory)
 
-    def __call__(self, volume, trajectory=None):
-        return self.project(volume, trajectory)
+    def __call__(self, volume, *, trajectory=None):
+        return self.project(volume, trajectory=trajectory)
 
-    # diffct's *_into also take dense tensors (written in place); the return value stays ctbench's plan
-    def project_into(self, volume_store, sinogram_store, *, device=None):
-        if self._cell_model:  # diffct's model streams itself and returns the output, as diffct does
-            return cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"))
-        return super().project_into(_store(volume_store, "source"), _store(sinogram_store, "output"), device=device)
+    # diffct's *_into also take dense tensors (written in place); ctbench's engine returns its plan,
+    # diffct's cell model the output (as diffct does)
+    def project_into(self, volume_store, sinogram_store, *, trajectory=None, device=None):
+        if self._cell_model:  # diffct's model streams itself
+            return cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"),
+                                     trajectory)
+        _no_override(trajectory)
+        return _CoreProjector.project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"),
+                                           device=device)
 
-    def backproject_into(self, sinogram_store, volume_store, *, device=None):
+    def backproject_into(self, sinogram_store, volume_store, *, trajectory=None, device=None):
         if self._cell_model:
-            return cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"))
-        return super().backproject_into(_store(sinogram_store, "source"), _store(volume_store, "output"),
-                                        device=device)
+            return cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
+                                         trajectory)
+        _no_override(trajectory)
+        return _CoreProjector.backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
+                                               device=device)
+
+
+def _no_override(trajectory):
+    if trajectory is not None:
+        raise ValueError("trajectory= in project_into/backproject_into needs diffct's model (backend='torch' or "
+                         "'auto' on ctbench.compat.Projector); ctbench's engine streams the projector's own frames")
 
 
 def _promoted(trajectory):
@@ -237,7 +250,7 @@ def _store(value, name):
         return value
     if not value.is_contiguous():
         raise ValueError(f"{name} must be a contiguous tensor or a block store")
-    if value.requires_grad:
+    if value.requires_grad and (name == "output" or torch.is_grad_enabled()):  # a source is fine under no_grad
         raise ValueError(f"{name} must not require grad: *_into writes blocks outside autograd (detach it)")
     from ..storage import TensorStore
 
