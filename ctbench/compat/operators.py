@@ -142,8 +142,11 @@ class Projector(_CoreProjector):
         if detector_surface is not None:  # (the top-level subclass too: compat/keywords.py)
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
-            sp = SurfaceProjector(trajectory, volume_shape, detector_shape, detector_surface=detector_surface,
-                                  backend=core_backend, **options)
+            surface_class = SurfaceProjector
+            if cls._uses_cells(backend, label, options):  # diffct's model on curved detectors too
+                from .cell_surfaces import CellSurfaceProjector as surface_class
+            sp = surface_class(_promoted(trajectory), volume_shape, detector_shape, detector_surface=detector_surface,
+                               backend=core_backend, **options)
             sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
                                dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
             return sp
@@ -158,9 +161,7 @@ class Projector(_CoreProjector):
         # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
         # (and "auto", diffct's default, which is its portable backend off NVIDIA CUDA; ctbench's
         # top-level Projector keeps ctbench's engine for "auto": compat/keywords.py)
-        names = ("torch", "auto") if self._AUTO_IS_DIFFCT else ("torch",)
-        self._cell_model = backend in names and label == "torch" and not any(
-            options.get(k) for k in ("distributed", "devices"))
+        self._cell_model = self._uses_cells(backend, label, options)
         self._float32_work = precision != "float64"
         super().__init__(_promoted(trajectory), volume_shape, detector_shape, backend=core_backend, **options)
         self.backend = label
@@ -172,6 +173,11 @@ class Projector(_CoreProjector):
         self.model = "cells" if self._cell_model else "joseph"
         if self._cell_model:
             self._strategy = CellStrategy(self)
+
+    @classmethod
+    def _uses_cells(cls, backend, label, options) -> bool:
+        names = ("torch", "auto") if cls._AUTO_IS_DIFFCT else ("torch",)
+        return backend in names and label == "torch" and not any(options.get(k) for k in ("distributed", "devices"))
 
     @classmethod
     def _precision(cls, precision):
@@ -212,16 +218,16 @@ class Projector(_CoreProjector):
     # diffct's cell model the output (as diffct does)
     def project_into(self, volume_store, sinogram_store, *, trajectory=None, device=None):
         if self._cell_model:  # diffct's model streams itself
-            return cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"),
-                                     trajectory)
+            cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"), trajectory)
+            return sinogram_store
         _no_override(trajectory)
         return _CoreProjector.project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"),
                                            device=device)
 
     def backproject_into(self, sinogram_store, volume_store, *, trajectory=None, device=None):
         if self._cell_model:
-            return cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
-                                         trajectory)
+            cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"), trajectory)
+            return volume_store
         _no_override(trajectory)
         return _CoreProjector.backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
                                                device=device)
