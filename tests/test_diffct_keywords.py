@@ -60,17 +60,21 @@ def test_precision_sets_the_result_dtype_and_keeps_gradients(precision, dtype):
     x = torch.rand(6, 5, 4, dtype=other, requires_grad=True)
     y = P.project(x)
     assert y.dtype == dtype
-    want = _cone()[0].project(x.detach().to(dtype))
-    torch.testing.assert_close(y.detach(), want)
+    want = _cone(precision="float64")[0].project(x.detach().to(dtype))
+    torch.testing.assert_close(y.detach(), want.to(dtype))
     y.sum().backward()
     assert x.grad is not None and x.grad.dtype == other
     assert P.backproject(torch.rand(P.projection_shape, dtype=other)).dtype == dtype
 
 
-def test_default_precision_keeps_the_input_dtype():
-    P, _ = _cone()
-    assert P.project(torch.rand(6, 5, 4)).dtype == torch.float32
-    assert P.project(torch.rand(6, 5, 4, dtype=F64)).dtype == F64
+def test_default_precision_is_diffcts_fast_on_the_face_and_the_input_dtype_at_top_level():
+    P, tr = _cone()
+    assert P.precision == "fast" and P.project(torch.rand(6, 5, 4, dtype=F64)).dtype == torch.float32
+    with pytest.raises(ValueError, match="precision must be"):
+        _cone(precision=None)  # diffct has no None
+    top = ctbench.Projector(tr, (6, 5, 4), (7, 6))
+    assert top.project(torch.rand(6, 5, 4)).dtype == torch.float32
+    assert top.project(torch.rand(6, 5, 4, dtype=F64)).dtype == F64
 
 
 @pytest.mark.parametrize("bad", ["half", 32, None.__class__])
@@ -165,7 +169,7 @@ def test_core_projector_refuses_detector_surface_and_names_the_face():
 
 
 def test_into_takes_dense_tensors_written_in_place():
-    P, _ = _cone()
+    P, _ = _cone(precision="float64")
     x = torch.rand(6, 5, 4, dtype=F64)
     sino = torch.full(P.projection_shape, float("nan"), dtype=F64)
     P.project_into(x, sino)
