@@ -38,6 +38,8 @@ def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool)
     """Cell indices (flat in the slab ``[z0, z1)``), lengths and validity of every piece of every
     ray: ``(flat, length)`` of shape (R, P) with zero length where a piece is empty."""
     dtype, device = origin.dtype, origin.device
+    if segment and bool((direction == 0).all(dim=1).any()):  # (in the dtype the pixels were staged in)
+        raise ValueError("source and detector pixels must differ")
     sizes = (grid.W, grid.H, grid.D)  # world x, y, z
     dz, dy, dx = grid.spacing
     edges = [_boundaries(n, s, dtype, device) for n, s in zip(sizes, (dx, dy, dz))]

@@ -163,7 +163,17 @@ class Projector(_CoreProjector):
         # top-level Projector keeps ctbench's engine for "auto": compat/keywords.py)
         self._cell_model = self._uses_cells(backend, label, options)
         self._float32_work = precision != "float64"
-        super().__init__(_promoted(trajectory), volume_shape, detector_shape, backend=core_backend, **options)
+        trajectory = _promoted(trajectory)
+        # diffct's frames: a tuple with a part that requires grad stays live (re-read and re-checked at every
+        # call, in-place edits included); one without is snapshotted now (later edits do not reach it)
+        self._live_frames = None
+        if self._cell_model and _is_parts(trajectory):
+            if any(t.requires_grad for t in trajectory):
+                self._live_frames = trajectory
+            else:
+                trajectory = type(trajectory)(t.detach().clone() for t in trajectory) \
+                    if type(trajectory) in (tuple, list) else tuple(t.detach().clone() for t in trajectory)
+        super().__init__(trajectory, volume_shape, detector_shape, backend=core_backend, **options)
         self.backend = label
         self.precision = precision
         self.dtype = PRECISIONS.get(precision)
@@ -194,6 +204,11 @@ class Projector(_CoreProjector):
             check_diffct_geometry(trajectory, self.beam, self.voxel_spacing, self._float32_work)
             return trajectory
         return super()._check_trajectory(trajectory)
+
+    def _rays(self, trajectory, dtype, device):
+        if trajectory is None and self._live_frames is not None:
+            trajectory = self._live_frames  # live frames: rebuilt and checked as an override at every call
+        return super()._rays(trajectory, dtype, device)
 
     def _check_override(self, trajectory):
         return super()._check_override(_promoted(trajectory))
@@ -239,10 +254,15 @@ def _no_override(trajectory):
                          "'auto' on ctbench.compat.Projector); ctbench's engine streams the projector's own frames")
 
 
+def _is_parts(trajectory) -> bool:
+    return isinstance(trajectory, (tuple, list)) and bool(trajectory) and all(
+        isinstance(t, torch.Tensor) for t in trajectory)
+
+
 def _promoted(trajectory):
     """diffct accepts trajectory parts of mixed float dtypes and float16: one dtype for all parts
     (float64 if any part is, else float32), as diffct computes in its work dtype anyway."""
-    if isinstance(trajectory, (tuple, list)) and trajectory and all(isinstance(t, torch.Tensor) for t in trajectory):
+    if _is_parts(trajectory):
         dtypes = {t.dtype for t in trajectory}
         if all(t.is_floating_point() for t in trajectory) and (len(dtypes) > 1 or dtypes - {torch.float32, torch.float64}):
             dtype = torch.float64 if torch.float64 in dtypes else torch.float32
