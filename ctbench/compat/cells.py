@@ -40,6 +40,12 @@ def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool)
     dtype, device = origin.dtype, origin.device
     if segment and bool((direction == 0).all(dim=1).any()):  # (in the dtype the pixels were staged in)
         raise ValueError("source and detector pixels must differ")
+    if segment:
+        # set the segment up from its endpoint nearer the volume centre, so that a far endpoint
+        # (1e15 voxels away) does not round the ray parameters of the cells near the centre away
+        end = origin + direction
+        flip = (end.detach().norm(dim=1) < origin.detach().norm(dim=1))[:, None]
+        origin, direction = torch.where(flip, end, origin), torch.where(flip, -direction, direction)
     sizes = (grid.W, grid.H, grid.D)  # world x, y, z
     dz, dy, dx = grid.spacing
     edges = [_boundaries(n, s, dtype, device) for n, s in zip(sizes, (dx, dy, dz))]
@@ -120,7 +126,7 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
     B, nz = volume.shape[:2]
     U, V = rays.detector_shape
     rays = _work(rays)
-    flat_vol = volume.reshape(B, -1)
+    flat_vol = volume.reshape(B, nz * grid.H * grid.W)  # (explicit: B may be 0)
     out = volume.new_zeros((B, rays.n_views * U * V))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
         flat, length = _cells(grid, z0, z0 + nz, origin, direction, rays.cone)
@@ -136,7 +142,7 @@ def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, v
     """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)."""
     B = sinogram.shape[0]
     rays = _work(rays)
-    values = sinogram.reshape(B, -1)
+    values = sinogram.reshape(B, rays.n_views * rays.detector_shape[0] * rays.detector_shape[1])
     total = sinogram.new_zeros((B, (z1 - z0) * grid.H * grid.W))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
         flat, length = _cells(grid, z0, z1, origin, direction, rays.cone)
@@ -144,7 +150,7 @@ def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, v
             total = total + 0 * (values[:, ray].sum() * length.sum())
             continue
         contrib = values[:, ray, None] * length.to(sinogram.dtype)
-        total = total.index_add(1, flat.reshape(-1), contrib.reshape(B, -1))
+        total = total.index_add(1, flat.reshape(-1), contrib.reshape(B, flat.numel()))
     return total.reshape(B, z1 - z0, grid.H, grid.W)
 
 
