@@ -26,7 +26,7 @@ from ..engine.reference import pixel_rays
 __all__ = ["cell_project", "cell_backproject", "CellStrategy", "check_cell_geometry", "check_diffct_geometry",
            "cell_project_into", "cell_backproject_into"]
 
-_BUDGET = 1 << 21  # ray x plane intermediates per group (elements)
+_BUDGET = 1 << 19  # batch x ray x plane intermediates per group (elements: 4 MiB in float64)
 
 
 def _boundaries(n: int, spacing: float, dtype, device):
@@ -120,10 +120,19 @@ def _groups(grid: VolumeGrid, rays: Rays, batch: int, view_chunk=None, tile=None
                 yield index[v0:v0 + part.n_views, t.u0:t.u1, t.v0:t.v1].reshape(-1), origin, direction
 
 
+def _batch_step(grid: VolumeGrid, batch: int) -> int:
+    # a huge batch is split too: even one ray's planes times the whole batch may exceed the budget
+    return max(1, min(batch, _BUDGET // (grid.W + grid.H + grid.D + 5)))
+
+
 def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None, tile=None):
     """Cell-length projection of a slab ``volume`` (B, nz, H, W) starting at plane ``z0`` of
     ``grid``: (B, n_views, U, V)."""
     B, nz = volume.shape[:2]
+    step = _batch_step(grid, B)
+    if B > step:
+        return torch.cat([cell_project(volume[b:b + step], grid, z0, rays, view_chunk, tile)
+                          for b in range(0, B, step)])
     U, V = rays.detector_shape
     rays = _work(rays)
     flat_vol = volume.reshape(B, nz * grid.H * grid.W)  # (explicit: B may be 0)
@@ -141,6 +150,10 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
 def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None):
     """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)."""
     B = sinogram.shape[0]
+    step = _batch_step(grid, B)
+    if B > step:
+        return torch.cat([cell_backproject(sinogram[b:b + step], grid, z0, z1, rays, view_chunk, tile)
+                          for b in range(0, B, step)])
     rays = _work(rays)
     values = sinogram.reshape(B, rays.n_views * rays.detector_shape[0] * rays.detector_shape[1])
     total = sinogram.new_zeros((B, (z1 - z0) * grid.H * grid.W))
