@@ -163,6 +163,8 @@ class Projector(_CoreProjector):
         # top-level Projector keeps ctbench's engine for "auto": compat/keywords.py)
         self._cell_model = self._uses_cells(backend, label, options)
         self._float32_work = precision != "float64"
+        if self._AUTO_IS_DIFFCT:
+            _finite_first(trajectory, options.get("beam"))
         trajectory = _promoted(trajectory)
         # diffct's frames: a tuple with a part that requires grad stays live (re-read and re-checked at every
         # call, in-place edits included); one without is snapshotted now (later edits do not reach it)
@@ -252,6 +254,18 @@ def _no_override(trajectory):
     if trajectory is not None:
         raise ValueError("trajectory= in project_into/backproject_into needs diffct's model (backend='torch' or "
                          "'auto' on ctbench.compat.Projector); ctbench's engine streams the projector's own frames")
+
+
+def _finite_first(trajectory, beam):
+    """diffct's order of trajectory errors: a non-finite part wins over a shape error of a later part."""
+    if not isinstance(trajectory, (tuple, list)):
+        return
+    dims = 3 if beam in (None, "cone", "parallel3d") else 2
+    for t in trajectory:
+        if not (isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[1] == dims and t.is_floating_point()):
+            return
+        if not bool(torch.isfinite(t.detach()).all()):
+            raise ValueError("trajectory tensors must contain only finite values")
 
 
 def _is_parts(trajectory) -> bool:
