@@ -35,6 +35,7 @@ import torch
 from ..projector import Projector as _CoreProjector
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
+from .geometry import TrajectoryTuple
 from .surfaces import SurfaceProjector
 
 __all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_planes"]
@@ -173,8 +174,7 @@ class Projector(_CoreProjector):
             if any(t.requires_grad for t in trajectory):
                 self._live_frames = trajectory
             else:
-                trajectory = type(trajectory)(t.detach().clone() for t in trajectory) \
-                    if type(trajectory) in (tuple, list) else tuple(t.detach().clone() for t in trajectory)
+                trajectory = _like(trajectory, [t.detach().clone() for t in trajectory])
         super().__init__(trajectory, volume_shape, detector_shape, backend=core_backend, **options)
         self.backend = label
         self.precision = precision
@@ -268,6 +268,14 @@ def _finite_first(trajectory, beam):
             raise ValueError("trajectory tensors must contain only finite values")
 
 
+def _like(trajectory, parts):
+    """``parts`` in the container ``trajectory`` came in (a TrajectoryTuple keeps its beam)."""
+    beam = getattr(trajectory, "diffct_beam", None)
+    if beam is not None:
+        return TrajectoryTuple(parts, beam)
+    return list(parts) if isinstance(trajectory, list) else tuple(parts)
+
+
 def _is_parts(trajectory) -> bool:
     return isinstance(trajectory, (tuple, list)) and bool(trajectory) and all(
         isinstance(t, torch.Tensor) for t in trajectory)
@@ -280,8 +288,7 @@ def _promoted(trajectory):
         dtypes = {t.dtype for t in trajectory}
         if all(t.is_floating_point() for t in trajectory) and (len(dtypes) > 1 or dtypes - {torch.float32, torch.float64}):
             dtype = torch.float64 if torch.float64 in dtypes else torch.float32
-            parts = [t.to(dtype) for t in trajectory]
-            return type(trajectory)(parts) if type(trajectory) in (tuple, list) else tuple(parts)
+            return _like(trajectory, [t.to(dtype) for t in trajectory])
     return trajectory
 
 
