@@ -60,7 +60,7 @@ _LAZY = {
     "sinusoidal_trajectory_3d": "geometry",
     "spiral_trajectory_3d": "geometry",
     "transform_trajectory": "geometry",
-    "Projector": "compat",  # the core Projector plus diffct's keywords (ctbench.compat.operators)
+    "Projector": "compat.keywords",  # the core Projector plus diffct's keywords, ctbench's "auto" (ctbench.compat.keywords)
 }
 
 __version__ = "0.1.0"

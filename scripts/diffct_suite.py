@@ -224,6 +224,11 @@ class _Forward(types.ModuleType):
                 return _PrivatePlaceholder(f"{self.__name__}.{attr}")
             raise
     def __setattr__(self, attr, value):
+        if attr.startswith("__") and attr.endswith("__"):
+            # importlib sets __spec__/__package__/__loader__ on the shim's module: they must not reach
+            # ctbench's (a __package__ of "diffct" breaks its relative imports)
+            self.__dict__[attr] = value
+            return
         setattr(object.__getattribute__(self, "_target"), attr, value)
     def __delattr__(self, attr):
         delattr(object.__getattribute__(self, "_target"), attr)

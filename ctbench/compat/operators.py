@@ -33,6 +33,9 @@ import operator as _operator
 import torch
 
 from ..projector import Projector as _CoreProjector
+from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
+                    check_diffct_geometry)
+from .geometry import TrajectoryTuple
 from .surfaces import SurfaceProjector
 
 __all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_planes"]
@@ -41,6 +44,7 @@ __all__ = ["Projector", "BACKEND_ALIASES", "PRECISIONS", "SCHEDULES", "slab_plan
 BACKEND_ALIASES = {"torch": "auto", "numba": "cuda"}
 PRECISIONS = {"fast": torch.float32, "float32": torch.float32, "float64": torch.float64}
 SCHEDULES = ("auto", "spatial", "views", "window")
+_UNSET = object()  # precision not given: diffct's "fast" on the diffct face, the input's dtype at top level
 
 
 def _positive(value, name):
@@ -130,24 +134,47 @@ class Projector(_CoreProjector):
     """ctbench's Projector with diffct 2.5's keywords (module docstring); with
     ``detector_surface=`` it builds a :class:`~ctbench.compat.surfaces.SurfaceProjector`."""
 
-    def __new__(cls, trajectory=None, volume_shape=None, detector_shape=None, *, detector_surface=None,
-                backend="auto", precision=None, schedule="auto", volume_chunk_shape=None,
+    _AUTO_IS_DIFFCT = True  # backend="auto" means diffct's choice (its cell model off NVIDIA CUDA)
+
+    def __new__(cls, trajectory, volume_shape, detector_shape, *, detector_surface=None,
+                backend="auto", precision=_UNSET, schedule="auto", volume_chunk_shape=None,
                 native_volume_layout=False, **kwargs):
-        if detector_surface is not None and cls is Projector:
+        precision = cls._precision(precision)
+        if detector_surface is not None:  # (the top-level subclass too: compat/keywords.py)
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
-            sp = SurfaceProjector(trajectory, volume_shape, detector_shape, detector_surface=detector_surface,
-                                  backend=core_backend, **options)
+            surface_class = SurfaceProjector
+            if cls._uses_cells(backend, label, options):  # diffct's model on curved detectors too
+                from .cell_surfaces import CellSurfaceProjector as surface_class
+            sp = surface_class(_promoted(trajectory), volume_shape, detector_shape, detector_surface=detector_surface,
+                               backend=core_backend, **options)
             sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
                                dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
             return sp
         return object.__new__(cls)
 
-    def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=None,
+    def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=_UNSET,
                  schedule="auto", volume_chunk_shape=None, native_volume_layout=False, detector_surface=None,
                  **options):
+        precision = self._precision(precision)
         core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                      volume_chunk_shape, native_volume_layout, options)
+        # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
+        # (and "auto", diffct's default, which is its portable backend off NVIDIA CUDA; ctbench's
+        # top-level Projector keeps ctbench's engine for "auto": compat/keywords.py)
+        self._cell_model = self._uses_cells(backend, label, options)
+        self._float32_work = precision != "float64"
+        if self._AUTO_IS_DIFFCT:
+            _finite_first(trajectory, options.get("beam"))
+        trajectory = _promoted(trajectory)
+        # diffct's frames: a tuple with a part that requires grad stays live (re-read and re-checked at every
+        # call, in-place edits included); one without is snapshotted now (later edits do not reach it)
+        self._live_frames = None
+        if self._cell_model and _is_parts(trajectory):
+            if any(t.requires_grad for t in trajectory):
+                self._live_frames = trajectory
+            else:
+                trajectory = _like(trajectory, [t.detach().clone() for t in trajectory])
         super().__init__(trajectory, volume_shape, detector_shape, backend=core_backend, **options)
         self.backend = label
         self.precision = precision
@@ -155,6 +182,38 @@ class Projector(_CoreProjector):
         self.schedule = schedule
         self.native_volume_layout = native_volume_layout
         self.volume_chunk_shape = volume_chunk_shape
+        self.model = "cells" if self._cell_model else "joseph"
+        if self._cell_model:
+            self._strategy = CellStrategy(self)
+
+    @classmethod
+    def _uses_cells(cls, backend, label, options) -> bool:
+        names = ("torch", "auto") if cls._AUTO_IS_DIFFCT else ("torch",)
+        return backend in names and label == "torch" and not any(options.get(k) for k in ("distributed", "devices"))
+
+    @classmethod
+    def _precision(cls, precision):
+        # diffct's default is "fast" and it has no None; ctbench's top level defaults to the input's dtype
+        if precision is _UNSET:
+            return "fast" if cls._AUTO_IS_DIFFCT else None
+        if precision is None and cls._AUTO_IS_DIFFCT:
+            raise ValueError("precision must be 'fast', 'float32', or 'float64'")
+        return precision
+
+    def _check_trajectory(self, trajectory):
+        if getattr(self, "_cell_model", False):  # the cell model takes any finite segment (compat/cells.py)
+            check_cell_geometry(trajectory, self.beam)
+            check_diffct_geometry(trajectory, self.beam, self.voxel_spacing, self._float32_work)
+            return trajectory
+        return super()._check_trajectory(trajectory)
+
+    def _rays(self, trajectory, dtype, device):
+        if trajectory is None and self._live_frames is not None:
+            trajectory = self._live_frames  # live frames: rebuilt and checked as an override at every call
+        return super()._rays(trajectory, dtype, device)
+
+    def _check_override(self, trajectory):
+        return super()._check_override(_promoted(trajectory))
 
     def _cast(self, x):
         # diffct's precision: the result dtype is the precision's, the input's cast is differentiable
@@ -162,22 +221,75 @@ class Projector(_CoreProjector):
             return x.to(self.dtype)
         return x
 
-    def project(self, volume, trajectory=None):
-        return super().project(self._cast(volume), trajectory)
+    # diffct's per-call frames: trajectory= is keyword-only (ctbench's top level keeps it positional too)
+    def project(self, volume, *, trajectory=None):
+        return _CoreProjector.project(self, self._cast(volume), trajectory)
 
-    def backproject(self, sinogram, trajectory=None):
-        return super().backproject(self._cast(sinogram), trajectory)
+    def backproject(self, sinogram, *, trajectory=None):
+        return _CoreProjector.backproject(self, self._cast(sinogram), trajectory)
 
-    def __call__(self, volume, trajectory=None):
-        return self.project(volume, trajectory)
+    def __call__(self, volume, *, trajectory=None):
+        return self.project(volume, trajectory=trajectory)
 
-    # diffct's *_into also take dense tensors (written in place); the return value stays ctbench's plan
-    def project_into(self, volume_store, sinogram_store, *, device=None):
-        return super().project_into(_store(volume_store, "source"), _store(sinogram_store, "output"), device=device)
+    # diffct's *_into also take dense tensors (written in place); ctbench's engine returns its plan,
+    # diffct's cell model the output (as diffct does)
+    def project_into(self, volume_store, sinogram_store, *, trajectory=None, device=None):
+        if self._cell_model:  # diffct's model streams itself
+            cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"), trajectory)
+            return sinogram_store
+        _no_override(trajectory)
+        return _CoreProjector.project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"),
+                                           device=device)
 
-    def backproject_into(self, sinogram_store, volume_store, *, device=None):
-        return super().backproject_into(_store(sinogram_store, "source"), _store(volume_store, "output"),
-                                        device=device)
+    def backproject_into(self, sinogram_store, volume_store, *, trajectory=None, device=None):
+        if self._cell_model:
+            cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"), trajectory)
+            return volume_store
+        _no_override(trajectory)
+        return _CoreProjector.backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
+                                               device=device)
+
+
+def _no_override(trajectory):
+    if trajectory is not None:
+        raise ValueError("trajectory= in project_into/backproject_into needs diffct's model (backend='torch' or "
+                         "'auto' on ctbench.compat.Projector); ctbench's engine streams the projector's own frames")
+
+
+def _finite_first(trajectory, beam):
+    """diffct's order of trajectory errors: a non-finite part wins over a shape error of a later part."""
+    if not isinstance(trajectory, (tuple, list)):
+        return
+    dims = 3 if beam in (None, "cone", "parallel3d") else 2
+    for t in trajectory:
+        if not (isinstance(t, torch.Tensor) and t.ndim == 2 and t.shape[1] == dims and t.is_floating_point()):
+            return
+        if not bool(torch.isfinite(t.detach()).all()):
+            raise ValueError("trajectory tensors must contain only finite values")
+
+
+def _like(trajectory, parts):
+    """``parts`` in the container ``trajectory`` came in (a TrajectoryTuple keeps its beam)."""
+    beam = getattr(trajectory, "diffct_beam", None)
+    if beam is not None:
+        return TrajectoryTuple(parts, beam)
+    return list(parts) if isinstance(trajectory, list) else tuple(parts)
+
+
+def _is_parts(trajectory) -> bool:
+    return isinstance(trajectory, (tuple, list)) and bool(trajectory) and all(
+        isinstance(t, torch.Tensor) for t in trajectory)
+
+
+def _promoted(trajectory):
+    """diffct accepts trajectory parts of mixed float dtypes and float16: one dtype for all parts
+    (float64 if any part is, else float32), as diffct computes in its work dtype anyway."""
+    if _is_parts(trajectory):
+        dtypes = {t.dtype for t in trajectory}
+        if all(t.is_floating_point() for t in trajectory) and (len(dtypes) > 1 or dtypes - {torch.float32, torch.float64}):
+            dtype = torch.float64 if torch.float64 in dtypes else torch.float32
+            return _like(trajectory, [t.to(dtype) for t in trajectory])
+    return trajectory
 
 
 def _store(value, name):
@@ -191,7 +303,7 @@ def _store(value, name):
         return value
     if not value.is_contiguous():
         raise ValueError(f"{name} must be a contiguous tensor or a block store")
-    if value.requires_grad:
+    if value.requires_grad and (name == "output" or torch.is_grad_enabled()):  # a source is fine under no_grad
         raise ValueError(f"{name} must not require grad: *_into writes blocks outside autograd (detach it)")
     from ..storage import TensorStore
 
