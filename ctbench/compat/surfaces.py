@@ -94,18 +94,40 @@ def sample_offsets(surface, detector_shape, spacing, is_2d: bool, n_views: int) 
     return off
 
 
+def frame_count(beam) -> int:
+    """How many frame tensors diffct's beam has: source (or ray), centre, u, and v in 3D."""
+    if beam in ("cone", "parallel3d"):
+        return 4
+    if beam in ("fan", "parallel"):
+        return 3
+    raise ValueError(f"beam must be 'cone', 'parallel3d', 'fan' or 'parallel', got {beam!r}")
+
+
+def compose_points(center, axis_u, axis_v, offsets, pixel_dims: int):
+    """World positions of surface pixels: ``center + t u + w v + h n`` with ``n = u x v`` (3D),
+    or ``center + t u + h (u_y, -u_x)`` (2D: ``axis_v`` None).  Frames are ``(n, r)``, offsets
+    ``(*pixels, 3)`` or ``(n, *pixels, 3)`` with ``pixel_dims`` pixel axes; the result is
+    ``(n, *pixels, r)`` in the promoted dtype."""
+    shape = (center.shape[0], *([1] * pixel_dims), center.shape[-1])
+    center, axis_u = center.reshape(shape), axis_u.reshape(shape)
+    t, w, h = offsets.unbind(-1)
+    points = center + t[..., None] * axis_u
+    if axis_v is None:
+        normal = torch.stack((axis_u[..., 1], -axis_u[..., 0]), -1)
+        return points + h[..., None] * normal
+    axis_v = axis_v.reshape(shape)
+    nd = torch.promote_types(axis_u.dtype, axis_v.dtype)
+    normal = torch.linalg.cross(axis_u.to(nd), axis_v.to(nd), dim=-1)
+    return points + w[..., None] * axis_v + h[..., None] * normal
+
+
 def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device) -> Trajectory:
     """One one-pixel view per (view, pixel): the view's source (or ray direction) and axes, the
     detector centre at the pixel's position on the surface."""
     src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
     n = src.shape[0]
     off = offsets.to(device=device, dtype=dtype)
-    extra = off.ndim - 2  # pixel axes
-    shape = (n,) + (1,) * extra + (3,)
-    normal = torch.linalg.cross(u, v, dim=1)
-    t, w, h = off.unbind(-1)
-    points = (ctr.reshape(shape) + t[..., None] * u.reshape(shape) + w[..., None] * v.reshape(shape)
-              + h[..., None] * normal.reshape(shape))
+    points = compose_points(ctr, u, v, off, off.ndim - 2)
     per_view = math.prod(points.shape[1:-1])
     points = points.expand(n, *points.shape[1:]).reshape(n * per_view, 3)
 
