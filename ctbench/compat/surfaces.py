@@ -28,6 +28,7 @@ import math
 import torch
 
 from ..geometry import Trajectory
+from ..storage import check_store
 
 __all__ = ["ParameterizedSurface", "SurfaceProjector"]
 
@@ -121,13 +122,47 @@ def compose_points(center, axis_u, axis_v, offsets, pixel_dims: int):
     return points + w[..., None] * axis_v + h[..., None] * normal
 
 
-def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device) -> Trajectory:
+def check_pixels(source, points, beam: str, spacing_xyz, what: str) -> None:
+    """diffct's call-time rules for surface pixels (``points`` ``(n, P, 3)``, ``source`` ``(n, 3)``):
+    finite in the arithmetic's dtype; for diverging beams no pixel on its source, and the nearer of
+    source and pixel within 1e6 voxels of the centre, both within 1e15 (what floating-point ray set-up
+    resolves).  ``what`` names the dtype in the message."""
+    if not bool(torch.isfinite(points).all()) or not bool(torch.isfinite(source).all()):
+        bad = (~torch.isfinite(points)).reshape(points.shape[0], -1).any(1) | ~torch.isfinite(source).all(1)
+        raise ValueError(f"detector_surface pixel positions are not finite in {what} (overflow) in views "
+                         f"{bad.nonzero()[:, 0].tolist()[:10]}")
+    if beam == "parallel":
+        return
+    same = (points == source[:, None, :]).all(-1)
+    if bool(same.any()):
+        raise ValueError(f"detector_surface puts a pixel on the source (in {what}) in views "
+                         f"{same.any(1).nonzero()[:, 0].tolist()[:10]}; a ray needs two distinct end points")
+    pitch = torch.as_tensor(spacing_xyz, dtype=torch.float64)
+    ds = (source.to(torch.float64) / pitch).norm(dim=-1)[:, None]
+    dp = (points.to(torch.float64) / pitch).norm(dim=-1)
+    if bool((torch.minimum(ds, dp) > 1e6).any()) or bool((torch.maximum(ds, dp) > 1e15).any()):
+        raise ValueError("detector_surface: a source or pixel lies too far from the volume centre (the nearer "
+                         "of the two must be within 1e6 voxels, both within 1e15)")
+
+
+def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device, spacing_xyz=None) -> Trajectory:
     """One one-pixel view per (view, pixel): the view's source (or ray direction) and axes, the
-    detector centre at the pixel's position on the surface."""
-    src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
-    n = src.shape[0]
-    off = offsets.to(device=device, dtype=dtype)
-    points = compose_points(ctr, u, v, off, off.ndim - 2)
+    detector centre at the pixel's position on the surface.  With ``spacing_xyz`` (the voxel
+    pitch, x first) the pixels are checked (:func:`check_pixels`) in float64 from the raw
+    coordinates and in ``dtype``, the arithmetic the projection runs in."""
+    n = trajectory.n_views
+
+    def compose(dt, dev):
+        src, ctr, u, v = (t.to(device=dev, dtype=dt) for t in trajectory.tensors())
+        return src, compose_points(ctr, u, v, offsets.to(device=dev, dtype=dt), offsets.ndim - 2), u, v
+
+    if spacing_xyz is not None:
+        with torch.no_grad():
+            exact_src, exact = compose(torch.float64, "cpu")[:2]
+            check_pixels(exact_src, exact.reshape(n, -1, 3), trajectory.beam, spacing_xyz, "float64")
+    src, points, u, v = compose(dtype, device)
+    if spacing_xyz is not None and dtype != torch.float64:
+        check_pixels(src.detach(), points.detach().reshape(n, -1, 3), trajectory.beam, spacing_xyz, str(dtype))
     per_view = math.prod(points.shape[1:-1])
     points = points.expand(n, *points.shape[1:]).reshape(n * per_view, 3)
 
@@ -160,6 +195,9 @@ class SurfaceProjector:
             raise NotImplementedError(f"detector_surface= does not combine with {used} in ctbench; run one process "
                                       "per device without a curved detector, or split the views yourself")
         self.detector_surface = detector_surface
+        # diffct's frames (a tuple) are converted again at every call, so that in-place edits of the
+        # caller's tensors count and each call has its own graph back to them
+        self._frames = None if isinstance(trajectory, Trajectory) else trajectory
         self.flat = Projector(trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
                               voxel_spacing=voxel_spacing, backend=backend, **options)
         self._voxel_spacing_arg = voxel_spacing
@@ -186,18 +224,31 @@ class SurfaceProjector:
         from ..projector import Projector
 
         flat = self.flat
-        tr = flat.trajectory if trajectory is None else flat._check_override(trajectory)
+        if trajectory is None and self._frames is None:
+            flat._check_current_geometry()  # the held tensors may have been edited in place
+            tr = flat.trajectory
+        else:
+            tr = flat._check_override(self._frames if trajectory is None else trajectory)
+        # sampled at every call: the surface's parameters may have changed since the last one
         off = sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
                              tr.n_views)
-        pix = pixel_trajectory(tr, off, dtype, device)
+        dz, dy, dx = flat.grid.spacing
+        pix = pixel_trajectory(tr, off, dtype, device, spacing_xyz=(dx, dy, dz))
         vs = self._voxel_spacing_arg
         return Projector(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
                          voxel_spacing=vs, backend=self._backend,
                          **{k: v for k, v in self._options.items() if k == "memory_budget"})
 
+    def _cast(self, x):
+        # diffct's precision= (set by compat.operators.Projector): compute and return in its dtype
+        dt = self.__dict__.get("dtype")
+        if dt is not None and isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != dt:
+            return x.to(dt)
+        return x
+
     def project(self, volume: torch.Tensor, trajectory=None) -> torch.Tensor:
         """Line integrals to the surface's pixels: ``(*batch, *volume_shape) -> (*batch, *projection_shape)``."""
-        volume = self.flat._check_input(volume, "volume", self.flat.volume_shape)
+        volume = self.flat._check_input(self._cast(volume), "volume", self.flat.volume_shape)
         inner = self._inner(trajectory, volume.dtype, volume.device)
         y = inner.project(volume)
         batch = volume.shape[:volume.ndim - len(self.flat.volume_shape)]
@@ -205,10 +256,44 @@ class SurfaceProjector:
 
     def backproject(self, sinogram: torch.Tensor, trajectory=None) -> torch.Tensor:
         """The exact adjoint of :meth:`project`."""
-        sinogram = self.flat._check_input(sinogram, "sinogram", self.flat.projection_shape)
+        sinogram = self.flat._check_input(self._cast(sinogram), "sinogram", self.flat.projection_shape)
         inner = self._inner(trajectory, sinogram.dtype, sinogram.device)
         batch = sinogram.shape[:sinogram.ndim - len(self.flat.projection_shape)]
         return inner.backproject(sinogram.reshape(*batch, *inner.projection_shape))
+
+    def _into(self, run, source, output, shapes, names, trajectory):
+        src_shape, out_shape = shapes
+        if isinstance(source, torch.Tensor):
+            value = source
+        else:
+            value = check_store(source, names[0], src_shape).read()
+        if not isinstance(output, torch.Tensor):
+            check_store(output, names[1], out_shape)
+        elif tuple(output.shape) != tuple(out_shape):
+            raise ValueError(f"{names[1]} has shape {tuple(output.shape)}; this projector needs {tuple(out_shape)}")
+        elif output.requires_grad:
+            raise ValueError(f"{names[1]} must not require grad: *_into writes outside autograd (detach it)")
+        with torch.no_grad():
+            # the whole result is computed (and every check passed) before the output is touched
+            result = run(value, trajectory)
+            if isinstance(output, torch.Tensor):
+                output.copy_(result)
+            else:
+                output.write(None, result.to(output.dtype))
+        return output
+
+    def project_into(self, volume_store, sinogram_store, *, device=None, trajectory=None):
+        """diffct's ``project_into``: the projection of a dense volume (or block store) written into
+        ``sinogram_store`` (tensor or block store); returns it.  Nothing is written if a check fails."""
+        return self._into(self.project, _on(volume_store, device), sinogram_store,
+                          (self.flat.volume_shape, self.flat.projection_shape), ("volume_store", "sinogram_store"),
+                          trajectory)
+
+    def backproject_into(self, sinogram_store, volume_store, *, device=None, trajectory=None):
+        """diffct's ``backproject_into`` (see :meth:`project_into`)."""
+        return self._into(self.backproject, _on(sinogram_store, device), volume_store,
+                          (self.flat.projection_shape, self.flat.volume_shape), ("sinogram_store", "volume_store"),
+                          trajectory)
 
     __call__ = project
 
@@ -221,3 +306,9 @@ class SurfaceProjector:
     def __repr__(self):
         return f"SurfaceProjector({self.flat!r}, detector_surface={self.detector_surface!r})"
 
+
+
+def _on(value, device):
+    if device is None or not isinstance(value, torch.Tensor):
+        return value
+    return value.to(device)
