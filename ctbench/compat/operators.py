@@ -137,7 +137,9 @@ class Projector(_CoreProjector):
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
             sp = SurfaceProjector(trajectory, volume_shape, detector_shape, detector_surface=detector_surface,
-                                  backend=core_backend, **options)
+                                  backend=core_backend, precision=precision, **options,
+                                  projector=cls, projector_options=dict(backend=backend, precision=precision,
+                                                                        schedule=schedule))  # same model per pixel
             sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
                                dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
             return sp

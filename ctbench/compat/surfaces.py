@@ -23,6 +23,7 @@ scans; for very large detectors split the views.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -135,14 +136,20 @@ def check_pixels(source, points, beam: str, spacing_xyz, what: str) -> None:
         return
     same = (points == source[:, None, :]).all(-1)
     if bool(same.any()):
-        raise ValueError(f"detector_surface puts a pixel on the source (in {what}) in views "
+        raise ValueError(f"source and detector surface pixels must differ: a detector_surface pixel coincides "
+                         f"with the source (in {what}) in views "
                          f"{same.any(1).nonzero()[:, 0].tolist()[:10]}; a ray needs two distinct end points")
     pitch = torch.as_tensor(spacing_xyz, dtype=torch.float64)
     ds = (source.to(torch.float64) / pitch).norm(dim=-1)[:, None]
     dp = (points.to(torch.float64) / pitch).norm(dim=-1)
-    if bool((torch.minimum(ds, dp) > 1e6).any()) or bool((torch.maximum(ds, dp) > 1e15).any()):
-        raise ValueError("detector_surface: a source or pixel lies too far from the volume centre (the nearer "
-                         "of the two must be within 1e6 voxels, both within 1e15)")
+    far = torch.maximum(ds, dp) > 1e15
+    if bool(far.any()):
+        raise ValueError(f"a source or detector_surface pixel lies more than 1e15 voxels from the volume centre in "
+                         f"views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
+    far = torch.minimum(ds, dp) > 1e6
+    if bool(far.any()):
+        raise ValueError(f"a source and one of its detector_surface pixels both lie more than 1e6 voxels from the "
+                         f"volume centre in views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
 
 
 def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device, spacing_xyz=None) -> Trajectory:
@@ -173,6 +180,22 @@ def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, devic
                       meta={"kind": "detector_surface"})
 
 
+def _check_frames(self, trajectory):
+    """The reference frames of a curved detector: finite, with views and non-zero axes (and ray
+    directions); where their flat detector would sit does not matter (see SurfaceProjector)."""
+    if not isinstance(trajectory, Trajectory):
+        raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+    trajectory.validate_finite()
+    if trajectory.n_views == 0:
+        raise ValueError("trajectory has no views")
+    names = ("detector_u", "detector_v") + (("source",) if trajectory.beam == "parallel" else ())
+    for name in names:
+        zero = getattr(trajectory, name).detach().norm(dim=1) == 0
+        if bool(zero.any()):
+            raise ValueError(f"trajectory {name} has zero-length vectors in views {zero.nonzero()[:, 0].tolist()[:10]}")
+    return trajectory
+
+
 class SurfaceProjector:
     """A :class:`~ctbench.Projector` whose detector pixels lie on ``detector_surface`` (module docstring).
 
@@ -184,9 +207,8 @@ class SurfaceProjector:
     _UNSUPPORTED = {"devices", "distributed", "process_group", "partition", "partition_grid"}
 
     def __init__(self, trajectory, volume_shape, detector_shape, *, detector_surface, beam=None, detector_spacing=1.0,
-                 voxel_spacing=1.0, backend="auto", **options):
-        from ..projector import Projector
-
+                 voxel_spacing=1.0, backend="auto", precision=None, projector=None, projector_options=None,
+                 **options):
         if not callable(detector_surface):
             raise TypeError(f"detector_surface must be callable or a ParameterizedSurface, got "
                             f"{type(detector_surface).__name__}")
@@ -194,18 +216,39 @@ class SurfaceProjector:
         if used:
             raise NotImplementedError(f"detector_surface= does not combine with {used} in ctbench; run one process "
                                       "per device without a curved detector, or split the views yourself")
+        if projector is None:
+            from ..projector import Projector as projector
+
+            projector_options = {"backend": backend}
+        elif not (isinstance(projector, type) and hasattr(projector, "_check_trajectory")):
+            raise TypeError(f"projector must be a Projector class, got {projector!r}")
         self.detector_surface = detector_surface
         # diffct's frames (a tuple) are converted again at every call, so that in-place edits of the
         # caller's tensors count and each call has its own graph back to them
         self._frames = None if isinstance(trajectory, Trajectory) else trajectory
-        self.flat = Projector(trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
-                              voxel_spacing=voxel_spacing, backend=backend, **options)
+        # the flat projector holds the frames, shapes and grid; the per-pixel projector built at each
+        # call is made the same way (same class and keywords), so it runs the same ray model
+        self._make = functools.partial(projector, **(projector_options or {}))
+        # the flat frames are only a reference for the pixels: their own detector plane may be edge-on
+        # or cut the volume (the surface moves every pixel), so they are checked as frames only; the
+        # rays themselves are checked by check_pixels and by the per-pixel projector
+        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": _check_frames})
+        self.flat = functools.partial(frames, **(projector_options or {}))(
+            trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
+            voxel_spacing=voxel_spacing, **options)
         self._voxel_spacing_arg = voxel_spacing
-        self._backend = backend
         self._options = options
-        n = self.flat.n_views
-        # sample once now, so that a bad surface fails at construction, naming the argument
-        sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d, n)
+        # sample and check once now, so that a bad surface fails at construction, naming the argument;
+        # in float64 and in the arithmetic diffct's precision runs (float32 unless "float64")
+        off = sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d,
+                             self.flat.n_views)
+        work = torch.float64 if precision == "float64" else torch.float32
+        pix = pixel_trajectory(self.flat.trajectory, off.detach(), work, "cpu", spacing_xyz=self._spacing_xyz())
+        self._per_pixel(pix)  # the per-pixel projector's own geometry rules, once now
+
+    def _spacing_xyz(self):
+        dz, dy, dx = self.flat.grid.spacing
+        return dx, dy, dz
 
     # attributes of the flat projector that describe shapes and the grid
     _SHARED = ("trajectory", "beam", "is_2d", "grid", "global_volume_shape", "volume_shape", "local_volume_shape",
@@ -221,8 +264,6 @@ class SurfaceProjector:
                              "supports project, backproject and the inner products)")
 
     def _inner(self, trajectory, dtype, device):
-        from ..projector import Projector
-
         flat = self.flat
         if trajectory is None and self._frames is None:
             flat._check_current_geometry()  # the held tensors may have been edited in place
@@ -232,12 +273,14 @@ class SurfaceProjector:
         # sampled at every call: the surface's parameters may have changed since the last one
         off = sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
                              tr.n_views)
-        dz, dy, dx = flat.grid.spacing
-        pix = pixel_trajectory(tr, off, dtype, device, spacing_xyz=(dx, dy, dz))
-        vs = self._voxel_spacing_arg
-        return Projector(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
-                         voxel_spacing=vs, backend=self._backend,
-                         **{k: v for k, v in self._options.items() if k == "memory_budget"})
+        return self._per_pixel(pixel_trajectory(tr, off, dtype, device, spacing_xyz=self._spacing_xyz()))
+
+    def _per_pixel(self, pix):
+        flat = self.flat
+        # of the flat projector's options only the memory bound applies to one-pixel views
+        return self._make(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
+                          voxel_spacing=self._voxel_spacing_arg,
+                          **{k: v for k, v in self._options.items() if k == "memory_budget"})
 
     def _cast(self, x):
         # diffct's precision= (set by compat.operators.Projector): compute and return in its dtype
