@@ -89,3 +89,104 @@ def test_surface_batch_vjp_refuses_a_bad_capacity(bad):
     with pytest.raises(ValueError, match="capacity"):
         surface_batch_vjp("fan", (2,), (1.0,), (*frames, offsets), offsets, slice(0, 1), (slice(0, 2),), 1.0,
                           torch.device("cpu"), (torch.zeros(1, 2), torch.zeros(1, 2, 2)), bad, native_legacy=True)
+
+
+# ------------------------------------------------------------ the surface projector's diffct behaviours
+from ctbench.compat import Projector  # noqa: E402
+
+
+def _fan(views=2):
+    src = torch.zeros(views, 2, dtype=F64)
+    ctr, u = torch.zeros_like(src), torch.zeros_like(src)
+    src[:, 0], ctr[:, 0], u[:, 1] = -20.0, 20.0, 1.0
+    return src, ctr, u
+
+
+def _arc(radius):
+    def sampler(u, v, ids, r):
+        return torch.stack((r * torch.sin(u / r), torch.zeros_like(u), r * (1 - torch.cos(u / r))), -1)
+    return ParameterizedSurface(sampler, (radius,))
+
+
+def test_surface_project_into_writes_the_projection_and_returns_the_output():
+    radius = torch.tensor(30.0, dtype=F64)
+    op = Projector(_fan(), (6, 6), (5,), beam="fan", detector_surface=_arc(radius), precision="float64")
+    x = torch.rand(6, 6, dtype=F64)
+    sink = torch.full(op.projection_shape, 7.0, dtype=F64)
+    out = op.project_into(x, sink)
+    assert out is sink
+    torch.testing.assert_close(sink, op.project(x), rtol=0, atol=0)
+    y = torch.rand(op.projection_shape, dtype=F64)
+    vol = torch.zeros(6, 6, dtype=F64)
+    assert op.backproject_into(y, vol) is vol
+    torch.testing.assert_close(vol, op.backproject(y), rtol=0, atol=0)
+    # the adjoint pair through the *_into spellings
+    torch.testing.assert_close((sink * y).sum(), (x * vol).sum(), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["coincident", "nan", "middle"])
+def test_surface_updated_in_place_is_checked_again_before_any_write(kind):
+    radius = torch.tensor(30.0, dtype=F64)
+    bump = torch.zeros(3, dtype=F64)
+
+    def sampler(u, v, ids, r, b):
+        local = torch.stack((u, torch.zeros_like(u), torch.zeros_like(u)), -1)
+        return local + b  # b moves every pixel of every view
+    surface = ParameterizedSurface(sampler, (radius, bump))
+    frames = _fan()
+    op = Projector(frames, (4, 4), (3,), beam="fan", detector_surface=surface, precision="float64")
+    diffct_op = diffct.Projector(frames, (4, 4), (3,), beam="fan", backend="torch", precision="float64",
+                                 detector_surface=diffct.ParameterizedSurface(sampler, (radius, bump)))
+    x = torch.ones(4, 4, dtype=F64)
+    op.project(x)
+    with torch.no_grad():
+        if kind == "coincident":
+            bump.copy_(torch.tensor([0.0, 0.0, -40.0]))  # h = -40 puts the middle pixel on the source
+        elif kind == "nan":
+            bump[0] = float("nan")
+        else:
+            bump[1] = 1e-9  # a 2D surface has no w
+    sink = torch.full(op.projection_shape, 5.0, dtype=F64)
+    for projector in (op, diffct_op):  # diffct refuses the same update
+        with pytest.raises(ValueError):
+            projector.project_into(x, sink.clone() if projector is diffct_op else sink)
+    torch.testing.assert_close(sink, torch.full_like(sink, 5.0), rtol=0, atol=0)
+
+
+def test_surface_frames_edited_in_place_are_read_at_the_next_call():
+    radius = torch.tensor(30.0, dtype=F64)
+    frames = _fan(1)
+    op = Projector(frames, (6, 6), (5,), beam="fan", detector_surface=_arc(radius), precision="float64")
+    x = torch.rand(6, 6, dtype=F64)
+    before = op.project(x)
+    with torch.no_grad():
+        frames[1][0, 1] = 2.5  # shift the detector along its u axis
+    moved = op.project(x)
+    fresh = Projector(frames, (6, 6), (5,), beam="fan", detector_surface=_arc(radius), precision="float64")
+    assert not torch.equal(before, moved)
+    torch.testing.assert_close(moved, fresh.project(x), rtol=0, atol=0)
+
+
+def test_surface_construction_checks_the_precision_arithmetic():
+    # distinct in float64, the same point in float32 (diffct's default arithmetic)
+    src, ctr, u = _fan(1)
+    src[0, 0], ctr[0, 0] = 1.0, 1.0 + 1e-9
+    def flat(uu, vv):
+        return torch.stack((uu, vv, torch.zeros_like(uu)), -1)
+    with pytest.raises(ValueError, match="source and detector surface pixels must differ"):
+        Projector((src, ctr, u), (1, 1), (1,), beam="fan", detector_surface=flat, precision="float32")
+    with pytest.raises(ValueError, match="source and detector surface pixels must differ"):
+        diffct.Projector((src, ctr, u), (1, 1), (1,), beam="fan", detector_surface=flat, backend="torch")
+
+
+def test_surface_pixels_far_away_are_refused_with_diffct_bounds():
+    src, ctr, u = _fan(1)
+    src[0, 0] = -1.5e6
+    def far(uu, vv):  # every pixel 1.5e6 voxels out too
+        return torch.stack((uu, vv, torch.full_like(uu, 1.5e6)), -1)
+    with pytest.raises(ValueError, match="1e6"):
+        Projector((src, ctr, u), (4, 4), (3,), beam="fan", detector_surface=far, precision="float64")
+    def very_far(uu, vv):
+        return torch.stack((uu, vv, torch.full_like(uu, 1e16)), -1)
+    with pytest.raises(ValueError, match="1e15"):
+        Projector(_fan(1), (4, 4), (3,), beam="fan", detector_surface=very_far, precision="float64")
