@@ -190,3 +190,17 @@ def test_surface_pixels_far_away_are_refused_with_diffct_bounds():
         return torch.stack((uu, vv, torch.full_like(uu, 1e16)), -1)
     with pytest.raises(ValueError, match="1e15"):
         Projector(_fan(1), (4, 4), (3,), beam="fan", detector_surface=very_far, precision="float64")
+
+
+def test_detector_chunk_shape_takes_numpy_integers_and_refuses_two_entries_for_a_2d_scan():
+    np = pytest.importorskip("numpy")
+    frames = _fan(3)
+    for make in (Projector, lambda *a, **k: diffct.Projector(*a, backend="torch", **k)):
+        p = make(frames, (4, 4), (5,), beam="fan", detector_chunk_shape=(np.int64(12),))
+        assert p.projection_shape == (3, 5)
+        with pytest.raises((TypeError, ValueError), match="detector_chunk_shape"):  # diffct: TypeError
+            make(frames, (4, 4), (5,), beam="fan", detector_chunk_shape=(3, 2))
+    # the chunked projection is the unchunked one
+    x = torch.rand(4, 4, dtype=F64)
+    a = Projector(frames, (4, 4), (5,), beam="fan", detector_chunk_shape=(np.int64(2),)).project(x)
+    torch.testing.assert_close(a, Projector(frames, (4, 4), (5,), beam="fan").project(x), rtol=1e-12, atol=1e-12)

@@ -121,8 +121,11 @@ def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape
         except TypeError:
             pass  # the core check names the argument
     dcs = options.get("detector_chunk_shape")
-    if len(vs) == 2 and isinstance(dcs, (tuple, list)) and len(dcs) == 1:
-        options["detector_chunk_shape"] = (dcs[0], 1)  # diffct's (tu,) for a 2D scan's one detector row
+    if isinstance(dcs, (tuple, list)):  # NumPy integers are integers to diffct
+        dcs = tuple(v if isinstance(v, bool) or not hasattr(type(v), "__index__") else _operator.index(v) for v in dcs)
+        if len(vs) == 2 and len(dcs) == 2 and dcs[1] != 1:
+            raise ValueError(f"detector_chunk_shape of a 2D scan is (tu,) (one detector row), got {dcs!r}")
+        options["detector_chunk_shape"] = (dcs[0], 1) if len(vs) == 2 and len(dcs) == 1 else dcs
     return core_backend, label, options
 
 
