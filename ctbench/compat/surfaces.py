@@ -228,7 +228,12 @@ class SurfaceProjector:
         self._frames = None if isinstance(trajectory, Trajectory) else trajectory
         # the flat projector holds the frames, shapes and grid; the per-pixel projector built at each
         # call is made the same way (same class and keywords), so it runs the same ray model
-        self._make = functools.partial(projector, **(projector_options or {}))
+        # a class may name the checks its ray model needs of one-pixel views (``_check_ray_geometry``):
+        # its flat-detector rules (unit, orthogonal, facing axes) are about frames, which check_pixels covers
+        check = getattr(projector, "_check_ray_geometry", None)
+        pixels = projector if check is None else type(f"SurfacePixels{projector.__name__}", (projector,),
+                                                       {"_check_trajectory": check})
+        self._make = functools.partial(pixels, **(projector_options or {}))
         # the flat frames are only a reference for the pixels: their own detector plane may be edge-on
         # or cut the volume (the surface moves every pixel), so they are checked as frames only; the
         # rays themselves are checked by check_pixels and by the per-pixel projector
