@@ -180,22 +180,6 @@ def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, devic
                       meta={"kind": "detector_surface"})
 
 
-def _check_frames(self, trajectory):
-    """The reference frames of a curved detector: finite, with views and non-zero axes (and ray
-    directions); where their flat detector would sit does not matter (see SurfaceProjector)."""
-    if not isinstance(trajectory, Trajectory):
-        raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
-    trajectory.validate_finite()
-    if trajectory.n_views == 0:
-        raise ValueError("trajectory has no views")
-    names = ("detector_u", "detector_v") + (("source",) if trajectory.beam == "parallel" else ())
-    for name in names:
-        zero = getattr(trajectory, name).detach().norm(dim=1) == 0
-        if bool(zero.any()):
-            raise ValueError(f"trajectory {name} has zero-length vectors in views {zero.nonzero()[:, 0].tolist()[:10]}")
-    return trajectory
-
-
 class SurfaceProjector:
     """A :class:`~ctbench.Projector` whose detector pixels lie on ``detector_surface`` (module docstring).
 
@@ -237,7 +221,7 @@ class SurfaceProjector:
         # the flat frames are only a reference for the pixels: their own detector plane may be edge-on
         # or cut the volume (the surface moves every pixel), so they are checked as frames only; the
         # rays themselves are checked by check_pixels and by the per-pixel projector
-        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": _check_frames})
+        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": projector._check_frames})
         self.flat = functools.partial(frames, **(projector_options or {}))(
             trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
             voxel_spacing=voxel_spacing, **options)
