@@ -181,7 +181,8 @@ class Projector:
         return (n, self.detector_shape[0]) if self.is_2d else (n, *self.detector_shape)
 
     # ------------------------------------------------------------- checking
-    def _check_trajectory(self, trajectory: Trajectory) -> Trajectory:
+    def _check_frames(self, trajectory: Trajectory) -> Trajectory:
+        """The frame checks alone: a Trajectory, finite, with views, non-zero axes and ray directions."""
         if not isinstance(trajectory, Trajectory):
             raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
         trajectory.validate_finite()
@@ -196,7 +197,11 @@ class Projector:
             norms = trajectory.source.detach().norm(dim=1)
             if (norms == 0).any():
                 raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
-        else:
+        return trajectory
+
+    def _check_trajectory(self, trajectory: Trajectory) -> Trajectory:
+        self._check_frames(trajectory)
+        if self.beam != "parallel":
             half = torch.tensor(self._box_half(), dtype=torch.float64)
             src = trajectory.source.detach().to(torch.float64).cpu()
             inside = (src.abs() < half).all(dim=1)

@@ -22,6 +22,7 @@ import torch
 from ..engine.base import Rays, Tile, VolumeGrid
 from ..engine.plan import check_chunk_options
 from ..engine.reference import pixel_rays
+from ..storage.completion import same_location, store_location
 
 __all__ = ["cell_project", "cell_backproject", "CellStrategy", "check_cell_geometry", "check_diffct_geometry",
            "cell_project_into", "cell_backproject_into"]
@@ -247,6 +248,15 @@ def _check_store(store, shape, name):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(store.shape)}")
 
 
+
+def _refuse_alias(volume_store, sinogram_store):
+    # the same refusal as ctbench's engine streaming (storage/streaming.py): an output over its input
+    if volume_store is sinogram_store or same_location(volume_store, sinogram_store):
+        raise ValueError(f"volume_store and sinogram_store must be different stores; both are "
+                         f"{store_location(volume_store) or volume_store!r} (the output would alias the input "
+                         "and overwrite it)")
+
+
 def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
     """Stream the cell-model projection store to store: z-slabs of the volume (the user's
     ``volume_chunk_shape`` planes, else all) summed into the sinogram, written view chunk by view
@@ -254,6 +264,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
     p = projector
     _check_store(volume_store, p.volume_shape, "volume_store")
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
+    _refuse_alias(volume_store, sinogram_store)
     D = p.global_volume_shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     with torch.no_grad():
@@ -283,6 +294,7 @@ def cell_backproject_into(projector, sinogram_store, volume_store, trajectory=No
     p = projector
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
     _check_store(volume_store, p.volume_shape, "volume_store")
+    _refuse_alias(volume_store, sinogram_store)
     D = p.global_volume_shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     step = p._strategy.view_chunk or p.n_views

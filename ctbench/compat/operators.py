@@ -125,8 +125,11 @@ def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape
         except TypeError:
             pass  # the core check names the argument
     dcs = options.get("detector_chunk_shape")
-    if len(vs) == 2 and isinstance(dcs, (tuple, list)) and len(dcs) == 1:
-        options["detector_chunk_shape"] = (dcs[0], 1)  # diffct's (tu,) for a 2D scan's one detector row
+    if isinstance(dcs, (tuple, list)):  # NumPy integers are integers to diffct
+        dcs = tuple(v if isinstance(v, bool) or not hasattr(type(v), "__index__") else _operator.index(v) for v in dcs)
+        if len(vs) == 2 and len(dcs) == 2 and dcs[1] != 1:
+            raise ValueError(f"detector_chunk_shape of a 2D scan is (tu,) (one detector row), got {dcs!r}")
+        options["detector_chunk_shape"] = (dcs[0], 1) if len(vs) == 2 and len(dcs) == 1 else dcs
     return core_backend, label, options
 
 
@@ -143,11 +146,10 @@ class Projector(_CoreProjector):
         if detector_surface is not None:  # (the top-level subclass too: compat/keywords.py)
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
-            surface_class = SurfaceProjector
-            if cls._uses_cells(backend, label, options):  # diffct's model on curved detectors too
-                from .cell_surfaces import CellSurfaceProjector as surface_class
-            sp = surface_class(_promoted(trajectory), volume_shape, detector_shape, detector_surface=detector_surface,
-                               backend=core_backend, **options)
+            sp = SurfaceProjector(_promoted(trajectory), volume_shape, detector_shape, detector_surface=detector_surface,
+                                  backend=core_backend, precision=precision, **options,
+                                  projector=cls, projector_options=dict(backend=backend, precision=precision,
+                                                                        schedule=schedule))  # same model per pixel
             sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
                                dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
             return sp
@@ -206,6 +208,14 @@ class Projector(_CoreProjector):
             check_diffct_geometry(trajectory, self.beam, self.voxel_spacing, self._float32_work)
             return trajectory
         return super()._check_trajectory(trajectory)
+
+    def _check_ray_geometry(self, trajectory):
+        # the checks of one-pixel views of a curved detector (compat/surfaces.py): the flat-detector
+        # axis rules of diffct's face do not apply to them
+        if self._cell_model:
+            check_cell_geometry(trajectory, self.beam)
+            return trajectory
+        return _CoreProjector._check_trajectory(self, trajectory)
 
     def _rays(self, trajectory, dtype, device):
         if trajectory is None and self._live_frames is not None:

@@ -23,11 +23,13 @@ scans; for very large detectors split the views.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from ..geometry import Trajectory
+from ..storage import check_store
 
 __all__ = ["ParameterizedSurface", "SurfaceProjector"]
 
@@ -94,18 +96,80 @@ def sample_offsets(surface, detector_shape, spacing, is_2d: bool, n_views: int) 
     return off
 
 
-def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device) -> Trajectory:
+def frame_count(beam) -> int:
+    """How many frame tensors diffct's beam has: source (or ray), centre, u, and v in 3D."""
+    if beam in ("cone", "parallel3d"):
+        return 4
+    if beam in ("fan", "parallel"):
+        return 3
+    raise ValueError(f"beam must be 'cone', 'parallel3d', 'fan' or 'parallel', got {beam!r}")
+
+
+def compose_points(center, axis_u, axis_v, offsets, pixel_dims: int):
+    """World positions of surface pixels: ``center + t u + w v + h n`` with ``n = u x v`` (3D),
+    or ``center + t u + h (u_y, -u_x)`` (2D: ``axis_v`` None).  Frames are ``(n, r)``, offsets
+    ``(*pixels, 3)`` or ``(n, *pixels, 3)`` with ``pixel_dims`` pixel axes; the result is
+    ``(n, *pixels, r)`` in the promoted dtype."""
+    shape = (center.shape[0], *([1] * pixel_dims), center.shape[-1])
+    center, axis_u = center.reshape(shape), axis_u.reshape(shape)
+    t, w, h = offsets.unbind(-1)
+    points = center + t[..., None] * axis_u
+    if axis_v is None:
+        normal = torch.stack((axis_u[..., 1], -axis_u[..., 0]), -1)
+        return points + h[..., None] * normal
+    axis_v = axis_v.reshape(shape)
+    nd = torch.promote_types(axis_u.dtype, axis_v.dtype)
+    normal = torch.linalg.cross(axis_u.to(nd), axis_v.to(nd), dim=-1)
+    return points + w[..., None] * axis_v + h[..., None] * normal
+
+
+def check_pixels(source, points, beam: str, spacing_xyz, what: str) -> None:
+    """diffct's call-time rules for surface pixels (``points`` ``(n, P, 3)``, ``source`` ``(n, 3)``):
+    finite in the arithmetic's dtype; for diverging beams no pixel on its source, and the nearer of
+    source and pixel within 1e6 voxels of the centre, both within 1e15 (what floating-point ray set-up
+    resolves).  ``what`` names the dtype in the message."""
+    if not bool(torch.isfinite(points).all()) or not bool(torch.isfinite(source).all()):
+        bad = (~torch.isfinite(points)).reshape(points.shape[0], -1).any(1) | ~torch.isfinite(source).all(1)
+        raise ValueError(f"detector_surface pixel positions are not finite in {what} (overflow) in views "
+                         f"{bad.nonzero()[:, 0].tolist()[:10]}")
+    if beam == "parallel":
+        return
+    same = (points == source[:, None, :]).all(-1)
+    if bool(same.any()):
+        raise ValueError(f"source and detector surface pixels must differ: a detector_surface pixel coincides "
+                         f"with the source (in {what}) in views "
+                         f"{same.any(1).nonzero()[:, 0].tolist()[:10]}; a ray needs two distinct end points")
+    pitch = torch.as_tensor(spacing_xyz, dtype=torch.float64)
+    ds = (source.to(torch.float64) / pitch).norm(dim=-1)[:, None]
+    dp = (points.to(torch.float64) / pitch).norm(dim=-1)
+    far = torch.maximum(ds, dp) > 1e15
+    if bool(far.any()):
+        raise ValueError(f"a source or detector_surface pixel lies more than 1e15 voxels from the volume centre in "
+                         f"views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
+    far = torch.minimum(ds, dp) > 1e6
+    if bool(far.any()):
+        raise ValueError(f"a source and one of its detector_surface pixels both lie more than 1e6 voxels from the "
+                         f"volume centre in views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
+
+
+def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device, spacing_xyz=None) -> Trajectory:
     """One one-pixel view per (view, pixel): the view's source (or ray direction) and axes, the
-    detector centre at the pixel's position on the surface."""
-    src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
-    n = src.shape[0]
-    off = offsets.to(device=device, dtype=dtype)
-    extra = off.ndim - 2  # pixel axes
-    shape = (n,) + (1,) * extra + (3,)
-    normal = torch.linalg.cross(u, v, dim=1)
-    t, w, h = off.unbind(-1)
-    points = (ctr.reshape(shape) + t[..., None] * u.reshape(shape) + w[..., None] * v.reshape(shape)
-              + h[..., None] * normal.reshape(shape))
+    detector centre at the pixel's position on the surface.  With ``spacing_xyz`` (the voxel
+    pitch, x first) the pixels are checked (:func:`check_pixels`) in float64 from the raw
+    coordinates and in ``dtype``, the arithmetic the projection runs in."""
+    n = trajectory.n_views
+
+    def compose(dt, dev):
+        src, ctr, u, v = (t.to(device=dev, dtype=dt) for t in trajectory.tensors())
+        return src, compose_points(ctr, u, v, offsets.to(device=dev, dtype=dt), offsets.ndim - 2), u, v
+
+    if spacing_xyz is not None:
+        with torch.no_grad():
+            exact_src, exact = compose(torch.float64, "cpu")[:2]
+            check_pixels(exact_src, exact.reshape(n, -1, 3), trajectory.beam, spacing_xyz, "float64")
+    src, points, u, v = compose(dtype, device)
+    if spacing_xyz is not None and dtype != torch.float64:
+        check_pixels(src.detach(), points.detach().reshape(n, -1, 3), trajectory.beam, spacing_xyz, str(dtype))
     per_view = math.prod(points.shape[1:-1])
     points = points.expand(n, *points.shape[1:]).reshape(n * per_view, 3)
 
@@ -127,9 +191,8 @@ class SurfaceProjector:
     _UNSUPPORTED = {"devices", "distributed", "process_group", "partition", "partition_grid"}
 
     def __init__(self, trajectory, volume_shape, detector_shape, *, detector_surface, beam=None, detector_spacing=1.0,
-                 voxel_spacing=1.0, backend="auto", **options):
-        from ..projector import Projector
-
+                 voxel_spacing=1.0, backend="auto", precision=None, projector=None, projector_options=None,
+                 **options):
         if not callable(detector_surface):
             raise TypeError(f"detector_surface must be callable or a ParameterizedSurface, got "
                             f"{type(detector_surface).__name__}")
@@ -137,15 +200,44 @@ class SurfaceProjector:
         if used:
             raise NotImplementedError(f"detector_surface= does not combine with {used} in ctbench; run one process "
                                       "per device without a curved detector, or split the views yourself")
+        if projector is None:
+            from ..projector import Projector as projector
+
+            projector_options = {"backend": backend}
+        elif not (isinstance(projector, type) and hasattr(projector, "_check_trajectory")):
+            raise TypeError(f"projector must be a Projector class, got {projector!r}")
         self.detector_surface = detector_surface
-        self.flat = Projector(trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
-                              voxel_spacing=voxel_spacing, backend=backend, **options)
+        # diffct's frames (a tuple) are converted again at every call, so that in-place edits of the
+        # caller's tensors count and each call has its own graph back to them
+        self._frames = None if isinstance(trajectory, Trajectory) else trajectory
+        # the flat projector holds the frames, shapes and grid; the per-pixel projector built at each
+        # call is made the same way (same class and keywords), so it runs the same ray model
+        # a class may name the checks its ray model needs of one-pixel views (``_check_ray_geometry``):
+        # its flat-detector rules (unit, orthogonal, facing axes) are about frames, which check_pixels covers
+        check = getattr(projector, "_check_ray_geometry", None)
+        pixels = projector if check is None else type(f"SurfacePixels{projector.__name__}", (projector,),
+                                                       {"_check_trajectory": check})
+        self._make = functools.partial(pixels, **(projector_options or {}))
+        # the flat frames are only a reference for the pixels: their own detector plane may be edge-on
+        # or cut the volume (the surface moves every pixel), so they are checked as frames only; the
+        # rays themselves are checked by check_pixels and by the per-pixel projector
+        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": projector._check_frames})
+        self.flat = functools.partial(frames, **(projector_options or {}))(
+            trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
+            voxel_spacing=voxel_spacing, **options)
         self._voxel_spacing_arg = voxel_spacing
-        self._backend = backend
         self._options = options
-        n = self.flat.n_views
-        # sample once now, so that a bad surface fails at construction, naming the argument
-        sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d, n)
+        # sample and check once now, so that a bad surface fails at construction, naming the argument;
+        # in float64 and in the arithmetic diffct's precision runs (float32 unless "float64")
+        off = sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d,
+                             self.flat.n_views)
+        work = torch.float64 if precision == "float64" else torch.float32
+        pix = pixel_trajectory(self.flat.trajectory, off.detach(), work, "cpu", spacing_xyz=self._spacing_xyz())
+        self._per_pixel(pix)  # the per-pixel projector's own geometry rules, once now
+
+    def _spacing_xyz(self):
+        dz, dy, dx = self.flat.grid.spacing
+        return dx, dy, dz
 
     # attributes of the flat projector that describe shapes and the grid
     _SHARED = ("trajectory", "beam", "is_2d", "grid", "global_volume_shape", "volume_shape", "local_volume_shape",
@@ -161,21 +253,34 @@ class SurfaceProjector:
                              "supports project, backproject and the inner products)")
 
     def _inner(self, trajectory, dtype, device):
-        from ..projector import Projector
-
         flat = self.flat
-        tr = flat.trajectory if trajectory is None else flat._check_override(trajectory)
+        if trajectory is None and self._frames is None:
+            flat._check_current_geometry()  # the held tensors may have been edited in place
+            tr = flat.trajectory
+        else:
+            tr = flat._check_override(self._frames if trajectory is None else trajectory)
+        # sampled at every call: the surface's parameters may have changed since the last one
         off = sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
                              tr.n_views)
-        pix = pixel_trajectory(tr, off, dtype, device)
-        vs = self._voxel_spacing_arg
-        return Projector(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
-                         voxel_spacing=vs, backend=self._backend,
-                         **{k: v for k, v in self._options.items() if k == "memory_budget"})
+        return self._per_pixel(pixel_trajectory(tr, off, dtype, device, spacing_xyz=self._spacing_xyz()))
+
+    def _per_pixel(self, pix):
+        flat = self.flat
+        # of the flat projector's options only the memory bound applies to one-pixel views
+        return self._make(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
+                          voxel_spacing=self._voxel_spacing_arg,
+                          **{k: v for k, v in self._options.items() if k == "memory_budget"})
+
+    def _cast(self, x):
+        # diffct's precision= (set by compat.operators.Projector): compute and return in its dtype
+        dt = self.__dict__.get("dtype")
+        if dt is not None and isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != dt:
+            return x.to(dt)
+        return x
 
     def project(self, volume: torch.Tensor, trajectory=None) -> torch.Tensor:
         """Line integrals to the surface's pixels: ``(*batch, *volume_shape) -> (*batch, *projection_shape)``."""
-        volume = self.flat._check_input(volume, "volume", self.flat.volume_shape)
+        volume = self.flat._check_input(self._cast(volume), "volume", self.flat.volume_shape)
         inner = self._inner(trajectory, volume.dtype, volume.device)
         y = inner.project(volume)
         batch = volume.shape[:volume.ndim - len(self.flat.volume_shape)]
@@ -183,10 +288,44 @@ class SurfaceProjector:
 
     def backproject(self, sinogram: torch.Tensor, trajectory=None) -> torch.Tensor:
         """The exact adjoint of :meth:`project`."""
-        sinogram = self.flat._check_input(sinogram, "sinogram", self.flat.projection_shape)
+        sinogram = self.flat._check_input(self._cast(sinogram), "sinogram", self.flat.projection_shape)
         inner = self._inner(trajectory, sinogram.dtype, sinogram.device)
         batch = sinogram.shape[:sinogram.ndim - len(self.flat.projection_shape)]
         return inner.backproject(sinogram.reshape(*batch, *inner.projection_shape))
+
+    def _into(self, run, source, output, shapes, names, trajectory):
+        src_shape, out_shape = shapes
+        if isinstance(source, torch.Tensor):
+            value = source
+        else:
+            value = check_store(source, names[0], src_shape).read()
+        if not isinstance(output, torch.Tensor):
+            check_store(output, names[1], out_shape)
+        elif tuple(output.shape) != tuple(out_shape):
+            raise ValueError(f"{names[1]} has shape {tuple(output.shape)}; this projector needs {tuple(out_shape)}")
+        elif output.requires_grad:
+            raise ValueError(f"{names[1]} must not require grad: *_into writes outside autograd (detach it)")
+        with torch.no_grad():
+            # the whole result is computed (and every check passed) before the output is touched
+            result = run(value, trajectory)
+            if isinstance(output, torch.Tensor):
+                output.copy_(result)
+            else:
+                output.write(None, result.to(output.dtype))
+        return output
+
+    def project_into(self, volume_store, sinogram_store, *, device=None, trajectory=None):
+        """diffct's ``project_into``: the projection of a dense volume (or block store) written into
+        ``sinogram_store`` (tensor or block store); returns it.  Nothing is written if a check fails."""
+        return self._into(self.project, _on(volume_store, device), sinogram_store,
+                          (self.flat.volume_shape, self.flat.projection_shape), ("volume_store", "sinogram_store"),
+                          trajectory)
+
+    def backproject_into(self, sinogram_store, volume_store, *, device=None, trajectory=None):
+        """diffct's ``backproject_into`` (see :meth:`project_into`)."""
+        return self._into(self.backproject, _on(sinogram_store, device), volume_store,
+                          (self.flat.projection_shape, self.flat.volume_shape), ("sinogram_store", "volume_store"),
+                          trajectory)
 
     __call__ = project
 
@@ -199,3 +338,9 @@ class SurfaceProjector:
     def __repr__(self):
         return f"SurfaceProjector({self.flat!r}, detector_surface={self.detector_surface!r})"
 
+
+
+def _on(value, device):
+    if device is None or not isinstance(value, torch.Tensor):
+        return value
+    return value.to(device)
