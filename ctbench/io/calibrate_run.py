@@ -3,7 +3,8 @@
 Reads, preprocesses and builds the nominal geometry exactly as ``ctbench recon``
 does, runs :func:`ctbench.calibration.calibrate` with the config's
 ``calibrate`` section, and writes the calibrated trajectory JSON and a report
-(each written aside and renamed into place).
+(each written aside and renamed into place).  ``calibrate.known_object`` (a
+volume file) makes it reproject that object instead of reconstructing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..atomic_files import atomic_write_bytes
 from .calibrate_config import CalibrateConfig
+from .calibrate_known import read_known_object
 from .pipeline import ReconConfig, build_geometry, load_config, oriented_scan
 from .scan import images_to_sinogram
 
@@ -47,17 +49,22 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
     else:
         offset_u = float(cfg.geometry.detector_offset_u_mm) + prep.shift_u
     # Calibrate from the nominal geometry: geometry.trajectory names this run's *output* for ctbench recon.
-    geometry = build_geometry(prep, cfg.geometry.model_copy(update={"trajectory": None}), sid, sdd, angles,
-                              offset_u)
+    geo_cfg, known = cfg.geometry.model_copy(update={"trajectory": None}), None
+    if cal.known_object is not None:
+        known, geo_cfg = read_known_object(_rel(config_path, cal.known_object), geo_cfg)
+        say(f"known object {cal.known_object}: {known.shape} voxels of {geo_cfg.voxel_size_mm:g} mm")
+    geometry = build_geometry(prep, geo_cfg, sid, sdd, angles, offset_u)
     sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))
     P = geometry.projector(backend=cal.backend)
     say(f"calibrating {', '.join(cal.free)} on {tuple(sino.shape)} line integrals")
     res = calibrate(P, sino, cal.free, bounds=cal.bounds or None, start=cal.start, levels=tuple(cal.levels),
                     n_outer=tuple(cal.n_outer), n_inner=cal.n_inner, smoothness=cal.smoothness, cancel=cancel,
+                    known_object=None if known is None else torch.from_numpy(known),
                     callback=lambda s: say(f"  step {s.iteration} (binning {s.binning}): loss {s.loss:.4g}"))
     say(res.table())
     report = res.to_dict()
     report["orientation"], report["warnings"] = resolved.to_dict(), list(resolved.warnings)
+    report["known_object"] = None if known is None else str(_rel(config_path, cal.known_object))
     report["elapsed_s"] = round(time.perf_counter() - t0, 3)
     report["trajectory"], report["report"] = str(traj_path), str(report_path)
     report["nominal_detector_offset_mm"] = [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v]
