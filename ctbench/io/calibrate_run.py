@@ -41,6 +41,10 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
         if p.exists() and not cal.overwrite:
             raise FileExistsError(f"{p} exists; set calibrate.overwrite to replace it")
     t0 = time.perf_counter()
+    known = None
+    if cal.known_object is not None:      # read (and refused) before the scan's preprocessing, not after it
+        known, grid = read_known_object(_rel(config_path, cal.known_object), cfg.geometry)
+        say(f"known object {cal.known_object}: {known.shape} voxels of {grid.voxel_size_mm:g} mm")
     scan, prep, sid, sdd, angles, resolved, cfg = oriented_scan(cfg, say)
     if cfg.geometry.detector_offset_u_mm == "auto":
         centre = resolved.centre
@@ -49,10 +53,10 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
     else:
         offset_u = float(cfg.geometry.detector_offset_u_mm) + prep.shift_u
     # Calibrate from the nominal geometry: geometry.trajectory names this run's *output* for ctbench recon.
-    geo_cfg, known = cfg.geometry.model_copy(update={"trajectory": None}), None
-    if cal.known_object is not None:
-        known, geo_cfg = read_known_object(_rel(config_path, cal.known_object), geo_cfg)
-        say(f"known object {cal.known_object}: {known.shape} voxels of {geo_cfg.voxel_size_mm:g} mm")
+    update = {"trajectory": None}
+    if known is not None:                 # the known object's grid is the calibration's
+        update |= {"voxel_size_mm": grid.voxel_size_mm, "volume_shape": grid.volume_shape}
+    geo_cfg = cfg.geometry.model_copy(update=update)
     geometry = build_geometry(prep, geo_cfg, sid, sdd, angles, offset_u)
     sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))
     P = geometry.projector(backend=cal.backend)
