@@ -9,6 +9,11 @@
 calibrated trajectory JSON and the report (relative to the config's folder).
 ``geometry.trajectory`` in the same config makes ``ctbench recon`` use a
 calibrated trajectory in place of the circular one it would build.
+
+``known_object`` (optional): a volume file (TIFF, HDF5 or zarr, as ``ctbench
+recon`` writes them) of the scanned object on the reconstruction grid, with
+its voxel size.  The calibration then reprojects it instead of reconstructing,
+which fixes the absolute scale: ``pitch`` and ``sdd`` become identifiable.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ class CalibrateConfig(BaseModel):
     trajectory: str = "calibrated_trajectory.json"
     report: str = "calibration_report.json"
     overwrite: bool = False
+    known_object: Optional[str] = None
     backend: str = "auto"
     # The detector offset the recon geometry starts from: "auto" there runs the centre finder first.
     start: Optional[dict] = None

@@ -169,6 +169,7 @@ def load_config(path) -> ReconConfig:
     cfg.geometry.trajectory = rel(cfg.geometry.trajectory)
     if cfg.calibrate is not None:
         cfg.calibrate.trajectory, cfg.calibrate.report = rel(cfg.calibrate.trajectory), rel(cfg.calibrate.report)
+        cfg.calibrate.known_object = rel(cfg.calibrate.known_object)
     if cfg.output is not None:
         cfg.output.path = rel(cfg.output.path)
     return cfg

@@ -33,6 +33,8 @@ class SelfCalSpec:
     offset_u_px: float = 2.4
     roll_deg: float = 0.5
     drift_rms_px: float = 1.2
+    detector_pitch_deg: float = 0.0   # detector turned about its u axis (the calibration's "pitch")
+    sdd_error_mm: float = 0.0         # the true source-detector distance minus the stated one
     i0: float = 20000.0
     dark_level: float = 100.0
     n_flats: int = 4
@@ -40,11 +42,20 @@ class SelfCalSpec:
     seed: int = 26
 
 
+def selfcal_object(spec: SelfCalSpec):
+    """The sample's object (random ellipsoids, mm, centred on the isocentre): what a known-object calibration
+    of the sample is given, sampled on its reconstruction grid."""
+    from ..calibration.simulate import random_object
+
+    field_mm = spec.detector_u * spec.pitch * spec.sid / spec.sdd
+    return random_object(0.38 * field_mm, seed=spec.seed)
+
+
 def _scan(spec: SelfCalSpec):
     import torch
 
     from ..calibration.model import GeometryModel
-    from ..calibration.simulate import gauge_free_walk, random_object, true_trajectory
+    from ..calibration.simulate import gauge_free_walk, true_trajectory
     from ..geometry import circular_trajectory_3d
     from ..phantoms import ellipsoid_projections
 
@@ -53,9 +64,9 @@ def _scan(spec: SelfCalSpec):
     walk = gauge_free_walk(GeometryModel(nominal, pitch), spec.drift_rms_px, seed=spec.seed,
                            offsets_free=("offset_u",))
     truth = {"offset_u": spec.offset_u_px, "roll": spec.roll_deg}
+    truth |= {k: v for k, v in (("pitch", spec.detector_pitch_deg), ("sdd", spec.sdd_error_mm)) if v}
     traj = true_trajectory(nominal, pitch, truth, walk)
-    field_mm = spec.detector_u * spec.pitch * spec.sid / spec.sdd
-    ells = random_object(0.38 * field_mm, seed=spec.seed)
+    ells = selfcal_object(spec)
     line = ellipsoid_projections(ells, traj, (spec.detector_u, spec.detector_v), pitch).numpy()
     return line, truth, {k: v.tolist() for k, v in walk.items()}
 
