@@ -9,10 +9,20 @@ used (lengths in mm, angles in degrees):
   ``Y``, ``SrcToObject``, ``SrcToDetector``, ``InitialAngle``,
   ``AngularStep``, ``WhiteLevel`` (the open-beam level of the already
   shading-corrected projections: it is their flat field);
-- ``DetectorOffsetX`` / ``Y``, ``ObjectOffsetX``, ``CentreOfRotationTop`` /
-  ``Bottom``, ``ObjectRoll``, ``ObjectTilt``: kept in ``scanner`` for the
-  report (the pipeline's centre finder measures the offset itself); a
-  non-zero roll or tilt is reported as a warning (not applied);
+- ``DetectorOffsetX`` / ``Y`` (mm, the panel's centre from the central ray),
+  ``ObjectOffsetX`` (mm, the rotation axis at the object) or, in older files
+  without it, ``CentreOfRotationTop`` / ``Bottom`` (mm at the detector): the
+  stated offsets, as CIL's NikonDataReader places them (detector at
+  ``-DetectorOffsetX``, axis at ``-ObjectOffsetX`` along CIL's x, whose
+  columns run along -x): in ctbench's frame the detector offset is
+  ``u = DetectorOffsetX - ObjectOffsetX * SDD / SID`` (or
+  ``DetectorOffsetX - (Top + Bottom) / 2``) and ``v = DetectorOffsetY``,
+  kept in ``scanner["detector_offset_u_mm"]`` / ``["detector_offset_v_mm"]``;
+  the pipeline uses them with ``detector_offset_u_mm: "file"`` (the default
+  ``"auto"`` measures the centre) and a null ``detector_offset_v_mm``;
+- ``ObjectRoll``, ``ObjectTilt`` and a ``CentreOfRotationTop`` unlike
+  ``Bottom`` (an axis tilt, CIL's roll ``-atan2(Top - Bottom, height)``):
+  reported as a warning (ctbench's circular orbit keeps the axis vertical);
 - ``DetectorBinning`` (or ``Binning``) when present: the pixel size keys
   give the unbinned pitch, which is multiplied by it.
 
@@ -144,7 +154,12 @@ def read_nikon(path) -> RawScan:
              if p.get(k, "").strip() and re.fullmatch(r"[-+0-9.eE]+", p[k].strip())}
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Nikon XT H",
                "xtekct": str(xt), "white_level": white, "binning": binning, "nikon": extra}
+    scanner.update(_stated_offsets(extra, sid, sdd))
     tilted = {k: extra[k] for k in ("ObjectRoll", "ObjectTilt") if extra.get(k)}
+    top, bottom = extra.get("CentreOfRotationTop"), extra.get("CentreOfRotationBottom")
+    if top is not None and bottom is not None and top != bottom and "ObjectRoll" not in extra:
+        # CIL turns its axis by -atan2(Top - Bottom, panel height) when the file has no ObjectRoll
+        tilted["CentreOfRotation tilt"] = float(-np.degrees(np.arctan2(top - bottom, rows * pitch[1])))
     if tilted:      # CIL turns its rotation axis by these; ctbench's circular orbit does not: say so
         scanner["warnings"] = [f"{xt.name}: " + ", ".join(f"{k}={v:g} deg" for k, v in tilted.items()) +
                                " is not applied (the axis is taken as vertical); state geometry.detector_roll_deg "
@@ -154,3 +169,21 @@ def read_nikon(path) -> RawScan:
                        source=str(xt), format="nikon", orientation=NIKON_ORIENTATION)
     except ValueError as e:
         raise ScanFileError(xt, str(e)) from None
+
+
+def _stated_offsets(extra: dict, sid: float, sdd: float) -> dict:
+    """The file's detector offsets (mm) in ctbench's frame: u = detector offset - axis offset x magnification.
+
+    ctbench's offset is the panel centre's position along its columns from the ray through the axis; Nikon's
+    images are ctbench's (no flip), so DetectorOffsetX adds and the axis offset (at the object, ObjectOffsetX,
+    or the mean of the CentreOfRotation values, already at the detector) subtracts.
+    """
+    if not any(k in extra for k in ("DetectorOffsetX", "DetectorOffsetY", "ObjectOffsetX", "CentreOfRotationTop")):
+        return {}
+    if "ObjectOffsetX" in extra:
+        axis_at_detector = extra["ObjectOffsetX"] * sdd / sid
+    else:
+        top = extra.get("CentreOfRotationTop", 0.0)
+        axis_at_detector = 0.5 * (top + extra.get("CentreOfRotationBottom", top))
+    return {"detector_offset_u_mm": extra.get("DetectorOffsetX", 0.0) - axis_at_detector,
+            "detector_offset_v_mm": extra.get("DetectorOffsetY", 0.0)}

@@ -101,7 +101,8 @@ class GeometryConfig(_Model):
     pixel_size_mm: Optional[tuple[float, float]] = None
     angle_range_deg: float = Field(360.0, gt=0)
     start_angle_deg: float = 0.0
-    detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
+    # "auto": the centre finder; "file": the offset the vendor's file states (Nikon, SkyScan Postalignment)
+    detector_offset_u_mm: Union[float, Literal["auto", "file"]] = "auto"
     detector_offset_v_mm: Optional[float] = None    # null: what the file says (Bruker's optical axis), else 0
     volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
@@ -398,6 +399,12 @@ def oriented_scan(cfg: ReconConfig, say):
     if cfg.geometry.detector_offset_v_mm is None:
         cfg = cfg.model_copy(deep=True)
         cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
+    if cfg.geometry.detector_offset_u_mm == "file":
+        if "detector_offset_u_mm" not in scan.scanner:
+            raise ValueError(f"geometry.detector_offset_u_mm is 'file' but {scan.source} states no detector or axis "
+                             "offset: give a number in mm or 'auto'")
+        cfg = cfg.model_copy(deep=True)
+        cfg.geometry.detector_offset_u_mm = float(scan.scanner["detector_offset_u_mm"])
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
     resolved.warnings[:0] = list(scan.scanner.get("warnings", []))     # what the reader found amiss in the file
     for note in resolved.notes:
