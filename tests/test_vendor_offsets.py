@@ -137,3 +137,32 @@ def test_skyscan_postalignment_reconstructs_like_the_exact_geometry(tmp_path):
     assert rmse <= 1.1 * rmse_tif, (rmse, rmse_tif)
     ignored = _rmse(_recon(tmp_path, "ignored", log, {"detector_offset_u_mm": 0.0}), SK)
     assert ignored > 1.2 * rmse, (ignored, rmse)
+
+
+ROLL = 6.0       # deg: ctbench's detector roll (u towards v, seen from behind the detector)
+SKR = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phantom_name="chiral", rotation="cw",
+                  seen_from="source", seed=47)       # rows enough for the roll to show
+
+
+def test_skyscan_image_rotation_is_the_detector_roll(tmp_path):
+    """The stored images are seen from the source (columns mirrored), so a ctbench roll of ROLL is a turn of -ROLL
+    in them: the writer states Image Rotation = -ROLL (Bruker does not document the sign; this is ctbench's
+    reading, docs/SCANS.md), and the default (geometry.detector_roll_deg null) applies it."""
+    from ctbench.io.orientation import roll_detector
+
+    proj, flats, darks, _ = simulate_counts(SKR, trajectory=roll_detector(SKR.trajectory(), ROLL))
+    d, f = darks.mean(0), flats.mean(0)
+    imgs = np.clip(np.rint((proj - d) / (f - d) * 65535), 1, 65535).astype(np.uint16)
+    log = write_bruker(tmp_path / "sky", "r_", imgs, sid=SKR.sid, sdd=SKR.sdd, pitch=SKR.pitch,
+                       step_deg=360.0 / SKR.n_views, direction="CC", postalignment=O_U, image_rotation=-ROLL)
+    scan = read_scan(log)
+    assert scan.scanner["detector_roll_deg"] == pytest.approx(ROLL)
+    tif = _recon(tmp_path, "tif", _tiff_scan(tmp_path / "tif", imgs, 65535.0, SKR, SKR.orientation),
+                 {"detector_offset_u_mm": O_U * SKR.pitch, "detector_roll_deg": ROLL})
+    r = _recon(tmp_path, "file", log, {"detector_offset_u_mm": "file"})
+    assert r["detector_roll"] is not None and f"{ROLL}" in r["detector_roll"]
+    rmse, rmse_tif = _rmse(r, SKR), _rmse(tif, SKR)
+    assert rmse <= 1.1 * rmse_tif, (rmse, rmse_tif)
+    ignored = _rmse(_recon(tmp_path, "ignored", log, {"detector_offset_u_mm": "file", "detector_roll_deg": 0.0}), SKR)
+    opposite = _rmse(_recon(tmp_path, "opp", log, {"detector_offset_u_mm": "file", "detector_roll_deg": -ROLL}), SKR)
+    assert ignored > 1.1 * rmse and opposite > ignored, (ignored, opposite, rmse)

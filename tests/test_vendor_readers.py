@@ -337,4 +337,4 @@ def test_stated_tilts_that_are_not_applied_are_warnings(tmp_path):
                        image_rotation=0.23)
     scan = read_scan(log)
     assert scan.scanner["image_rotation_deg"] == pytest.approx(0.23)
-    assert any("Image Rotation=0.23 deg is not applied" in w for w in scan.scanner["warnings"])
+    assert any("Image Rotation=0.23 deg is applied" in w for w in scan.scanner["warnings"])   # sign undocumented
