@@ -24,6 +24,7 @@ from ctbench.io.scanner import scanner_json
 from vendor_files import write_bruker, write_nikon
 
 O_U, O_V = 3.0, 1.5          # px: the offsets the scans are simulated with (ctbench's detector offsets)
+ROLL = 6.0                   # deg: ctbench's detector roll (u towards v, seen from behind the detector)
 
 
 def _recon(tmp_path, name, path, geometry):
@@ -100,14 +101,41 @@ def test_nikon_stated_offsets_reconstruct_like_the_exact_geometry(nikon_case, ho
     assert ignored > 1.2 * rmse, (ignored, rmse)
 
 
-def test_nikon_axis_tilt_from_the_centre_of_rotation_is_a_warning(tmp_path):
+def test_nikon_axis_tilt_from_the_centre_of_rotation_is_the_detector_roll(tmp_path):
+    """CentreOfRotation values at the panel's top and bottom (an axis leaning across the panel) without ObjectRoll:
+    the top's axis image lies (Top - Bottom) further along +u, a clockwise turn of the axis (u right, v up): the
+    panel rolled anticlockwise by atan2(Top - Bottom, height)."""
     imgs = np.full((3, 4, 6), 1000, np.uint16)
     xt = write_nikon(tmp_path, "t", imgs, pitch=0.1, sid=50.0, sdd=200.0, angles_deg=[0.0, 120.0, 240.0],
                      white_level=2000.0, extra={"ObjectOffsetX": None, "ObjectRoll": None,
                                                 "CentreOfRotationTop": 0.3, "CentreOfRotationBottom": 0.1})
     scan = read_scan(xt)
     assert scan.scanner["detector_offset_u_mm"] == pytest.approx(-0.2)     # the mean of Top and Bottom
-    assert any("CentreOfRotation tilt" in w and "not applied" in w for w in scan.scanner["warnings"])
+    assert scan.scanner["detector_roll_deg"] == pytest.approx(np.degrees(np.arctan2(0.2, 0.4)))
+    assert "warnings" not in scan.scanner
+
+
+def test_nikon_object_roll_is_the_detector_roll(tmp_path):
+    """ObjectRoll (CIL: the axis tilted towards its +x, ctbench's -u): a ctbench detector roll of ROLL is an
+    ObjectRoll of -ROLL; the default (geometry.detector_roll_deg null) applies it."""
+    from ctbench.io.orientation import roll_detector
+
+    spec = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phantom_name="chiral", seed=49)
+    proj, flats, darks, _ = simulate_counts(spec, trajectory=roll_detector(spec.trajectory(), ROLL))
+    d, f = darks.mean(0), flats.mean(0)
+    imgs = np.clip(np.rint((proj - d) / (f - d) * WHITE), 1, 65535).astype(np.uint16)
+    xt = write_nikon(tmp_path / "nk", "r", imgs, pitch=spec.pitch, sid=spec.sid, sdd=spec.sdd,
+                     angles_deg=np.degrees(spec.angles), white_level=WHITE,
+                     extra={"DetectorOffsetX": O_U * spec.pitch, "ObjectRoll": -ROLL})
+    tif = _recon(tmp_path, "tif", _tiff_scan(tmp_path / "tif", imgs, WHITE, spec, CTBENCH),
+                 {"detector_offset_u_mm": O_U * spec.pitch, "detector_roll_deg": ROLL})
+    r = _recon(tmp_path, "file", xt, {"detector_offset_u_mm": "file"})
+    assert r["warnings"] == [] and f"{ROLL}" in r["detector_roll"]
+    rmse, rmse_tif = _rmse(r, spec), _rmse(tif, spec)
+    assert rmse <= 1.1 * rmse_tif, (rmse, rmse_tif)
+    ignored = _rmse(_recon(tmp_path, "ignored", xt, {"detector_offset_u_mm": "file", "detector_roll_deg": 0.0}), spec)
+    opposite = _rmse(_recon(tmp_path, "opp", xt, {"detector_offset_u_mm": "file", "detector_roll_deg": -ROLL}), spec)
+    assert ignored > 1.1 * rmse and opposite > ignored, (ignored, opposite, rmse)
 
 
 def test_file_offset_without_one_in_the_file_is_a_clear_error(tmp_path):
@@ -139,7 +167,6 @@ def test_skyscan_postalignment_reconstructs_like_the_exact_geometry(tmp_path):
     assert ignored > 1.2 * rmse, (ignored, rmse)
 
 
-ROLL = 6.0       # deg: ctbench's detector roll (u towards v, seen from behind the detector)
 SKR = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phantom_name="chiral", rotation="cw",
                   seen_from="source", seed=47)       # rows enough for the roll to show
 

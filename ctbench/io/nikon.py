@@ -20,9 +20,14 @@ used (lengths in mm, angles in degrees):
   kept in ``scanner["detector_offset_u_mm"]`` / ``["detector_offset_v_mm"]``;
   the pipeline uses them with ``detector_offset_u_mm: "file"`` (the default
   ``"auto"`` measures the centre) and a null ``detector_offset_v_mm``;
-- ``ObjectRoll``, ``ObjectTilt`` and a ``CentreOfRotationTop`` unlike
-  ``Bottom`` (an axis tilt, CIL's roll ``-atan2(Top - Bottom, height)``):
-  reported as a warning (ctbench's circular orbit keeps the axis vertical);
+- ``ObjectRoll`` (deg; without it, a ``CentreOfRotationTop`` unlike
+  ``Bottom``: CIL's roll ``-atan2(Top - Bottom, panel height)``): CIL tilts
+  its axis by it towards its +x, which is ctbench's -u: the axis image turns
+  anticlockwise (u right, v up), the same as the panel turned the other way
+  about the central ray, so ``scanner["detector_roll_deg"] = -roll`` (used
+  when ``geometry.detector_roll_deg`` is null);
+- ``ObjectTilt`` (the axis leaning along the beam): reported as a warning,
+  not applied (ctbench's orbit and detector roll cannot express it);
 - ``DetectorBinning`` (or ``Binning``) when present: the pixel size keys
   give the unbinned pitch, which is multiplied by it.
 
@@ -155,12 +160,15 @@ def read_nikon(path) -> RawScan:
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Nikon XT H",
                "xtekct": str(xt), "white_level": white, "binning": binning, "nikon": extra}
     scanner.update(_stated_offsets(extra, sid, sdd))
-    tilted = {k: extra[k] for k in ("ObjectRoll", "ObjectTilt") if extra.get(k)}
     top, bottom = extra.get("CentreOfRotationTop"), extra.get("CentreOfRotationBottom")
-    if top is not None and bottom is not None and top != bottom and "ObjectRoll" not in extra:
-        # CIL turns its axis by -atan2(Top - Bottom, panel height) when the file has no ObjectRoll
-        tilted["CentreOfRotation tilt"] = float(-np.degrees(np.arctan2(top - bottom, rows * pitch[1])))
-    if tilted:      # CIL turns its rotation axis by these; ctbench's circular orbit does not: say so
+    roll = extra.get("ObjectRoll")
+    if roll is None and top is not None and bottom is not None:
+        # CIL's axis roll when the file has no ObjectRoll: -atan2(Top - Bottom, panel height)
+        roll = float(-np.degrees(np.arctan2(top - bottom, rows * pitch[1])))
+    if roll:      # an axis rolled about the central ray is the panel rolled the other way
+        scanner["detector_roll_deg"] = -float(roll)
+    tilted = {k: extra[k] for k in ("ObjectTilt",) if extra.get(k)}
+    if tilted:      # CIL leans its rotation axis by it; ctbench's circular orbit cannot: say so
         scanner["warnings"] = [f"{xt.name}: " + ", ".join(f"{k}={v:g} deg" for k, v in tilted.items()) +
                                " is not applied (the axis is taken as vertical); state geometry.detector_roll_deg "
                                "or calibrate the tilt (ctbench calibrate)"]
