@@ -113,7 +113,7 @@ class GeometryConfig(_Model):
     image_columns: Optional[Literal["right", "left"]] = None
     image_rows: Optional[Literal["down", "up"]] = None
     rotation_direction: Optional[Literal["ccw", "cw", "auto"]] = None
-    # null: what the file says (SkyScan's Image Rotation), else 0
+    # null: what the file says (SkyScan Image Rotation, Nikon ObjectRoll), else 0
     detector_roll_deg: Optional[float] = Field(None, ge=-45.0, le=45.0, description="in-plane rotation of the detector")
 
 
