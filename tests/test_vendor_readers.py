@@ -329,12 +329,13 @@ def test_stated_tilts_that_are_not_applied_are_warnings(tmp_path):
     ctbench's circular orbit: the scan says so instead of reconstructing silently with a tilted axis."""
     imgs = np.full((3, 4, 6), 1000, np.uint16)
     xt = write_nikon(tmp_path / "nk", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0, angles_deg=[0.0, 120.0, 240.0],
-                     white_level=2000.0, extra={"ObjectRoll": 0.5})
-    assert any("ObjectRoll=0.5 deg is not applied" in w for w in read_scan(xt).scanner["warnings"])
+                     white_level=2000.0, extra={"ObjectTilt": 0.5, "ObjectRoll": 0.25})
+    assert any("ObjectTilt=0.5 deg is not applied" in w for w in read_scan(xt).scanner["warnings"])
+    assert read_scan(xt).scanner["detector_roll_deg"] == -0.25       # a roll is applied (test_vendor_offsets.py)
     assert "warnings" not in read_scan(write_nikon(tmp_path / "ok", "t", imgs, pitch=0.1, sid=50.0, sdd=200.0,
                                                    angles_deg=[0.0, 120.0, 240.0], white_level=2000.0)).scanner
     log = write_bruker(tmp_path / "sky", "r_", imgs, sid=50.0, sdd=200.0, pitch=0.02, step_deg=120.0,
                        image_rotation=0.23)
     scan = read_scan(log)
     assert scan.scanner["image_rotation_deg"] == pytest.approx(0.23)
-    assert any("Image Rotation=0.23 deg is not applied" in w for w in scan.scanner["warnings"])
+    assert any("Image Rotation=0.23 deg is applied" in w for w in scan.scanner["warnings"])   # sign undocumented

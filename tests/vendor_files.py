@@ -76,6 +76,7 @@ def write_nikon(folder, name, projections, *, pitch, sid, sdd, angles_deg, white
         keys["DetectorBinning"] = binning
         keys["DetectorPixelsX"], keys["DetectorPixelsY"] = cols, rows
     keys.update(extra or {})
+    keys = {k: v for k, v in keys.items() if v is not None}        # None: a key older files do not write
     (folder / f"{name}.xtekct").write_text("[XTekCT]\r\n" + "".join(f"{k}={v}\r\n" for k, v in keys.items()))
     for i, img in enumerate(projections):
         tifffile.imwrite(folder / f"{name}_{i + 1:04d}.tif", np.asarray(img, np.uint16))

@@ -30,12 +30,18 @@ pipeline as the shifts that align each view (:mod:`ctbench.io.view_shifts`).
 between views against ring artefacts) is read; when it is ON and no list
 is found the scan carries a warning (its views cannot be aligned).
 ``Image Rotation`` (degrees, the in-plane turn NRecon applies) is kept in
-``scanner["image_rotation_deg"]`` and, when not zero, reported as a warning
-(its sense is not documented; not applied).
+``scanner["image_rotation_deg"]`` and read as the panel's roll in the stored
+images' own sense (u towards v); the columns flip into ctbench's frame, which
+reverses the sense: ``scanner["detector_roll_deg"] = -Image Rotation``, used
+when ``geometry.detector_roll_deg`` is null (the default).  Bruker does not
+document its sign: the scan carries a warning saying so.
 ``[Reconstruction] Postalignment`` (NRecon's whole-scan horizontal shift,
-pixels) is kept in ``scanner["postalignment_px"]`` for the report, not
-applied: the pipeline's centre finder measures the offset, and a stated
-``detector_offset_u_mm`` wins.
+pixels) is kept in ``scanner["postalignment_px"]`` and, read as the rotation
+axis imaged at column ``(cols - 1) / 2 + Postalignment`` of the stored images
+(its sign is not documented by Bruker nor read by the open readers), gives
+``scanner["detector_offset_u_mm"]`` in ctbench's frame (the images' columns
+are flipped into it, so ``+Postalignment x pitch``), used with
+``detector_offset_u_mm: "file"`` (the default ``"auto"`` measures the centre).
 
 The projections are flat-field corrected by the scanner (``Flat Field
 Correction=ON``), so their flat field is the full scale of their type (65535
@@ -154,13 +160,18 @@ def read_bruker(path, *, flats=None) -> RawScan:
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Bruker SkyScan",
                "log": str(log), "rotation_step_deg": step}
     _per_view_shifts(d, log, prefix, n, scanner)
+    if "postalignment_px" in scanner:
+        # axis at stored column centre + P; the "right" columns flip into ctbench's, where that is offset +P
+        scanner["detector_offset_u_mm"] = scanner["postalignment_px"] * pitch_mm
     turned = _get(d, "Image Rotation")
     if turned is not None and _num(d, "Image Rotation", log, positive=False):
-        # NRecon turns the images by it (degrees); its sense is not documented, so it is reported, not applied
+        # NRecon turns the images by it (degrees); the stored columns flip into ctbench's, reversing its sense
         scanner["image_rotation_deg"] = _num(d, "Image Rotation", log, positive=False)
+        scanner["detector_roll_deg"] = -scanner["image_rotation_deg"]
         scanner.setdefault("warnings", []).append(
-            f"{log.name}: Image Rotation={scanner['image_rotation_deg']:g} deg is not applied; state "
-            "geometry.detector_roll_deg (its sign is not documented: check the result) or calibrate the roll")
+            f"{log.name}: Image Rotation={scanner['image_rotation_deg']:g} deg is applied as detector roll "
+            f"{scanner['detector_roll_deg']:g} deg; Bruker does not document its sign: if the slices blur, state "
+            "geometry.detector_roll_deg (0 ignores it) or calibrate the roll")
     axis = _get(d, "Optical Axis (line)")
     if axis is not None:
         scanner["detector_offset_v_mm"] = (_num(d, "Optical Axis (line)", log, positive=False)

@@ -9,10 +9,25 @@ used (lengths in mm, angles in degrees):
   ``Y``, ``SrcToObject``, ``SrcToDetector``, ``InitialAngle``,
   ``AngularStep``, ``WhiteLevel`` (the open-beam level of the already
   shading-corrected projections: it is their flat field);
-- ``DetectorOffsetX`` / ``Y``, ``ObjectOffsetX``, ``CentreOfRotationTop`` /
-  ``Bottom``, ``ObjectRoll``, ``ObjectTilt``: kept in ``scanner`` for the
-  report (the pipeline's centre finder measures the offset itself); a
-  non-zero roll or tilt is reported as a warning (not applied);
+- ``DetectorOffsetX`` / ``Y`` (mm, the panel's centre from the central ray),
+  ``ObjectOffsetX`` (mm, the rotation axis at the object) or, in older files
+  without it, ``CentreOfRotationTop`` / ``Bottom`` (mm at the detector): the
+  stated offsets, as CIL's NikonDataReader places them (detector at
+  ``-DetectorOffsetX``, axis at ``-ObjectOffsetX`` along CIL's x, whose
+  columns run along -x): in ctbench's frame the detector offset is
+  ``u = DetectorOffsetX - ObjectOffsetX * SDD / SID`` (or
+  ``DetectorOffsetX - (Top + Bottom) / 2``) and ``v = DetectorOffsetY``,
+  kept in ``scanner["detector_offset_u_mm"]`` / ``["detector_offset_v_mm"]``;
+  the pipeline uses them with ``detector_offset_u_mm: "file"`` (the default
+  ``"auto"`` measures the centre) and a null ``detector_offset_v_mm``;
+- ``ObjectRoll`` (deg; without it, a ``CentreOfRotationTop`` unlike
+  ``Bottom``: CIL's roll ``-atan2(Top - Bottom, panel height)``): CIL tilts
+  its axis by it towards its +x, which is ctbench's -u: the axis image turns
+  anticlockwise (u right, v up), the same as the panel turned the other way
+  about the central ray, so ``scanner["detector_roll_deg"] = -roll`` (used
+  when ``geometry.detector_roll_deg`` is null);
+- ``ObjectTilt`` (the axis leaning along the beam): reported as a warning,
+  not applied (ctbench's orbit and detector roll cannot express it);
 - ``DetectorBinning`` (or ``Binning``) when present: the pixel size keys
   give the unbinned pitch, which is multiplied by it.
 
@@ -144,8 +159,16 @@ def read_nikon(path) -> RawScan:
              if p.get(k, "").strip() and re.fullmatch(r"[-+0-9.eE]+", p[k].strip())}
     scanner = {"source_object_distance_mm": sid, "source_detector_distance_mm": sdd, "format": "Nikon XT H",
                "xtekct": str(xt), "white_level": white, "binning": binning, "nikon": extra}
-    tilted = {k: extra[k] for k in ("ObjectRoll", "ObjectTilt") if extra.get(k)}
-    if tilted:      # CIL turns its rotation axis by these; ctbench's circular orbit does not: say so
+    scanner.update(_stated_offsets(extra, sid, sdd))
+    top, bottom = extra.get("CentreOfRotationTop"), extra.get("CentreOfRotationBottom")
+    roll = extra.get("ObjectRoll")
+    if roll is None and top is not None and bottom is not None:
+        # CIL's axis roll when the file has no ObjectRoll: -atan2(Top - Bottom, panel height)
+        roll = float(-np.degrees(np.arctan2(top - bottom, rows * pitch[1])))
+    if roll:      # an axis rolled about the central ray is the panel rolled the other way
+        scanner["detector_roll_deg"] = -float(roll)
+    tilted = {k: extra[k] for k in ("ObjectTilt",) if extra.get(k)}
+    if tilted:      # CIL leans its rotation axis by it; ctbench's circular orbit cannot: say so
         scanner["warnings"] = [f"{xt.name}: " + ", ".join(f"{k}={v:g} deg" for k, v in tilted.items()) +
                                " is not applied (the axis is taken as vertical); state geometry.detector_roll_deg "
                                "or calibrate the tilt (ctbench calibrate)"]
@@ -154,3 +177,21 @@ def read_nikon(path) -> RawScan:
                        source=str(xt), format="nikon", orientation=NIKON_ORIENTATION)
     except ValueError as e:
         raise ScanFileError(xt, str(e)) from None
+
+
+def _stated_offsets(extra: dict, sid: float, sdd: float) -> dict:
+    """The file's detector offsets (mm) in ctbench's frame: u = detector offset - axis offset x magnification.
+
+    ctbench's offset is the panel centre's position along its columns from the ray through the axis; Nikon's
+    images are ctbench's (no flip), so DetectorOffsetX adds and the axis offset (at the object, ObjectOffsetX,
+    or the mean of the CentreOfRotation values, already at the detector) subtracts.
+    """
+    if not any(k in extra for k in ("DetectorOffsetX", "DetectorOffsetY", "ObjectOffsetX", "CentreOfRotationTop")):
+        return {}
+    if "ObjectOffsetX" in extra:
+        axis_at_detector = extra["ObjectOffsetX"] * sdd / sid
+    else:
+        top = extra.get("CentreOfRotationTop", 0.0)
+        axis_at_detector = 0.5 * (top + extra.get("CentreOfRotationBottom", top))
+    return {"detector_offset_u_mm": extra.get("DetectorOffsetX", 0.0) - axis_at_detector,
+            "detector_offset_v_mm": extra.get("DetectorOffsetY", 0.0)}

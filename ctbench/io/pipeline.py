@@ -25,7 +25,7 @@ scaled to the isocentre).  The orientation keys (``image_seen_from``,
 ``image_columns``, ``image_rows``, ``rotation_direction``), ``beam``,
 ``detector_roll_deg`` and ``detector_offset_v_mm`` (null = the file's)
 are described in docs/SCANS.md.  ``detector_offset_u_mm`` is "auto" (centre
-finder, on the preprocessed data) or the offset of the *uncropped*
+finder, on the preprocessed data), "file" (the offset the vendor file states) or the offset of the *uncropped*
 detector in mm; crops and binning are accounted for.
 
 The output follows :mod:`ctbench.output_policy`, checked before the scan is
@@ -101,7 +101,8 @@ class GeometryConfig(_Model):
     pixel_size_mm: Optional[tuple[float, float]] = None
     angle_range_deg: float = Field(360.0, gt=0)
     start_angle_deg: float = 0.0
-    detector_offset_u_mm: Union[float, Literal["auto"]] = "auto"
+    # "auto": the centre finder; "file": the offset the vendor's file states (Nikon, SkyScan Postalignment)
+    detector_offset_u_mm: Union[float, Literal["auto", "file"]] = "auto"
     detector_offset_v_mm: Optional[float] = None    # null: what the file says (Bruker's optical axis), else 0
     volume_shape: Optional[tuple[PosInt, PosInt, PosInt]] = None
     voxel_size_mm: Optional[float] = Field(None, gt=0)
@@ -112,7 +113,8 @@ class GeometryConfig(_Model):
     image_columns: Optional[Literal["right", "left"]] = None
     image_rows: Optional[Literal["down", "up"]] = None
     rotation_direction: Optional[Literal["ccw", "cw", "auto"]] = None
-    detector_roll_deg: float = Field(0.0, ge=-45.0, le=45.0, description="in-plane rotation of the detector")
+    # null: what the file says (SkyScan Image Rotation, Nikon ObjectRoll), else 0
+    detector_roll_deg: Optional[float] = Field(None, ge=-45.0, le=45.0, description="in-plane rotation of the detector")
 
 
 class AlgorithmConfig(_Model):
@@ -399,6 +401,15 @@ def oriented_scan(cfg: ReconConfig, say):
     if cfg.geometry.detector_offset_v_mm is None:
         cfg = cfg.model_copy(deep=True)
         cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
+    if cfg.geometry.detector_roll_deg is None:
+        cfg = cfg.model_copy(deep=True)
+        cfg.geometry.detector_roll_deg = float(scan.scanner.get("detector_roll_deg", 0.0))
+    if cfg.geometry.detector_offset_u_mm == "file":
+        if "detector_offset_u_mm" not in scan.scanner:
+            raise ValueError(f"geometry.detector_offset_u_mm is 'file' but {scan.source} states no detector or axis "
+                             "offset: give a number in mm or 'auto'")
+        cfg = cfg.model_copy(deep=True)
+        cfg.geometry.detector_offset_u_mm = float(scan.scanner["detector_offset_u_mm"])
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
     resolved.warnings[:0] = list(scan.scanner.get("warnings", []))     # what the reader found amiss in the file
     for note in resolved.notes:
