@@ -29,6 +29,20 @@ namespace ct {
 // most once (one plane per sample, four distinct neighbours per plane), so
 // splitting the work this way does not change the order of the additions into
 // any voxel.
+// Run-time options of the backprojection (its paths, joseph_cpu.cpp):
+// pairs: float32 samples as two (b, b+1) pair updates, with the x/y-swapped
+// accumulator for x-dominant rays (SSE2 builds); else four scalar updates.
+// block_bytes > 0: each thread walks its z-chunk in sub-chunks of about that
+// many bytes of output (all views per sub-chunk), so that the read-modify-
+// writes of a view stay in the core's L2 instead of sweeping the whole chunk;
+// rays crossing several sub-chunks are set up once per sub-chunk.
+// rows: with pairs, each row's pair on its own (block_scatter_rows).
+struct BackOptions {
+  bool pairs = true;
+  i64 block_bytes = 0;
+  bool rows = false;
+};
+
 constexpr int kScatterBlock = 64;  // 16 and 32 were 12% and 5% slower (W1, 1 thread)
 constexpr int kStencilLanes = 16;  // the vectorised loop's trip count
 
@@ -101,6 +115,20 @@ inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterB
     _mm_storeh_pd((double*)(p + sc), _mm_castps_pd(y));
   }
 }
+// The same updates with each row's pair read, added and written on its own
+// (64-bit loads and stores): no shuffle uops for the high halves, which
+// compete with the stencil arithmetic for the shuffle port on some cores.
+inline void block_scatter_rows(float* CT_RESTRICT plane, i64 sc, const ScatterBlock<float>& s, int m) {
+#pragma GCC unroll 4
+  for (int j = 0; j < m; ++j) {
+    float* p = plane + (i64)(int)s.off[j];
+    const __m128 w = _mm_load_ps(s.w4[j]);
+    const __m128 x0 = _mm_castpd_ps(_mm_load_sd((const double*)p));
+    const __m128 x1 = _mm_castpd_ps(_mm_load_sd((const double*)(p + sc)));
+    _mm_store_sd((double*)p, _mm_castps_pd(_mm_add_ps(x0, w)));
+    _mm_store_sd((double*)(p + sc), _mm_castps_pd(_mm_add_ps(x1, _mm_movehl_ps(w, w))));
+  }
+}
 #endif
 
 // Spread value * w along one ray into a slab array of fewer than 2^31 voxels:
@@ -109,7 +137,7 @@ inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterB
 // may differ from it in the last bit where the compiler contracts the
 // vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
 template <typename real>
-inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
+inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, bool pairs, bool rows) {
   const real v = value * r.w;
   for (int n = r.n0; n < r.i0; ++n) scatter_checked<real, false>(vol, r, n, v);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
@@ -130,9 +158,10 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
       const int m = std::min(kScatterBlock, r.i1 - n);
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
-        if (sb == 1) {
+        if (sb == 1 && pairs) {
           block_stencils<true>(r, n, m, v, s);
-          block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
+          if (rows) block_scatter_rows(vol + ((i64)n * sa - r.offset), sc, s, m);
+          else block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
           continue;
         }
       }
@@ -156,7 +185,8 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
                                                  int zhi, real* out, i64 out_stride, bool small,
-                                                 real* swp = nullptr, i64 swp_stride = 0) {
+                                                 real* swp = nullptr, i64 swp_stride = 0, bool pairs = true,
+                                                 bool rows = false) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -205,7 +235,7 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
       }
       for (int q = 0; q < batch; ++q) {
         const real val = sino[q * sino_batch_stride + pis[p]];
-        if (small) scatter_ray(dst + q * dst_stride, pr[p], val);
+        if (small) scatter_ray(dst + q * dst_stride, pr[p], val, pairs, rows);
         else ray_backward<real, false>(dst + q * dst_stride, pr[p], val);
       }
     }
@@ -260,7 +290,7 @@ inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real
 template <typename real>
 void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, const real* src, const real* ctr,
                          const real* ustep, const real* vstep, int cone, DetectorWindow dw, real* vol,
-                         i64 vol_batch_stride, int nthreads) {
+                         i64 vol_batch_stride, int nthreads, BackOptions opt = BackOptions{}) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
@@ -287,7 +317,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         const int i0 = u_inner ? dw.u0 : dw.v0, i1 = u_inner ? dw.u1 : dw.v1;
         for (int outer = o0; outer < o1; ++outer)
           scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, vw.z0, vw.z1,
-                      acc.data(), slab, small);
+                      acc.data(), slab, small, (real*)nullptr, 0, opt.pairs, opt.rows);
       }
       // implicit barrier of omp for; then reduce the private slabs
 #pragma omp for schedule(static)
@@ -308,34 +338,40 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // are adjacent and a sample is two 64-bit pairs (block_scatter_pairs); each
   // thread adds its chunk of it back, transposed, after its views.  Worth it
   // when there are more rays than voxels (the forward's rule for its copy).
-  const bool swap_acc = kPairScatter && std::is_same<real, float>::value && small && vw.H > 1 && vw.W > 1 &&
+  const bool swap_acc = kPairScatter && opt.pairs && std::is_same<real, float>::value && small && vw.H > 1 &&
+                        vw.W > 1 &&
                         (i64)dw.n_views * nu * nv >= slab / 4 &&
                         (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
   std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);
+  // Sub-chunk height: planes of about opt.block_bytes (all batch items), at least 4.
+  const i64 plane_bytes = (i64)vw.H * vw.W * (i64)sizeof(real) * batch;
+  const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {
-    const int zlo = edge[ch], zhi = edge[ch + 1];
     real* swp = swap_acc ? swapped.data() : nullptr;
-    for (int k = 0; k < dw.n_views; ++k) {
-      int ulo, uhi, vlo, vhi;
-      slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
-      ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
-      vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
-      const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
-      const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
-      for (int outer = o0; outer < o1; ++outer)
-        scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
-                    vol_batch_stride, small, swp, slab);
-    }
-    if (swp) {
-      const i64 plane = (i64)vw.H * vw.W;
-      for (int q = 0; q < batch; ++q)
-        for (int z = zlo; z < zhi; ++z) {
-          const real* t = swp + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
-          real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
-          for (int y = 0; y < vw.H; ++y)
-            for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
-        }
+    for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
+      const int zhi = std::min(edge[ch + 1], zlo + sub);
+      for (int k = 0; k < dw.n_views; ++k) {
+        int ulo, uhi, vlo, vhi;
+        slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
+        ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+        vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+        const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
+        const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
+        for (int outer = o0; outer < o1; ++outer)
+          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
+                      vol_batch_stride, small, swp, slab, opt.pairs, opt.rows);
+      }
+      if (swp) {  // add the swapped sub-chunk back while it is still in cache
+        const i64 plane = (i64)vw.H * vw.W;
+        for (int q = 0; q < batch; ++q)
+          for (int z = zlo; z < zhi; ++z) {
+            const real* t = swp + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
+            real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
+            for (int y = 0; y < vw.H; ++y)
+              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
+          }
+      }
     }
   }
 }
