@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include <type_traits>
@@ -37,10 +38,12 @@ namespace ct {
 // writes of a view stay in the core's L2 instead of sweeping the whole chunk;
 // rays crossing several sub-chunks are set up once per sub-chunk.
 // rows: with pairs, each row's pair on its own (block_scatter_rows).
+// padded: all rays into private accumulators with padded rows (see odd_lines).
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
   bool rows = false;
+  bool padded = false;
 };
 
 constexpr int kScatterBlock = 64;  // 16 and 32 were 12% and 5% slower (W1, 1 thread)
@@ -173,9 +176,43 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, b
   for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) scatter_checked<real, false>(vol, r, n, v);
 }
 
+// Where a ray's samples go: the output itself, or an accumulator of our own
+// whose strides for world x, y, z (and global-z offset) replace the output's.
+template <typename real>
+struct Target {
+  real* base;
+  i64 batch_stride;
+  bool restride;
+  i64 sx, sy, sz, offset;
+};
+
+// x-dominant rays, and the others (y- or z-dominant).
+template <typename real>
+struct Targets {
+  Target<real> x, yz;
+};
+
+template <typename real>
+inline void retarget(Ray<real>& r, const Target<real>& t) {
+  const i64 st[3] = {t.sx, t.sy, t.sz};
+  r.sa = st[r.a]; r.sb = st[r.b]; r.sc = st[r.c];
+  r.offset = t.offset;
+}
+
+// A row length padded to an odd number of 64-byte lines (of floats; doubles
+// get the same element count): consecutive planes and the rows c and c+1 of a
+// stencil then never sit a multiple of 4 KiB apart, which with power-of-two
+// volumes (W1: 512-byte rows, 64 KiB planes) made loads wait on unrelated
+// earlier stores (4K aliasing: W1 ran 20-25% below 120^3 and 136^3 per sample).
+inline i64 odd_lines(i64 n) {
+  i64 r = (n + 15) / 16 * 16;
+  if ((r / 16) % 2 == 0) r += 16;
+  return r;
+}
+
 // Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
 // of u when u_inner, else a column of v) of view k into the z-range
-// [zlo, zhi) of `out` (batch items `out_stride` apart).  A pixel that is zero
+// [zlo, zhi) of the targets `tg` (batch items batch_stride apart).  A pixel that is zero
 // in every item is skipped; its ray is set up once for all items.  `small`:
 // the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
 // flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
@@ -184,9 +221,8 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* src, const real* ctr, const real* ustep,
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
-                                                 int zhi, real* out, i64 out_stride, bool small,
-                                                 real* swp = nullptr, i64 swp_stride = 0, bool pairs = true,
-                                                 bool rows = false) {
+                                                 int zhi, const Targets<real>& tg, bool small, bool pairs,
+                                                 bool rows) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -226,17 +262,12 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
     }
     for (int p = 0; p < np; ++p) {
       if (!hit[p]) continue;
-      real* dst = out;
-      i64 dst_stride = out_stride;
-      if (swp && pr[p].a == 0) {  // x-dominant: into the (z, x, y) accumulator, where b = y is contiguous
-        ray_use_strides(pr[p], (i64)vwl.H, (i64)1, (i64)vwl.H * vwl.W);
-        dst = swp;
-        dst_stride = swp_stride;
-      }
+      const Target<real>& t = pr[p].a == 0 ? tg.x : tg.yz;
+      if (t.restride) retarget(pr[p], t);
       for (int q = 0; q < batch; ++q) {
         const real val = sino[q * sino_batch_stride + pis[p]];
-        if (small) scatter_ray(dst + q * dst_stride, pr[p], val, pairs, rows);
-        else ray_backward<real, false>(dst + q * dst_stride, pr[p], val);
+        if (small) scatter_ray(t.base + q * t.batch_stride, pr[p], val, pairs, rows);
+        else ray_backward<real, false>(t.base + q * t.batch_stride, pr[p], val);
       }
     }
   }
@@ -309,6 +340,8 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int tid = omp_get_thread_num();
       std::vector<real>& acc = priv[tid];
       acc.assign((size_t)(slab * batch), real(0));
+      const Target<real> own{acc.data(), slab, false, 0, 0, 0, 0};
+      const Targets<real> direct{own, own};
       // static: a fixed view -> thread map keeps the summation order, so repeated
       // and batched calls agree bitwise (gradcheck reentrancy, batch == per item).
 #pragma omp for schedule(static, 1)
@@ -317,7 +350,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         const int i0 = u_inner ? dw.u0 : dw.v0, i1 = u_inner ? dw.u1 : dw.v1;
         for (int outer = o0; outer < o1; ++outer)
           scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, vw.z0, vw.z1,
-                      acc.data(), slab, small, (real*)nullptr, 0, opt.pairs, opt.rows);
+                      direct, small, opt.pairs, opt.rows);
       }
       // implicit barrier of omp for; then reduce the private slabs
 #pragma omp for schedule(static)
@@ -333,22 +366,46 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   }
   const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
   const int nchunks = (int)edge.size() - 1;
-  // float32: x-dominant rays (b = y, strided in the output) scatter into a
+  const bool many_rays = (i64)dw.n_views * nu * nv >= slab / 4;  // the forward's rule for its copy
+  // padded: every ray scatters into one of two zeroed accumulators of our own
+  // with padded rows and planes (odd_lines): (z, y, x) for y- and z-dominant
+  // rays, (z, x, y) for x-dominant ones (b = y contiguous, as the swapped
+  // accumulator below); each thread adds its chunk of both into the output.
+  const i64 rowA = odd_lines(vw.W), planeA = odd_lines((i64)vw.H * rowA);
+  const i64 rowB = odd_lines(vw.H), planeB = odd_lines((i64)vw.W * rowB);
+  const i64 slabA = (i64)nz * planeA, slabB = (i64)nz * planeB;
+  const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
+                      slabA < (i64(1) << 31) && slabB < (i64(1) << 31) &&
+                      (double)(slabA + slabB) * batch * sizeof(real) <= 1024.0 * (1 << 20);
+  // float32 pairs: x-dominant rays (b = y, strided in the output) scatter into a
   // zeroed accumulator with x and y swapped, so that every ray's b-neighbours
   // are adjacent and a sample is two 64-bit pairs (block_scatter_pairs); each
-  // thread adds its chunk of it back, transposed, after its views.  Worth it
-  // when there are more rays than voxels (the forward's rule for its copy).
-  const bool swap_acc = kPairScatter && opt.pairs && std::is_same<real, float>::value && small && vw.H > 1 &&
-                        vw.W > 1 &&
-                        (i64)dw.n_views * nu * nv >= slab / 4 &&
+  // thread adds its chunk of it back, transposed, after its views.
+  const bool swap_acc = !padded && kPairScatter && opt.pairs && std::is_same<real, float>::value && small &&
+                        vw.H > 1 && vw.W > 1 && many_rays &&
                         (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
+  std::unique_ptr<real[]> bufA(padded ? new real[(size_t)(slabA * batch)] : nullptr);
+  std::unique_ptr<real[]> bufB(padded ? new real[(size_t)(slabB * batch)] : nullptr);
   std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);
+  const i64 plane = (i64)vw.H * vw.W;
+  const Target<real> out_t{vol, vol_batch_stride, false, 0, 0, 0, 0};
+  Targets<real> tg{out_t, out_t};
+  if (padded) {
+    tg.yz = Target<real>{bufA.get(), slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
+    tg.x = Target<real>{bufB.get(), slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
+  } else if (swap_acc) {
+    tg.x = Target<real>{swapped.data(), slab, true, (i64)vw.H, 1, plane, (i64)vw.z0 * plane};
+  }
   // Sub-chunk height: planes of about opt.block_bytes (all batch items), at least 4.
-  const i64 plane_bytes = (i64)vw.H * vw.W * (i64)sizeof(real) * batch;
+  const i64 plane_bytes = plane * (i64)sizeof(real) * batch;
   const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {
-    real* swp = swap_acc ? swapped.data() : nullptr;
+    if (padded)  // this thread's planes of both accumulators (first touch by their user)
+      for (int q = 0; q < batch; ++q) {
+        std::fill_n(bufA.get() + q * slabA + (i64)(edge[ch] - vw.z0) * planeA, (size_t)((edge[ch + 1] - edge[ch]) * planeA), real(0));
+        std::fill_n(bufB.get() + q * slabB + (i64)(edge[ch] - vw.z0) * planeB, (size_t)((edge[ch + 1] - edge[ch]) * planeB), real(0));
+      }
     for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
       const int zhi = std::min(edge[ch + 1], zlo + sub);
       for (int k = 0; k < dw.n_views; ++k) {
@@ -359,19 +416,26 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
         const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
         for (int outer = o0; outer < o1; ++outer)
-          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
-                      vol_batch_stride, small, swp, slab, opt.pairs, opt.rows);
+          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, tg,
+                      small, opt.pairs, opt.rows);
       }
-      if (swp) {  // add the swapped sub-chunk back while it is still in cache
-        const i64 plane = (i64)vw.H * vw.W;
-        for (int q = 0; q < batch; ++q)
-          for (int z = zlo; z < zhi; ++z) {
-            const real* t = swp + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
-            real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
+      // add the sub-chunk's accumulators into the output while they are in cache
+      for (int q = 0; q < batch; ++q)
+        for (int z = zlo; z < zhi; ++z) {
+          real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
+          if (padded) {
+            const real* a = bufA.get() + q * slabA + (i64)(z - vw.z0) * planeA;  // (y, x), padded rows
+            const real* b = bufB.get() + q * slabB + (i64)(z - vw.z0) * planeB;  // (x, y), padded rows
+            for (int y = 0; y < vw.H; ++y)
+              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
+            for (int y = 0; y < vw.H; ++y)
+              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + y];
+          } else if (swap_acc) {
+            const real* t = swapped.data() + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
             for (int y = 0; y < vw.H; ++y)
               for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
           }
-      }
+        }
     }
   }
 }

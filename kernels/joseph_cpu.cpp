@@ -85,12 +85,14 @@ struct BackPath {
 };
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
-    {"pairs", {true, 0, false}},
-    {"rows", {true, 0, true}},
-    {"pairs-z1m", {true, i64(1) << 20, false}},
-    {"rows-z1m", {true, i64(1) << 20, true}},
+    {"pairs-padded", {true, 0, false, true}},
+    {"rows-padded", {true, 0, true, true}},
+    {"pairs", {true, 0, false, false}},
+    {"rows", {true, 0, true, false}},
+    {"pairs-z1m", {true, i64(1) << 20, false, false}},
 #endif
-    {"blocked", {false, 0, false}},
+    {"blocked-padded", {false, 0, false, true}},
+    {"blocked", {false, 0, false, false}},
 };
 constexpr int kNumBackPaths = (int)(sizeof(kBackPaths) / sizeof(kBackPaths[0]));
 

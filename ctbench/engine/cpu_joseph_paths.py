@@ -11,7 +11,7 @@ speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
 choice cached beside the library (``cpu_paths.read_choice``) or, failing that, measured on a
-small scan (a 48^3 volume, 16 views, 48x48 detector, one thread: about 0.2 s on a quiet core) and cached.
+small scan (a 64^3 volume, 12 views, 64x64 detector, one thread: about 0.3 s on a quiet core) and cached.
 ``CTBENCH_CPU_PATH="forward=NAME,back=NAME"`` forces a path (an unknown name is an error listing
 the known ones); it is read at every call, so tests and benchmarks can switch paths in-process.
 """
@@ -38,7 +38,7 @@ FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, 
                 _P, _I, _I]
 BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
                  _P, _L, _I]
-MEASURE_SHAPE = (48, 16)  # (N, views): N^3 volume, N x N detector
+MEASURE_SHAPE = (64, 12)  # (N, views): N^3 volume, N x N detector (power of two rows, like W1)
 MEASURE_REPEATS = 2      # timed calls per path after a warm-up call, interleaved across paths
 
 _LOCK = threading.Lock()
