@@ -11,7 +11,8 @@ speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
 choice cached beside the library (``cpu_paths.read_choice``) or, failing that, measured on a
-small scan (a 64^3 volume, 12 views, 64x64 detector, one thread: about 0.3 s on a quiet core) and cached.
+small scan (a 16x128x128 volume, 8 views, 128x16 detector, one thread: about 0.2 s on a quiet core) and
+cached.
 ``CTBENCH_CPU_PATH="forward=NAME,back=NAME"`` forces a path (an unknown name is an error listing
 the known ones); it is read at every call, so tests and benchmarks can switch paths in-process.
 """
@@ -38,8 +39,10 @@ FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, 
                 _P, _I, _I]
 BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
                  _P, _L, _I]
-MEASURE_SHAPE = (64, 12)  # (N, views): N^3 volume, N x N detector (power of two rows, like W1)
-MEASURE_REPEATS = 2      # timed calls per path after a warm-up call, interleaved across paths
+# (N, NZ, views): a (NZ, N, N) volume, N x NZ detector.  W1's rows and planes (N = 128: 512-byte rows,
+# 64 KiB planes, whose cache-set and 4K-aliasing effects decide between the back paths) in a thin slab.
+MEASURE_SHAPE = (128, 16, 8)
+MEASURE_REPEATS = 3      # timed calls per path after a warm-up call, interleaved across paths
 
 _LOCK = threading.Lock()
 _STATE: dict[int, dict] = {}  # id(lib) -> {"lib", "known", "measured", "source", "current"}
@@ -50,9 +53,10 @@ def known_paths(lib) -> dict[str, list[str]]:
     return cpu_paths.library_paths(lib, FAMILY, OPS)
 
 
-def _measure_scan(n: int, views: int):
-    """Geometry (float32 tensors) and a smooth volume of a small circular cone scan, in the kernels' layout."""
-    ang = torch.arange(views, dtype=torch.float64) * (2 * math.pi / views)
+def _measure_scan(n: int, nz: int, views: int):
+    """Geometry (float32 tensors) and a smooth (nz, n, n) volume of a small circular cone scan (magnification
+    2, an n x nz detector covering the slab), in the kernels' layout."""
+    ang = torch.arange(views, dtype=torch.float64) * (2 * math.pi / views) + 0.1
     c, s = torch.cos(ang), torch.sin(ang)
     zero = torch.zeros_like(ang)
     sid, sdd, pitch = 2.5 * n, 5.0 * n, 2.0
@@ -61,17 +65,17 @@ def _measure_scan(n: int, views: int):
     ustep = torch.stack([-s * pitch, c * pitch, zero], 1)
     vstep = torch.stack([zero, zero, zero + pitch], 1)
     geom = [t.to(torch.float32).contiguous() for t in (src, ctr, ustep, vstep)]
-    z = torch.linspace(-1, 1, n)
-    vol = (1.0 - z[:, None, None] ** 2 - z[None, :, None] ** 2 - z[None, None, :] ** 2).clamp(min=0)
+    zz, yx = torch.linspace(-1, 1, nz), torch.linspace(-1, 1, n)
+    vol = (1.5 - zz[:, None, None] ** 2 - yx[None, :, None] ** 2 - yx[None, None, :] ** 2).clamp(min=0)
     return geom, vol.to(torch.float32).contiguous()
 
 
 def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
     """Seconds (least of ``repeats`` interleaved calls, one thread) of every path of each operation."""
     known = known_paths(lib)
-    n, views = MEASURE_SHAPE
-    geom, vol = _measure_scan(n, views)
-    sino = torch.zeros((views, n, n), dtype=torch.float32)
+    n, nz, views = MEASURE_SHAPE
+    geom, vol = _measure_scan(n, nz, views)
+    sino = torch.zeros((views, n, nz), dtype=torch.float32)
     back = torch.zeros_like(vol)
     g = [t.data_ptr() for t in geom]
     fwd = getattr(lib, "joseph_forward_f32")
@@ -80,13 +84,13 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
     bwd.argtypes, bwd.restype = BACKWARD_ARGS, None
 
     def forward():
-        fwd(vol.data_ptr(), n ** 3, 1, n, n, n, 0, n, 1.0, 1.0, 1.0, *g, 1, views, n, n, 0, n, 0, n,
+        fwd(vol.data_ptr(), vol.numel(), 1, nz, n, n, 0, nz, 1.0, 1.0, 1.0, *g, 1, views, n, nz, 0, n, 0, nz,
             sino.data_ptr(), 0, 1)
 
     def backward():
         back.zero_()
-        bwd(sino.data_ptr(), 1, n, n, n, 0, n, 1.0, 1.0, 1.0, *g, 1, views, n, n, 0, n, 0, n, back.data_ptr(),
-            n ** 3, 1)
+        bwd(sino.data_ptr(), 1, nz, n, n, 0, nz, 1.0, 1.0, 1.0, *g, 1, views, n, nz, 0, n, 0, nz, back.data_ptr(),
+            vol.numel(), 1)
 
     calls = {"forward": forward, "back": backward}
     timings: dict[str, dict[str, float]] = {}
@@ -140,9 +144,10 @@ def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], 
     if path is None:
         return choice, f"measured (not cached: {why})"
     try:
-        n, views = MEASURE_SHAPE
+        n, nz, views = MEASURE_SHAPE
         cpu_paths.write_choice(path, FAMILY, sha, cpu, known, choice, timings,
-                               f"circular cone, {n}^3 volume, {views} views, {n}x{n} detector, float32, 1 thread")
+                               f"circular cone, {nz}x{n}x{n} volume, {views} views, {n}x{nz} detector, float32, "
+                               "1 thread")
     except OSError as e:
         warnings.warn(f"ctbench: could not cache the measured CPU paths in {path}: {e}", RuntimeWarning,
                       stacklevel=2)
