@@ -179,3 +179,14 @@ def test_forced_paths_in_a_subprocess(tmp_path, known):
     env[cpu_paths.PATH_ENV] = "forward=bogus"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "bogus" in out.stderr and "known forward paths" in out.stderr
+
+
+def test_a_library_without_paths_runs_its_own_loops():
+    """A build from before the paths (a benchmark's baseline library) has none to choose: nothing is set."""
+    class OldLibrary:
+        pass
+
+    old = OldLibrary()
+    assert cpu_joseph_paths.known_paths(old) == {}
+    assert cpu_joseph_paths.apply(old) == {}
+    assert cpu_joseph_paths.describe(old)["source"] == "no run-time paths in this library"

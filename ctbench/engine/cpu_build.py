@@ -275,7 +275,8 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     if "/" in name or not name.startswith(f"lib{family}-"):
         raise ValueError(f"kernel library record {rec_path} names an unexpected file {name!r}")
     lib = load_verified(rec_path.parent / name, record.get("size"), record.get("sha256"), record_name=name)
-    lib._ctbench_origin = {"dir": str(rec_path.parent), "sha256": record.get("sha256")}  # for cpu_paths' cache
+    # what this very library is, for the path choice cached beside it (cpu_joseph_paths)
+    lib._ctbench_origin = {"source": "jit", "dir": str(rec_path.parent), "sha256": record.get("sha256")}
     return lib
 
 
@@ -401,7 +402,7 @@ def load_cpu_library(family: str) -> ctypes.CDLL:
     lib = load_library(family, src_dir, cache_dir())
     _LOADED[family] = {"source": "jit", "variant": f"march={requested_march() or 'none'}",
                        "flags": [*BASE_FLAGS, *extra_flags()], "prebuilt_unused": reason,
-                       **getattr(lib, "_ctbench_origin", {})}
+                       **{k: v for k, v in getattr(lib, "_ctbench_origin", {}).items() if k != "source"}}
     return lib
 
 

@@ -49,7 +49,10 @@ _STATE: dict[int, dict] = {}  # id(lib) -> {"lib", "known", "measured", "source"
 
 
 def known_paths(lib) -> dict[str, list[str]]:
-    """The forward and back path names the loaded library offers."""
+    """The forward and back path names the loaded library offers ({} for a library built before the paths
+    existed, as a benchmark's baseline build may be)."""
+    if not hasattr(lib, f"{FAMILY}_path_count"):
+        return {}
     return cpu_paths.library_paths(lib, FAMILY, OPS)
 
 
@@ -123,9 +126,10 @@ def _choice_location(lib_info: dict) -> tuple[Path | None, str]:
 
 def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], str]:
     """``(choice, where from)``: the cached choice of this library and CPU, or a fresh measurement (then
-    cached).  ``where from`` is ``"cache"``, ``"measured"`` or ``"measured (not cached: why)"``."""
+    cached).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a JIT build) says where the library came
+    from; by default what the loader recorded on it.  ``where from`` is ``"cache"``, ``"measured"`` or ``"measured (not cached: why)"``."""
     known = known_paths(lib)
-    info = cpu_build.loaded_libraries().get(FAMILY, {}) if lib_info is None else lib_info
+    info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
     try:
         folder, sha = _choice_location(info)
     except (cpu_build.UntrustedCache, OSError) as e:
@@ -160,7 +164,7 @@ def _state(lib) -> dict:
         st = _STATE.get(id(lib))
         if st is None or st["lib"] is not lib:
             known = known_paths(lib)
-            choice, source = measured_choice(lib)
+            choice, source = measured_choice(lib) if known else ({}, "no run-time paths in this library")
             st = {"lib": lib, "known": known, "measured": choice, "source": source, "current": {}}
             _STATE[id(lib)] = st
         return st
@@ -170,7 +174,7 @@ def active_paths(lib) -> dict[str, str]:
     """The path each operation runs now: ``CTBENCH_CPU_PATH``'s, else the measured one."""
     st = _state(lib)
     forced = cpu_paths.check_forced(cpu_paths.forced_paths(), st["known"])
-    return {op: forced.get(op, st["measured"][op]) for op in OPS}
+    return {op: forced.get(op, st["measured"][op]) for op in st["known"]}
 
 
 def apply(lib) -> dict[str, str]:

@@ -5,7 +5,7 @@ scalar loads, scalar beams), each equal to the reference within round-off.  By d
 runs the path measured fastest on this CPU; ``CTBENCH_CPU_PATH`` forces one per operation for
 benchmarks and tests: ``CTBENCH_CPU_PATH="forward=NAME,back=NAME,fdk=NAME"`` (any subset; an
 operation left out keeps the measured choice).  The Joseph projector's measurement and its use
-are in ``cpu_joseph_paths``; docs/PERFORMANCE.md lists the paths.
+are in ``cpu_joseph_paths``; docs/INTERNALS.md ("CPU paths chosen by measurement") lists them.
 """
 
 from __future__ import annotations
