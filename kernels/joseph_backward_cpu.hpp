@@ -12,7 +12,6 @@
 #endif
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include <type_traits>
@@ -38,7 +37,7 @@ namespace ct {
 // writes of a view stay in the core's L2 instead of sweeping the whole chunk;
 // rays crossing several sub-chunks are set up once per sub-chunk.
 // rows: with pairs, each row's pair on its own (block_scatter_rows).
-// padded: all rays into private accumulators with padded rows (see odd_lines).
+// padded: rays into private accumulators with padded rows (see padded_length).
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
@@ -199,14 +198,21 @@ inline void retarget(Ray<real>& r, const Target<real>& t) {
   r.offset = t.offset;
 }
 
-// A row length padded to an odd number of 64-byte lines (of floats; doubles
-// get the same element count): consecutive planes and the rows c and c+1 of a
-// stencil then never sit a multiple of 4 KiB apart, which with power-of-two
-// volumes (W1: 512-byte rows, 64 KiB planes) made loads wait on unrelated
-// earlier stores (4K aliasing: W1 ran 20-25% below 120^3 and 136^3 per sample).
-inline i64 odd_lines(i64 n) {
-  i64 r = (n + 15) / 16 * 16;
-  if ((r / 16) % 2 == 0) r += 16;
+// Row and plane lengths for the backprojection's accumulators.  A length whose
+// byte size is a multiple of 256 (rows of 64 floats: W1's 128, and 192, 256,
+// 320) is padded to an odd number of 64-byte lines; a plane whose byte size is
+// a multiple of 4 KiB likewise.  A walk whose consecutive samples sit a row
+// apart then spreads over all the L1's sets (512-byte rows use only 8 of 64,
+// and a ray's 256 lines compete for 96 of them, evicting what the next ray,
+// one pixel over, reuses), and the stencil's rows c and c+1 (a plane apart)
+// and every eighth plane no longer sit a multiple of 4 KiB from an earlier
+// store (4K aliasing).  Other lengths are kept.
+template <typename real>
+inline i64 padded_length(i64 n, i64 align_bytes) {
+  const i64 per_line = 64 / (i64)sizeof(real);
+  if ((n * (i64)sizeof(real)) % align_bytes != 0) return n;
+  i64 r = (n + per_line - 1) / per_line * per_line;
+  if ((r / per_line) % 2 == 0) r += per_line;
   return r;
 }
 
@@ -367,13 +373,16 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
   const int nchunks = (int)edge.size() - 1;
   const bool many_rays = (i64)dw.n_views * nu * nv >= slab / 4;  // the forward's rule for its copy
-  // padded: every ray scatters into one of two zeroed accumulators of our own
-  // with padded rows and planes (odd_lines): (z, y, x) for y- and z-dominant
-  // rays, (z, x, y) for x-dominant ones (b = y contiguous, as the swapped
-  // accumulator below); each thread adds its chunk of both into the output.
-  const i64 rowA = odd_lines(vw.W), planeA = odd_lines((i64)vw.H * rowA);
-  const i64 rowB = odd_lines(vw.H), planeB = odd_lines((i64)vw.W * rowB);
-  const i64 slabA = (i64)nz * planeA, slabB = (i64)nz * planeB;
+  // padded: rays scatter into zeroed accumulators of our own with padded rows
+  // and planes (padded_length): (z, y, x) for y- and z-dominant rays (the
+  // output itself where nothing needs padding), (z, x, y) for x-dominant ones
+  // (b = y contiguous, as the swapped accumulator below); each thread adds its
+  // chunk of them into the output.
+  // Where no length needs padding, the y/z accumulator is the output itself.
+  const i64 rowA = padded_length<real>(vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
+  const i64 rowB = padded_length<real>(vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
+  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W;
+  const i64 slabA = ownA ? (i64)nz * planeA : 0, slabB = (i64)nz * planeB;
   const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
                       slabA < (i64(1) << 31) && slabB < (i64(1) << 31) &&
                       (double)(slabA + slabB) * batch * sizeof(real) <= 1024.0 * (1 << 20);
@@ -384,15 +393,17 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const bool swap_acc = !padded && kPairScatter && opt.pairs && std::is_same<real, float>::value && small &&
                         vw.H > 1 && vw.W > 1 && many_rays &&
                         (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
-  std::unique_ptr<real[]> bufA(padded ? new real[(size_t)(slabA * batch)] : nullptr);
-  std::unique_ptr<real[]> bufB(padded ? new real[(size_t)(slabB * batch)] : nullptr);
+  // 2 MiB aligned, huge pages advised (fewer TLB misses on the plane-strided walk); zeroed by their threads
+  SlabBuffer<real> accA(padded ? (size_t)(slabA * batch) : 0), accB(padded ? (size_t)(slabB * batch) : 0);
+  real* const bufA = accA.data;
+  real* const bufB = accB.data;
   std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);
   const i64 plane = (i64)vw.H * vw.W;
   const Target<real> out_t{vol, vol_batch_stride, false, 0, 0, 0, 0};
   Targets<real> tg{out_t, out_t};
   if (padded) {
-    tg.yz = Target<real>{bufA.get(), slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
-    tg.x = Target<real>{bufB.get(), slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
+    if (ownA) tg.yz = Target<real>{bufA, slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
+    tg.x = Target<real>{bufB, slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
   } else if (swap_acc) {
     tg.x = Target<real>{swapped.data(), slab, true, (i64)vw.H, 1, plane, (i64)vw.z0 * plane};
   }
@@ -403,8 +414,8 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   for (int ch = 0; ch < nchunks; ++ch) {
     if (padded)  // this thread's planes of both accumulators (first touch by their user)
       for (int q = 0; q < batch; ++q) {
-        std::fill_n(bufA.get() + q * slabA + (i64)(edge[ch] - vw.z0) * planeA, (size_t)((edge[ch + 1] - edge[ch]) * planeA), real(0));
-        std::fill_n(bufB.get() + q * slabB + (i64)(edge[ch] - vw.z0) * planeB, (size_t)((edge[ch + 1] - edge[ch]) * planeB), real(0));
+        if (ownA) std::fill_n(bufA + q * slabA + (i64)(edge[ch] - vw.z0) * planeA, (size_t)((edge[ch + 1] - edge[ch]) * planeA), real(0));
+        std::fill_n(bufB + q * slabB + (i64)(edge[ch] - vw.z0) * planeB, (size_t)((edge[ch + 1] - edge[ch]) * planeB), real(0));
       }
     for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
       const int zhi = std::min(edge[ch + 1], zlo + sub);
@@ -424,10 +435,11 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         for (int z = zlo; z < zhi; ++z) {
           real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
           if (padded) {
-            const real* a = bufA.get() + q * slabA + (i64)(z - vw.z0) * planeA;  // (y, x), padded rows
-            const real* b = bufB.get() + q * slabB + (i64)(z - vw.z0) * planeB;  // (x, y), padded rows
-            for (int y = 0; y < vw.H; ++y)
-              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
+            const real* a = ownA ? bufA + q * slabA + (i64)(z - vw.z0) * planeA : nullptr;  // (y, x), padded
+            const real* b = bufB + q * slabB + (i64)(z - vw.z0) * planeB;  // (x, y), padded rows
+            if (ownA)
+              for (int y = 0; y < vw.H; ++y)
+                for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
             for (int y = 0; y < vw.H; ++y)
               for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + y];
           } else if (swap_acc) {

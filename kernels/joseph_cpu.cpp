@@ -3,10 +3,6 @@
 // called through ctypes (which releases the GIL).
 #include <omp.h>
 
-#if !defined(_WIN32)
-#include <sys/mman.h>  // madvise (huge pages); Windows builds go without it
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -23,39 +19,6 @@
 namespace {
 
 using ct::i64;
-
-// A buffer of n elements for the slab copy, 2 MiB aligned and marked for
-// transparent huge pages: one TLB entry covers 2 MiB of the walk instead of
-// 4 KiB, and the first touch faults once per 2 MiB instead of 512 times.  Its
-// size is exactly n elements (what the planner counts); not zero-initialised
-// (the copy writes every element).
-template <typename real>
-struct SlabBuffer {
-  real* data = nullptr;
-  explicit SlabBuffer(size_t n) {
-    if (n == 0) return;
-    const size_t bytes = n * sizeof(real);
-    void* p = nullptr;
-#if defined(_WIN32)
-    p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
-    if (p == nullptr) throw std::bad_alloc();
-#else
-    if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
-#endif
-    data = static_cast<real*>(p);
-#ifdef MADV_HUGEPAGE
-    const size_t page = 4096;
-    madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
-  }
-#if defined(_WIN32)
-  ~SlabBuffer() { _aligned_free(data); }
-#else
-  ~SlabBuffer() { std::free(data); }
-#endif
-  SlabBuffer(const SlabBuffer&) = delete;
-  SlabBuffer& operator=(const SlabBuffer&) = delete;
-};
 
 // ---------------------------------------------------------------- paths
 // The inner loops each operation can run, chosen at run time (by measurement in
@@ -189,7 +152,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const i64 slab = (i64)nz * vw.H * vw.W;
   // Worth it when there are more rays than voxels to copy.
   const bool copy = slab > 0 && vw.H > 1 && vw.W > 1 && rows * nv >= slab / 4;
-  SlabBuffer<real> swapped(copy ? (size_t)(slab * batch) : 0);
+  ct::SlabBuffer<real> swapped(copy ? (size_t)(slab * batch) : 0);
   if (copy) ct::swap_xy(vol, swapped.data, slab, batch, nz, vw.H, vw.W, nthreads);
   // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
   const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);

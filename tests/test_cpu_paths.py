@@ -39,9 +39,9 @@ def _case(shape, det, n_views=8):
     return (Projector(traj, shape, det, backend="cpu", **kw), Projector(traj, shape, det, backend="reference", **kw))
 
 
-# (14, 24, 22): odd sizes, tails of lane groups; (16, 32, 32): power-of-two rows with more rays
-# than voxels (the padded and swapped accumulators are used)
-CASES = [((14, 24, 22), (37, 21)), ((16, 32, 32), (40, 24))]
+# (14, 24, 22): odd sizes, tails of lane groups, the swapped accumulator unpadded; (6, 64, 64):
+# 256-byte rows and 16 KiB planes with more rays than voxels (both accumulators padded)
+CASES = [((14, 24, 22), (37, 21)), ((6, 64, 64), (72, 16))]
 
 
 def test_library_lists_its_paths(known):
