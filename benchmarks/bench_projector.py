@@ -40,7 +40,8 @@ with their RTK ratio in CPU seconds.  ``--flat-cost`` runs only the flat-cost sw
 on W1's geometry at N = 64 .. 320 (N^3 volume, N x N detector, 180 views), interleaved, at all
 threads and 1 thread; one ``flat_cost`` line per (N, op, threads) with min and median of
 ``--repeats`` calls and the rate (samples/s), then ``flat_cost_summary`` lines with the rate's
-min/max over N (goal >= 0.8).
+min/max over N (goal >= 0.8); written as bench ``projector_flat_cost`` to
+``results/bench_projector_flat_cost.jsonl`` unless ``--out`` says otherwise.
 
 Output: JSON lines on stdout, appended to ``--out``; one header line with the
 machine (CPU model, cores, cache sizes, SIMD levels, load average), then one
@@ -75,6 +76,7 @@ from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_2
 
 BENCH = "projector"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector.jsonl"
+FLAT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector_flat_cost.jsonl"
 TARGETS = {("forward", "rtk/ctbench"): 3.0, ("back", "rtk/ctbench"): 4.0, "diffct/ctbench": 30.0}
 
 
@@ -802,7 +804,8 @@ def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict):
                 st = stats[op]
                 rate_med = samples["samples"] / st["median_s"]
                 rates.setdefault((op, t), []).append((n, rate_med))
-                emit(kind="flat_cost", op=op, impl="ctbench-cpu", N=n, threads=t, n_views=W1["n_views"],
+                emit(kind="flat_cost", workload=f"flat N={n} {t}-thread", op=op, impl="ctbench-cpu", N=n,
+                     threads=t, n_views=W1["n_views"], seconds=st["seconds"],
                      volume_shape=list(projector.volume_shape), detector_shape=list(projector.detector_shape),
                      dtype="float32", **machine, paths=kernel_paths()["active"],
                      min_s=_round(st["seconds"]), median_s=_round(st["median_s"]), cpu_s=_round(st["cpu_s"]),
@@ -812,7 +815,8 @@ def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict):
     for (op, t), rs in rates.items():
         vals = [r for _, r in rs]
         ratio = min(vals) / max(vals)
-        emit(kind="flat_cost_summary", op=op, threads=t, sizes=[n for n, _ in rs],
+        emit(kind="flat_cost_summary", workload=f"flat-cost {t}-thread", op=op, impl="ctbench-cpu",
+             ratio="rate min/max over N", value=_round(ratio), threads=t, sizes=[n for n, _ in rs],
              samples_per_s_median=[_round(v) for v in vals], min_over_max=_round(ratio), goal=FLAT_GOAL,
              meets_goal=ratio >= FLAT_GOAL, **machine, loadavg=os.getloadavg())
 
@@ -853,7 +857,10 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    emit = Emitter(None if args.no_out else args.out, run_id)
+    # the sweep is a bench of its own (own file and README table), so it never replaces the latest W1 run
+    bench = "projector_flat_cost" if args.flat_cost else BENCH
+    out = FLAT_OUT if args.flat_cost and args.out == DEFAULT_OUT else args.out
+    emit = Emitter(None if args.no_out else out, run_id, bench)
     emit(kind="header", time=run_id, machine=machine_info(), args={k: str(v) for k, v in vars(args).items()},
          counting="samples = ray/plane samples whose bilinear stencil touches the volume (dominant-axis planes, "
                   "float64 from the geometry); forward touches 4 voxels/sample, back reads+writes 4",
