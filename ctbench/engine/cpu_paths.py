@@ -120,6 +120,12 @@ def write_choice(path: Path, family: str, sha256: str, cpu: str, known: dict[str
     atomic_write_bytes(path, json.dumps(doc, indent=1).encode(), fsync=True, suffix=".tmp")
 
 
-def fastest(timings: dict[str, dict[str, float]]) -> dict[str, str]:
-    """Per operation, the path with the least time (the first listed on a tie)."""
-    return {op: min(t, key=lambda k: t[k]) for op, t in timings.items()}
+def fastest(timings: dict[str, dict[str, float]], margin: float = 0.05) -> dict[str, str]:
+    """Per operation, the path with the least time, unless it beats the first listed (the build's
+    default) by less than ``margin``: a noisy measurement then keeps the default."""
+    out = {}
+    for op, t in timings.items():
+        default = next(iter(t))
+        best = min(t, key=lambda k: t[k])
+        out[op] = best if t[best] < (1.0 - margin) * t[default] else default
+    return out
