@@ -407,8 +407,10 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   } else if (swap_acc) {
     tg.x = Target<real>{swapped.data(), slab, true, (i64)vw.H, 1, plane, (i64)vw.z0 * plane};
   }
-  // Sub-chunk height: planes of about opt.block_bytes (all batch items), at least 4.
-  const i64 plane_bytes = plane * (i64)sizeof(real) * batch;
+  // Sub-chunk height: planes of about opt.block_bytes of one item's output, at least 4.  Not
+  // of all items: a ray's set-up depends on the sub-chunk edges (its entry plane, in the last
+  // bit), so they must not move with the batch size (batched == per-item calls, bitwise).
+  const i64 plane_bytes = plane * (i64)sizeof(real);
   const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {

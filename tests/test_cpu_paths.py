@@ -34,14 +34,17 @@ def known(lib):
 def _case(shape, det, n_views=8):
     """A circular cone scan at uneven angles (rays along x, y and diagonals)."""
     angles = torch.tensor([0.0, 0.3, math.pi / 4, 1.2, math.pi / 2, 2.0, 3 * math.pi / 4, 4.0], dtype=F64)[:n_views]
-    traj = circular_trajectory_3d(angles.numel(), 60.0, 120.0, angles=angles, dtype=F64)
+    sid = 60.0 if max(shape[1:]) < 100 else 200.0  # the source outside the larger volume
+    traj = circular_trajectory_3d(angles.numel(), sid, 2 * sid, angles=angles, dtype=F64)
     kw = dict(voxel_spacing=(1.0, 1.1, 0.9), detector_spacing=(2.3, 1.9))
     return (Projector(traj, shape, det, backend="cpu", **kw), Projector(traj, shape, det, backend="reference", **kw))
 
 
 # (14, 24, 22): odd sizes, tails of lane groups, the swapped accumulator unpadded; (6, 64, 64):
-# 256-byte rows and 16 KiB planes with more rays than voxels (both accumulators padded)
-CASES = [((14, 24, 22), (37, 21)), ((6, 64, 64), (72, 16))]
+# 256-byte rows and 16 KiB planes with more rays than voxels (both accumulators padded); (20, 128, 128):
+# 64 KiB planes, so the 1 MiB sub-chunk paths (pairs-z1m, pairs-padded-z1m) split each thread's z-chunk
+# (rays crossing a sub-chunk edge set up once per sub-chunk)
+CASES = [((14, 24, 22), (37, 21)), ((6, 64, 64), (72, 16)), ((20, 128, 128), (128, 96))]
 
 
 def test_library_lists_its_paths(known):
