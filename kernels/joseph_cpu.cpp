@@ -48,11 +48,12 @@ struct BackPath {
 };
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
-    // the default: padded accumulators walked in z sub-chunks of ~8 MiB of output, all views per
-    // sub-chunk (N = 192: 1.4x pairs-padded at load 3-4, the volume no longer streams from far cache
-    // once per view; W1's 8 MiB volume is one sub-chunk, the same loop as pairs-padded)
-    {"pairs-padded-z8m", {true, i64(8) << 20, false, true}},
+    // the default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
+    // sub-chunk, so the volume no longer streams from far cache once per view (1 thread, loads 3-6:
+    // N = 192 1.3x, N = 256 1.2x pairs-padded; N = 128 the same or better; 8 MiB paid only on a
+    // quiet machine)
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
+    {"pairs-padded-z8m", {true, i64(8) << 20, false, true}},
     {"pairs-padded", {true, 0, false, true}},
     {"rows-padded", {true, 0, true, true}},
     {"pairs", {true, 0, false, false}},
