@@ -32,6 +32,17 @@ the streaming bandwidth gives ``bandwidth_fraction``: the speed relative to a
 loop that fetched every stencil voxel from memory.  Values above 1 mean the
 caches serve the reuse between neighbouring rays (the W1 volume is 8 MiB).
 
+Kernel paths (issue 24).  The header records the Joseph library's paths (offered, measured
+fastest on this CPU, active: ``ctbench.engine.cpu_joseph_paths``).  After each W1 row set, the AVX2
+forward lanes are timed forced by ``CTBENCH_CPU_PATH`` on an AVX-512 CPU, labelled "forced AVX2 on
+an AVX-512 CPU: not the speed of an AVX2-only core" (``--all-paths``: every forward and back path),
+with their RTK ratio in CPU seconds.  ``--flat-cost`` runs only the flat-cost sweep: forward and back
+on W1's geometry at N = 64 .. 320 (N^3 volume, N x N detector, 180 views), interleaved, at all
+threads and 1 thread; one ``flat_cost`` line per (N, op, threads) with min and median of
+``--repeats`` calls and the rate (samples/s), then ``flat_cost_summary`` lines with the rate's
+min/max over N (goal >= 0.8); written as bench ``projector_flat_cost`` to
+``results/bench_projector_flat_cost.jsonl`` unless ``--out`` says otherwise.
+
 Output: JSON lines on stdout, appended to ``--out``; one header line with the
 machine (CPU model, cores, cache sizes, SIMD levels, load average), then one
 line per (workload, op, impl) with ``seconds`` (min) and ``median_s``, then ratio lines
@@ -65,6 +76,7 @@ from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_2
 
 BENCH = "projector"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector.jsonl"
+FLAT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector_flat_cost.jsonl"
 TARGETS = {("forward", "rtk/ctbench"): 3.0, ("back", "rtk/ctbench"): 4.0, "diffct/ctbench": 30.0}
 
 
@@ -718,6 +730,102 @@ def emit_ratio(emit, workload: str, op: str, peer: str, s_peer: dict | None, s_c
     emit(**line)
 
 
+# ------------------------------------------------------------------ kernel paths
+AVX2_LABEL = "forced AVX2 on an AVX-512 CPU: not the speed of an AVX2-only core"
+FLAT_SIZES = (64, 128, 192, 256, 320)
+FLAT_GOAL = 0.8  # rate min/max over the sizes
+
+
+def kernel_paths() -> dict:
+    """The Joseph library's paths (offered, measured fastest on this CPU, active now)."""
+    from ctbench.engine import cpu_build, cpu_joseph_paths
+    return cpu_joseph_paths.describe(cpu_build.load_cpu_library("joseph"))
+
+
+def path_note(name: str, simd: list[str]) -> dict:
+    return {"note": AVX2_LABEL} if name.startswith("avx2") and "avx512f" in simd else {}
+
+
+def forced(op: str, name: str, fn):
+    """``fn`` run with ``CTBENCH_CPU_PATH`` forcing path ``name`` for ``op`` (restored afterwards)."""
+    from ctbench.engine.cpu_paths import PATH_ENV
+
+    def call():
+        old = os.environ.get(PATH_ENV)
+        os.environ[PATH_ENV] = f"{op}={name}"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop(PATH_ENV, None)
+            else:
+                os.environ[PATH_ENV] = old
+    return call
+
+
+def run_paths(emit, projector: Projector, volume, workload: str, repeats: int, samples: dict, bandwidth: dict,
+              names: dict[str, list[str]], rtk_stats: dict | None):
+    """Each named path of each op on ``workload``, forced, interleaved call by call; with the RTK ratio of the
+    same run (CPU seconds) where RTK ran."""
+    simd = cpu_flags()
+    sino = projector.project(volume)
+    ops = {"forward": lambda: projector.project(volume), "back": lambda: projector.backproject(sino)}
+    for op, wanted in names.items():
+        if not wanted:
+            continue
+        stats, _ = interleaved({n: forced(op, n, ops[op]) for n in wanted}, repeats)
+        for n in wanted:
+            extra = {}
+            peer = (rtk_stats or {}).get(op)
+            if peer is not None:
+                extra = {"rtk_ratio_cpu_s": _round(peer["cpu_s"] / stats[n]["cpu_s"]),
+                         "rtk_ratio_median": _round(peer["median_s"] / stats[n]["median_s"])}
+            emit(workload=workload, op=op, impl=f"ctbench-cpu path={n}", path=n, threads=torch.get_num_threads(),
+                 dtype=str(volume.dtype).replace("torch.", ""), simd=simd, **timing_fields(stats[n]),
+                 **throughput(stats[n], samples, volume.element_size(), op, bandwidth), **extra,
+                 **path_note(n, simd), timing="paths interleaved call by call (CTBENCH_CPU_PATH)")
+
+
+def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict):
+    """Rate (ray samples/s) of forward and back over N^3 volumes (W1's geometry: 180 views, N x N detector)
+    at each thread count; a summary line per (op, threads) with min/max of the median rates."""
+    machine = {"cpu": cpu_model(), "simd": cpu_flags()}
+    rates: dict[tuple, list] = {}
+    for n in sizes:
+        projector = w1_projector("cpu", scale=n / W1["volume_shape"][0])
+        volume = smooth_volume(projector.volume_shape, W1["dtype"])
+        samples = ray_plane_samples(projector)
+        for t in thread_counts:
+            torch.set_num_threads(t)
+            sino = projector.project(volume)
+            stats, _ = interleaved({"forward": lambda: projector.project(volume),
+                                    "back": lambda: projector.backproject(sino)}, repeats)
+            for op in ("forward", "back"):
+                st = stats[op]
+                rate_med = samples["samples"] / st["median_s"]
+                rate_cpu = samples["samples"] / st["cpu_s"] if st["cpu_s"] > 0 else math.nan
+                rates.setdefault((op, t), []).append((n, rate_med, rate_cpu))
+                emit(kind="flat_cost", workload=f"flat N={n} {t}-thread", op=op, impl="ctbench-cpu", N=n,
+                     threads=t, n_views=W1["n_views"], seconds=st["seconds"],
+                     volume_shape=list(projector.volume_shape), detector_shape=list(projector.detector_shape),
+                     dtype="float32", **machine, paths=kernel_paths()["active"],
+                     min_s=_round(st["seconds"]), median_s=_round(st["median_s"]), cpu_s=_round(st["cpu_s"]),
+                     n_calls=len(st["times"]), times=st["times"],
+                     samples_per_s_median=_round(rate_med),
+                     samples_per_cpu_s=_round(rate_cpu / t),  # per thread, from the fastest call's CPU time
+                     **throughput(st, samples, volume.element_size(), op, bandwidth), loadavg=os.getloadavg())
+    for (op, t), rs in rates.items():
+        vals = [r for _, r, _ in rs]
+        ratio = min(vals) / max(vals)
+        cpu_vals = [c for _, _, c in rs]
+        emit(kind="flat_cost_summary", workload=f"flat-cost {t}-thread", op=op, impl="ctbench-cpu",
+             ratio="rate min/max over N", value=_round(ratio), threads=t, sizes=[n for n, _, _ in rs],
+             # the same from CPU seconds: steadier on a shared machine, where wall time counts waiting
+             cpu_min_over_max=_round(min(cpu_vals) / max(cpu_vals)),
+             samples_per_s_median=[_round(v) for v in vals], min_over_max=_round(ratio), goal=FLAT_GOAL,
+             meets_goal=ratio >= FLAT_GOAL, **machine, loadavg=os.getloadavg())
+
+
 # ------------------------------------------------------------------ main
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -738,6 +846,13 @@ def parse_args(argv=None):
     p.add_argument("--views-2d", type=int, default=720)
     p.add_argument("--det-2d", type=int, default=768)
     p.add_argument("--bandwidth-mib", type=int, default=512, help="array size of the DRAM streaming loop")
+    p.add_argument("--flat-cost", action="store_true", help="only the flat-cost sweep: forward and back rates "
+                   "over N^3 volumes (--flat-sizes) at 1 and all threads, then exit")
+    p.add_argument("--flat-sizes", type=str, default=",".join(map(str, FLAT_SIZES)),
+                   help="comma-separated N of the flat-cost sweep (default: %(default)s)")
+    p.add_argument("--all-paths", action="store_true", help="time every forward and back path on W1 (forced "
+                   "by CTBENCH_CPU_PATH); by default only the AVX2 forward paths on an AVX-512 CPU")
+    p.add_argument("--skip-paths", action="store_true", help="skip the forced-path rows")
     return p.parse_args(argv)
 
 
@@ -747,10 +862,21 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    emit = Emitter(None if args.no_out else args.out, run_id)
+    # the sweep is a bench of its own (own file and README table), so it never replaces the latest W1 run
+    bench = "projector_flat_cost" if args.flat_cost else BENCH
+    out = FLAT_OUT if args.flat_cost and args.out == DEFAULT_OUT else args.out
+    emit = Emitter(None if args.no_out else out, run_id, bench)
     emit(kind="header", time=run_id, machine=machine_info(), args={k: str(v) for k, v in vars(args).items()},
          counting="samples = ray/plane samples whose bilinear stencil touches the volume (dominant-axis planes, "
-                  "float64 from the geometry); forward touches 4 voxels/sample, back reads+writes 4")
+                  "float64 from the geometry); forward touches 4 voxels/sample, back reads+writes 4",
+         kernel_paths=kernel_paths())
+    if args.flat_cost:
+        sizes = [int(x) for x in args.flat_sizes.split(",") if x.strip()]
+        bandwidth = {"dram": stream_bandwidth(args.bandwidth_mib << 20)}
+        counts = [threads] + ([1] if threads > 1 and not args.skip_1thread else [])
+        run_flat_cost(emit, sizes, counts, args.repeats, bandwidth)
+        torch.set_num_threads(threads)
+        return 0
 
     torch.manual_seed(0)
     projector = w1_projector("cpu", scale=args.scale)
@@ -766,11 +892,19 @@ def main(argv=None) -> int:
     samples = ray_plane_samples(projector)
     thread_counts = [threads] + ([1] if threads > 1 and not args.skip_1thread else [])
     ct = None
+    known = kernel_paths()["known"]
+    if args.all_paths:
+        path_names = known
+    else:  # the AVX2 lanes of an AVX-512 build (the AVX-512 and measured paths run in the main rows)
+        path_names = {"forward": [n for n in known["forward"] if n.startswith("avx2") and "avx512f" in cpu_flags()]}
     for t in thread_counts:
         wl = workload if t == threads else f"{workload} 1-thread"
         stats, outs = run_w1(emit, projector, volume, wl, args.repeats, t, samples, bandwidth, not args.skip_rtk)
         if ct is None:
             ct = {op: (stats[op]["ctbench-cpu"], outs[op]) for op in outs}
+        if not args.skip_paths:
+            run_paths(emit, projector, volume, wl, args.repeats, samples, bandwidth, path_names,
+                      {op: st.get("rtk") for op, st in stats.items()})
     torch.set_num_threads(threads)
     s_ct = {op: v[0] for op, v in ct.items()}
 

@@ -102,10 +102,14 @@ def _info(args) -> int:
     except RuntimeError:
         info["compiler"] = None  # not needed when the prebuilt kernels load
     try:
-        load_cpu_library("joseph")
+        lib = load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
+        from .engine.cpu_joseph_paths import describe
+        info["cpu_paths"] = describe(lib)  # offered, measured (or cached) and active inner loops
     except Exception as e:  # reported, not raised: this is a diagnostic command
-        info["cpu_backend"] = f"unavailable: {e}"
+        info["cpu_backend"] = info.get("cpu_backend") or f"unavailable: {e}"
+        if info["cpu_backend"] == "ok":
+            info["cpu_paths"] = f"unavailable: {e}"
     # which build of the kernels is loaded: prebuilt variant (and file) or the JIT build
     info["cpu_kernels"] = loaded_libraries()
     print(json.dumps(info, indent=2))

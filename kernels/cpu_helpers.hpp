@@ -2,8 +2,14 @@
 #pragma once
 #include <omp.h>
 
+#if !defined(_WIN32)
+#include <sys/mman.h>  // madvise (huge pages); Windows builds go without it
+#endif
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 
 #include "common.cuh"
 
@@ -22,6 +28,39 @@ inline bool inner_is_u(const real* ustep, const real* vstep, int n_views) {
   }
   return zu < zv;
 }
+
+// A buffer of n elements (the forward's slab copy, the backprojection's accumulators), 2 MiB aligned and marked for
+// transparent huge pages: one TLB entry covers 2 MiB of the walk instead of
+// 4 KiB, and the first touch faults once per 2 MiB instead of 512 times.  Its
+// size is exactly n elements (what the planner counts); not zero-initialised
+// (the copy writes every element).
+template <typename real>
+struct SlabBuffer {
+  real* data = nullptr;
+  explicit SlabBuffer(size_t n) {
+    if (n == 0) return;
+    const size_t bytes = n * sizeof(real);
+    void* p = nullptr;
+#if defined(_WIN32)
+    p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
+    if (p == nullptr) throw std::bad_alloc();
+#else
+    if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
+#endif
+    data = static_cast<real*>(p);
+#ifdef MADV_HUGEPAGE
+    const size_t page = 4096;
+    madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  }
+#if defined(_WIN32)
+  ~SlabBuffer() { _aligned_free(data); }
+#else
+  ~SlabBuffer() { std::free(data); }
+#endif
+  SlabBuffer(const SlabBuffer&) = delete;
+  SlabBuffer& operator=(const SlabBuffer&) = delete;
+};
 
 // Copy a batch of (nz, H, W) slabs into (nz, W, H) order (x and y swapped).
 template <typename real>

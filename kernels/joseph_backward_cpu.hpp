@@ -29,6 +29,22 @@ namespace ct {
 // most once (one plane per sample, four distinct neighbours per plane), so
 // splitting the work this way does not change the order of the additions into
 // any voxel.
+// Run-time options of the backprojection (its paths, joseph_cpu.cpp):
+// pairs: float32 samples as two (b, b+1) pair updates, with the x/y-swapped
+// accumulator for x-dominant rays (SSE2 builds); else four scalar updates.
+// block_bytes > 0: each thread walks its z-chunk in sub-chunks of about that
+// many bytes of output (all views per sub-chunk), so that the read-modify-
+// writes of a view stay in the core's L2 instead of sweeping the whole chunk;
+// rays crossing several sub-chunks are set up once per sub-chunk.
+// rows: with pairs, each row's pair on its own (block_scatter_rows).
+// padded: rays into private accumulators with padded rows (see padded_length).
+struct BackOptions {
+  bool pairs = true;
+  i64 block_bytes = 0;
+  bool rows = false;
+  bool padded = false;
+};
+
 constexpr int kScatterBlock = 64;  // 16 and 32 were 12% and 5% slower (W1, 1 thread)
 constexpr int kStencilLanes = 16;  // the vectorised loop's trip count
 
@@ -101,6 +117,20 @@ inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterB
     _mm_storeh_pd((double*)(p + sc), _mm_castps_pd(y));
   }
 }
+// The same updates with each row's pair read, added and written on its own
+// (64-bit loads and stores): no shuffle uops for the high halves, which
+// compete with the stencil arithmetic for the shuffle port on some cores.
+inline void block_scatter_rows(float* CT_RESTRICT plane, i64 sc, const ScatterBlock<float>& s, int m) {
+#pragma GCC unroll 4
+  for (int j = 0; j < m; ++j) {
+    float* p = plane + (i64)(int)s.off[j];
+    const __m128 w = _mm_load_ps(s.w4[j]);
+    const __m128 x0 = _mm_castpd_ps(_mm_load_sd((const double*)p));
+    const __m128 x1 = _mm_castpd_ps(_mm_load_sd((const double*)(p + sc)));
+    _mm_store_sd((double*)p, _mm_castps_pd(_mm_add_ps(x0, w)));
+    _mm_store_sd((double*)(p + sc), _mm_castps_pd(_mm_add_ps(x1, _mm_movehl_ps(w, w))));
+  }
+}
 #endif
 
 // Spread value * w along one ray into a slab array of fewer than 2^31 voxels:
@@ -109,7 +139,7 @@ inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterB
 // may differ from it in the last bit where the compiler contracts the
 // vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
 template <typename real>
-inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
+inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, bool pairs, bool rows) {
   const real v = value * r.w;
   for (int n = r.n0; n < r.i0; ++n) scatter_checked<real, false>(vol, r, n, v);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
@@ -130,9 +160,10 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
       const int m = std::min(kScatterBlock, r.i1 - n);
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
-        if (sb == 1) {
+        if (sb == 1 && pairs) {
           block_stencils<true>(r, n, m, v, s);
-          block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
+          if (rows) block_scatter_rows(vol + ((i64)n * sa - r.offset), sc, s, m);
+          else block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
           continue;
         }
       }
@@ -144,9 +175,50 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value) {
   for (int n = r.i1 > r.i0 ? r.i1 : r.i0; n < r.n1; ++n) scatter_checked<real, false>(vol, r, n, v);
 }
 
+// Where a ray's samples go: the output itself, or an accumulator of our own
+// whose strides for world x, y, z (and global-z offset) replace the output's.
+template <typename real>
+struct Target {
+  real* base;
+  i64 batch_stride;
+  bool restride;
+  i64 sx, sy, sz, offset;
+};
+
+// x-dominant rays, and the others (y- or z-dominant).
+template <typename real>
+struct Targets {
+  Target<real> x, yz;
+};
+
+template <typename real>
+inline void retarget(Ray<real>& r, const Target<real>& t) {
+  const i64 st[3] = {t.sx, t.sy, t.sz};
+  r.sa = st[r.a]; r.sb = st[r.b]; r.sc = st[r.c];
+  r.offset = t.offset;
+}
+
+// Row and plane lengths for the backprojection's accumulators.  A length whose
+// byte size is a multiple of 256 (rows of 64 floats: W1's 128, and 192, 256,
+// 320) is padded to an odd number of 64-byte lines; a plane whose byte size is
+// a multiple of 4 KiB likewise.  A walk whose consecutive samples sit a row
+// apart then spreads over all the L1's sets (512-byte rows use only 8 of 64,
+// and a ray's 256 lines compete for 96 of them, evicting what the next ray,
+// one pixel over, reuses), and the stencil's rows c and c+1 (a plane apart)
+// and every eighth plane no longer sit a multiple of 4 KiB from an earlier
+// store (4K aliasing).  Other lengths are kept.
+template <typename real>
+inline i64 padded_length(i64 n, i64 align_bytes) {
+  const i64 per_line = 64 / (i64)sizeof(real);
+  if ((n * (i64)sizeof(real)) % align_bytes != 0) return n;
+  i64 r = (n + per_line - 1) / per_line * per_line;
+  if ((r / per_line) % 2 == 0) r += per_line;
+  return r;
+}
+
 // Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
 // of u when u_inner, else a column of v) of view k into the z-range
-// [zlo, zhi) of `out` (batch items `out_stride` apart).  A pixel that is zero
+// [zlo, zhi) of the targets `tg` (batch items batch_stride apart).  A pixel that is zero
 // in every item is skipped; its ray is set up once for all items.  `small`:
 // the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
 // flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
@@ -155,8 +227,8 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* src, const real* ctr, const real* ustep,
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
-                                                 int zhi, real* out, i64 out_stride, bool small,
-                                                 real* swp = nullptr, i64 swp_stride = 0) {
+                                                 int zhi, const Targets<real>& tg, bool small, bool pairs,
+                                                 bool rows) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -196,17 +268,12 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
     }
     for (int p = 0; p < np; ++p) {
       if (!hit[p]) continue;
-      real* dst = out;
-      i64 dst_stride = out_stride;
-      if (swp && pr[p].a == 0) {  // x-dominant: into the (z, x, y) accumulator, where b = y is contiguous
-        ray_use_strides(pr[p], (i64)vwl.H, (i64)1, (i64)vwl.H * vwl.W);
-        dst = swp;
-        dst_stride = swp_stride;
-      }
+      const Target<real>& t = pr[p].a == 0 ? tg.x : tg.yz;
+      if (t.restride) retarget(pr[p], t);
       for (int q = 0; q < batch; ++q) {
         const real val = sino[q * sino_batch_stride + pis[p]];
-        if (small) scatter_ray(dst + q * dst_stride, pr[p], val);
-        else ray_backward<real, false>(dst + q * dst_stride, pr[p], val);
+        if (small) scatter_ray(t.base + q * t.batch_stride, pr[p], val, pairs, rows);
+        else ray_backward<real, false>(t.base + q * t.batch_stride, pr[p], val);
       }
     }
   }
@@ -260,7 +327,7 @@ inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real
 template <typename real>
 void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, const real* src, const real* ctr,
                          const real* ustep, const real* vstep, int cone, DetectorWindow dw, real* vol,
-                         i64 vol_batch_stride, int nthreads) {
+                         i64 vol_batch_stride, int nthreads, BackOptions opt = BackOptions{}) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const int nz = vw.z1 - vw.z0;
   if (nz <= 0 || nu <= 0 || nv <= 0) return;
@@ -279,6 +346,8 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int tid = omp_get_thread_num();
       std::vector<real>& acc = priv[tid];
       acc.assign((size_t)(slab * batch), real(0));
+      const Target<real> own{acc.data(), slab, false, 0, 0, 0, 0};
+      const Targets<real> direct{own, own};
       // static: a fixed view -> thread map keeps the summation order, so repeated
       // and batched calls agree bitwise (gradcheck reentrancy, batch == per item).
 #pragma omp for schedule(static, 1)
@@ -287,7 +356,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         const int i0 = u_inner ? dw.u0 : dw.v0, i1 = u_inner ? dw.u1 : dw.v1;
         for (int outer = o0; outer < o1; ++outer)
           scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, vw.z0, vw.z1,
-                      acc.data(), slab, small);
+                      direct, small, opt.pairs, opt.rows);
       }
       // implicit barrier of omp for; then reduce the private slabs
 #pragma omp for schedule(static)
@@ -303,38 +372,83 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   }
   const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
   const int nchunks = (int)edge.size() - 1;
-  // float32: x-dominant rays (b = y, strided in the output) scatter into a
+  const bool many_rays = (i64)dw.n_views * nu * nv >= slab / 4;  // the forward's rule for its copy
+  // padded: rays scatter into zeroed accumulators of our own with padded rows
+  // and planes (padded_length): (z, y, x) for y- and z-dominant rays (the
+  // output itself where nothing needs padding), (z, x, y) for x-dominant ones
+  // (b = y contiguous, as the swapped accumulator below); each thread adds its
+  // chunk of them into the output.
+  // Where no length needs padding, the y/z accumulator is the output itself.
+  const i64 rowA = padded_length<real>(vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
+  const i64 rowB = padded_length<real>(vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
+  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W;
+  const i64 slabA = ownA ? (i64)nz * planeA : 0, slabB = (i64)nz * planeB;
+  const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
+                      slabA < (i64(1) << 31) && slabB < (i64(1) << 31) &&
+                      (double)(slabA + slabB) * batch * sizeof(real) <= 1024.0 * (1 << 20);
+  // float32 pairs: x-dominant rays (b = y, strided in the output) scatter into a
   // zeroed accumulator with x and y swapped, so that every ray's b-neighbours
   // are adjacent and a sample is two 64-bit pairs (block_scatter_pairs); each
-  // thread adds its chunk of it back, transposed, after its views.  Worth it
-  // when there are more rays than voxels (the forward's rule for its copy).
-  const bool swap_acc = kPairScatter && std::is_same<real, float>::value && small && vw.H > 1 && vw.W > 1 &&
-                        (i64)dw.n_views * nu * nv >= slab / 4 &&
+  // thread adds its chunk of it back, transposed, after its views.
+  const bool swap_acc = !padded && kPairScatter && opt.pairs && std::is_same<real, float>::value && small &&
+                        vw.H > 1 && vw.W > 1 && many_rays &&
                         (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
+  // 2 MiB aligned, huge pages advised (fewer TLB misses on the plane-strided walk); zeroed by their threads
+  SlabBuffer<real> accA(padded ? (size_t)(slabA * batch) : 0), accB(padded ? (size_t)(slabB * batch) : 0);
+  real* const bufA = accA.data;
+  real* const bufB = accB.data;
   std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);
+  const i64 plane = (i64)vw.H * vw.W;
+  const Target<real> out_t{vol, vol_batch_stride, false, 0, 0, 0, 0};
+  Targets<real> tg{out_t, out_t};
+  if (padded) {
+    if (ownA) tg.yz = Target<real>{bufA, slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
+    tg.x = Target<real>{bufB, slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
+  } else if (swap_acc) {
+    tg.x = Target<real>{swapped.data(), slab, true, (i64)vw.H, 1, plane, (i64)vw.z0 * plane};
+  }
+  // Sub-chunk height: planes of about opt.block_bytes of one item's output, at least 4.  Not
+  // of all items: a ray's set-up depends on the sub-chunk edges (its entry plane, in the last
+  // bit), so they must not move with the batch size (batched == per-item calls, bitwise).
+  const i64 plane_bytes = plane * (i64)sizeof(real);
+  const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {
-    const int zlo = edge[ch], zhi = edge[ch + 1];
-    real* swp = swap_acc ? swapped.data() : nullptr;
-    for (int k = 0; k < dw.n_views; ++k) {
-      int ulo, uhi, vlo, vhi;
-      slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
-      ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
-      vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
-      const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
-      const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
-      for (int outer = o0; outer < o1; ++outer)
-        scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, vol,
-                    vol_batch_stride, small, swp, slab);
-    }
-    if (swp) {
-      const i64 plane = (i64)vw.H * vw.W;
+    if (padded)  // this thread's planes of both accumulators (first touch by their user)
+      for (int q = 0; q < batch; ++q) {
+        if (ownA) std::fill_n(bufA + q * slabA + (i64)(edge[ch] - vw.z0) * planeA, (size_t)((edge[ch + 1] - edge[ch]) * planeA), real(0));
+        std::fill_n(bufB + q * slabB + (i64)(edge[ch] - vw.z0) * planeB, (size_t)((edge[ch + 1] - edge[ch]) * planeB), real(0));
+      }
+    for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
+      const int zhi = std::min(edge[ch + 1], zlo + sub);
+      for (int k = 0; k < dw.n_views; ++k) {
+        int ulo, uhi, vlo, vhi;
+        slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
+        ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+        vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+        const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
+        const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
+        for (int outer = o0; outer < o1; ++outer)
+          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zhi, tg,
+                      small, opt.pairs, opt.rows);
+      }
+      // add the sub-chunk's accumulators into the output while they are in cache
       for (int q = 0; q < batch; ++q)
         for (int z = zlo; z < zhi; ++z) {
-          const real* t = swp + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
           real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
-          for (int y = 0; y < vw.H; ++y)
-            for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
+          if (padded) {
+            const real* a = ownA ? bufA + q * slabA + (i64)(z - vw.z0) * planeA : nullptr;  // (y, x), padded
+            const real* b = bufB + q * slabB + (i64)(z - vw.z0) * planeB;  // (x, y), padded rows
+            if (ownA)
+              for (int y = 0; y < vw.H; ++y)
+                for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
+            for (int y = 0; y < vw.H; ++y)
+              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + y];
+          } else if (swap_acc) {
+            const real* t = swapped.data() + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
+            for (int y = 0; y < vw.H; ++y)
+              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
+          }
         }
     }
   }

@@ -3,11 +3,8 @@
 // called through ctypes (which releases the GIL).
 #include <omp.h>
 
-#if !defined(_WIN32)
-#include <sys/mman.h>  // madvise (huge pages); Windows builds go without it
-#endif
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <new>
@@ -23,38 +20,61 @@ namespace {
 
 using ct::i64;
 
-// A buffer of n elements for the slab copy, 2 MiB aligned and marked for
-// transparent huge pages: one TLB entry covers 2 MiB of the walk instead of
-// 4 KiB, and the first touch faults once per 2 MiB instead of 512 times.  Its
-// size is exactly n elements (what the planner counts); not zero-initialised
-// (the copy writes every element).
-template <typename real>
-struct SlabBuffer {
-  real* data = nullptr;
-  explicit SlabBuffer(size_t n) {
-    if (n == 0) return;
-    const size_t bytes = n * sizeof(real);
-    void* p = nullptr;
-#if defined(_WIN32)
-    p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
-    if (p == nullptr) throw std::bad_alloc();
-#else
-    if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
-#endif
-    data = static_cast<real*>(p);
-#ifdef MADV_HUGEPAGE
-    const size_t page = 4096;
-    madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
-  }
-#if defined(_WIN32)
-  ~SlabBuffer() { _aligned_free(data); }
-#else
-  ~SlabBuffer() { std::free(data); }
-#endif
-  SlabBuffer(const SlabBuffer&) = delete;
-  SlabBuffer& operator=(const SlabBuffer&) = delete;
+// ---------------------------------------------------------------- paths
+// The inner loops each operation can run, chosen at run time (by measurement in
+// ctbench/engine/cpu_paths.py, or forced by CTBENCH_CPU_PATH).  Only the paths
+// this build compiled are listed; -1 (the default) is the first listed.
+struct ForwardPath {
+  const char* name;
+  bool lanes;               // SIMD lanes (else scalar beams)
+  ct::fwd::LaneKind kind;   // which lane loop
 };
+constexpr ForwardPath kForwardPaths[] = {
+#if defined(__AVX512F__)
+    {"avx512-gather", true, ct::fwd::LaneKind::Avx512Gather},
+    {"avx512-loads", true, ct::fwd::LaneKind::Avx512Loads},
+#endif
+#if defined(__AVX2__)
+    {"avx2-gather", true, ct::fwd::LaneKind::Avx2Gather},
+    {"avx2-loads", true, ct::fwd::LaneKind::Avx2Loads},
+#endif
+    {"beams", false, ct::fwd::LaneKind::Avx2Gather},
+};
+constexpr int kNumForwardPaths = (int)(sizeof(kForwardPaths) / sizeof(kForwardPaths[0]));
+
+struct BackPath {
+  const char* name;
+  ct::BackOptions opt;
+};
+constexpr BackPath kBackPaths[] = {
+#if defined(__SSE2__)
+    // the default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
+    // sub-chunk, so the volume no longer streams from far cache once per view (1 thread, loads 3-6:
+    // N = 192 1.3x, N = 256 1.2x pairs-padded; N = 128 the same or better; 8 MiB paid only on a
+    // quiet machine)
+    {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
+    {"pairs-padded-z8m", {true, i64(8) << 20, false, true}},
+    {"pairs-padded", {true, 0, false, true}},
+    {"rows-padded", {true, 0, true, true}},
+    {"pairs", {true, 0, false, false}},
+    {"rows", {true, 0, true, false}},
+    {"pairs-z1m", {true, i64(1) << 20, false, false}},
+    {"pairs-padded-z1m", {true, i64(1) << 20, false, true}},
+#endif
+    {"blocked-padded", {false, 0, false, true}},
+    {"blocked", {false, 0, false, false}},
+};
+constexpr int kNumBackPaths = (int)(sizeof(kBackPaths) / sizeof(kBackPaths[0]));
+
+// The chosen path of each operation (0 forward, 1 back); -1: the default.
+std::atomic<int> g_path[2] = {{-1}, {-1}};
+
+inline int path_count(int op) { return op == 0 ? kNumForwardPaths : op == 1 ? kNumBackPaths : 0; }
+
+inline int current_path(int op) {
+  const int p = g_path[op].load(std::memory_order_relaxed);
+  return (p >= 0 && p < path_count(op)) ? p : 0;
+}
 
 // Rays traced together in lockstep over the planes they all cross (a beam).
 constexpr int kBeam = 4;
@@ -139,7 +159,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const i64 slab = (i64)nz * vw.H * vw.W;
   // Worth it when there are more rays than voxels to copy.
   const bool copy = slab > 0 && vw.H > 1 && vw.W > 1 && rows * nv >= slab / 4;
-  SlabBuffer<real> swapped(copy ? (size_t)(slab * batch) : 0);
+  ct::SlabBuffer<real> swapped(copy ? (size_t)(slab * batch) : 0);
   if (copy) ct::swap_xy(vol, swapped.data, slab, batch, nz, vw.H, vw.W, nthreads);
   // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
   const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
@@ -150,7 +170,8 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // code addresses a plane with 32-bit offsets: slabs below 2^31 elements.
   constexpr bool lanes = std::is_same<real, float>::value && ct::fwd::kForwardLanes > 0;
   constexpr int kGroup = lanes ? ct::fwd::kForwardLanes : kBeam;
-  const bool use_lanes = lanes && slab < (i64(1) << 31) - 1;
+  const ForwardPath& path = kForwardPaths[current_path(0)];
+  const bool use_lanes = lanes && path.lanes && slab < (i64(1) << 31) - 1;
   const int group = use_lanes ? kGroup : kBeam;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
@@ -213,7 +234,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
               for (int g = lead; g < cnt; ++g)
                 if (((left >> g) & 1u) && base[g] == base[lead] && ct::fwd::lane_compatible(r[g], r[lead]))
                   part |= 1u << g;
-              ct::fwd::trace_group(base[lead] + q * bstride[lead], r, cnt, part, val);
+              ct::fwd::trace_group(base[lead] + q * bstride[lead], r, cnt, part, val, path.kind);
               left &= ~part;
             }
           }
@@ -238,7 +259,8 @@ template <typename real>
 void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real* src, const real* ctr,
               const real* ustep, const real* vstep, int cone, ct::DetectorWindow dw, real* vol,
               i64 vol_batch_stride, int nthreads) {
-  ct::joseph_backward_cpu(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, vol, vol_batch_stride, nthreads);
+  ct::joseph_backward_cpu(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, vol, vol_batch_stride, nthreads,
+                          kBackPaths[current_path(1)].opt);
 }
 
 }  // namespace
@@ -267,3 +289,21 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
 
 CT_JOSEPH_ENTRIES(float, f32)
 CT_JOSEPH_ENTRIES(double, f64)
+
+// Run-time path choice (ctbench/engine/cpu_paths.py).  op: 0 forward, 1 back.
+CT_EXPORT int joseph_path_count(int op) { return path_count(op); }
+
+CT_EXPORT const char* joseph_path_name(int op, int i) {
+  if (i < 0 || i >= path_count(op)) return nullptr;
+  return op == 0 ? kForwardPaths[i].name : kBackPaths[i].name;
+}
+
+// Select path i of op for later calls (process-wide); returns 0, or -1 when
+// op or i is out of range (then nothing changes).
+CT_EXPORT int joseph_set_path(int op, int i) {
+  if (i < -1 || i >= path_count(op)) return -1;
+  g_path[op].store(i, std::memory_order_relaxed);
+  return 0;
+}
+
+CT_EXPORT int joseph_get_path(int op) { return path_count(op) > 0 ? current_path(op) : -1; }

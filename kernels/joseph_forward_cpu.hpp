@@ -4,8 +4,11 @@
 // fetched with gathers of 64-bit (b, b+1) pairs (the b axis is contiguous, see
 // docs/INTERNALS.md "CPU kernel layout choices").
 //
-// Selected at compile time: AVX-512 (16 lanes), AVX2 (8 lanes), otherwise none
-// (kForwardLanes == 0: joseph_cpu.cpp keeps its scalar beams).  The lane code
+// Compiled in: AVX-512 (16 lanes) and AVX2 (8 lanes) where the build targets
+// them (an AVX-512 build has both), otherwise none (kForwardLanes == 0:
+// joseph_cpu.cpp keeps its scalar beams).  Each width fetches a plane's pairs
+// either with gathers or with scalar 64-bit loads (slow-gather cores); which
+// one runs is chosen at run time (LaneKind, joseph_cpu.cpp's path table).  The lane code
 // computes the same samples as ray_forward in joseph.cuh: edge planes of each
 // lane go through the checked scalar stencil, interior planes [i0, i1) of each
 // lane through the vector loop (a lane is masked off outside its own interior).
@@ -16,11 +19,15 @@
 #endif
 
 #include <algorithm>
+#include <cstring>
 
 #include "joseph.cuh"
 
 namespace ct {
 namespace fwd {
+
+// How a lane group fetches its stencil pairs (the run-time forward paths).
+enum class LaneKind { Avx512Gather, Avx512Loads, Avx2Gather, Avx2Loads };
 
 #if defined(__AVX512F__)
 constexpr int kForwardLanes = 16;
@@ -100,7 +107,7 @@ inline void load_group(const Ray<float>* r, int n, unsigned part, LaneGroup& G) 
 
 // Planes [n_begin, n_end) of the group; MASKED: lanes are switched off outside
 // their own interior (else every lane of `part` is inside it).
-template <bool MASKED>
+template <bool MASKED, bool GATHER>
 inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int n_end, __m512& acc_lo,
                           __m512& acc_hi) {
   if (n_begin >= n_end) return;
@@ -135,11 +142,28 @@ inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int
     const __m256i idx_lo = _mm512_castsi512_si256(idx);
     const __m256i idx_hi = _mm512_extracti64x4_epi64(idx, 1);
     const __mmask8 mlo = (__mmask8)(m & 0xff), mhi = (__mmask8)(m >> 8);
-    // (b, b+1) pairs of rows c and c+1: 8 rays per gather, ray g in floats 2g, 2g+1
-    const __m512 r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
-    const __m512 r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
-    const __m512 r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
-    const __m512 r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+    // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
+    __m512 r0l, r1l, r0h, r1h;
+    if (GATHER) {
+      r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
+      r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
+      r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
+      r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+    } else {
+      // scalar loads: masked-off lanes read offset 0 of the plane (inside the
+      // slab: n lies in some lane's interior) and are zeroed afterwards
+      alignas(64) int ix[16];
+      _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
+      alignas(64) long long q0[16], q1[16];
+      for (int g = 0; g < 16; ++g) {
+        std::memcpy(&q0[g], plane + ix[g], 8);
+        std::memcpy(&q1[g], plane + sc + ix[g], 8);
+      }
+      r0l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q0)));
+      r1l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q1)));
+      r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
+      r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
+    }
     // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
     const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
     const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
@@ -153,14 +177,15 @@ inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int
 }
 
 // Interior sums of the group's lanes into s[16] (pair halves added).
-inline void interior_sums(const float* vol, const LaneGroup& G, float* s) {
+template <bool GATHER>
+inline void interior_sums_avx512(const float* vol, const LaneGroup& G, float* s) {
   __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps();
   if (G.c0 < G.c1) {
-    planes_avx512<true>(vol, G, G.lo, G.c0, acc_lo, acc_hi);
-    planes_avx512<false>(vol, G, G.c0, G.c1, acc_lo, acc_hi);
-    planes_avx512<true>(vol, G, G.c1, G.hi, acc_lo, acc_hi);
+    planes_avx512<true, GATHER>(vol, G, G.lo, G.c0, acc_lo, acc_hi);
+    planes_avx512<false, GATHER>(vol, G, G.c0, G.c1, acc_lo, acc_hi);
+    planes_avx512<true, GATHER>(vol, G, G.c1, G.hi, acc_lo, acc_hi);
   } else {
-    planes_avx512<true>(vol, G, G.lo, G.hi, acc_lo, acc_hi);
+    planes_avx512<true, GATHER>(vol, G, G.lo, G.hi, acc_lo, acc_hi);
   }
   alignas(64) float a[32];
   _mm512_store_ps(a, acc_lo);
@@ -168,9 +193,13 @@ inline void interior_sums(const float* vol, const LaneGroup& G, float* s) {
   for (int g = 0; g < 16; ++g) s[g] = a[2 * g] + a[2 * g + 1];
 }
 
-#elif defined(__AVX2__)
+#endif
 
-template <bool MASKED>
+#if defined(__AVX2__)
+
+// The 8-lane loop (lanes 0..7 of the group).  An AVX-512 build has it too, so
+// that the AVX2 paths can be forced there (not the speed of an AVX2-only core).
+template <bool MASKED, bool GATHER>
 inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n_end, __m256& acc_lo,
                         __m256& acc_hi) {
   if (n_begin >= n_end) return;
@@ -209,10 +238,26 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
     const __m256i z = _mm256_setzero_si256();
     const long long* p0 = (const long long*)plane;
     const long long* p1 = (const long long*)(plane + sc);
-    const __m256 r0l = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_lo, mlo, 4));
-    const __m256 r1l = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_lo, mlo, 4));
-    const __m256 r0h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_hi, mhi, 4));
-    const __m256 r1h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_hi, mhi, 4));
+    __m256 r0l, r1l, r0h, r1h;
+    if (GATHER) {
+      r0l = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_lo, mlo, 4));
+      r1l = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_lo, mlo, 4));
+      r0h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_hi, mhi, 4));
+      r1h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_hi, mhi, 4));
+    } else {
+      // scalar loads (see planes_avx512): masked-off lanes read offset 0, then are zeroed
+      alignas(32) int ix[8];
+      _mm256_store_si256((__m256i*)ix, _mm256_and_si256(idx, m));
+      alignas(32) long long q0[8], q1[8];
+      for (int g = 0; g < 8; ++g) {
+        std::memcpy(&q0[g], plane + ix[g], 8);
+        std::memcpy(&q1[g], plane + sc + ix[g], 8);
+      }
+      r0l = _mm256_castsi256_ps(_mm256_and_si256(mlo, _mm256_load_si256((const __m256i*)q0)));
+      r1l = _mm256_castsi256_ps(_mm256_and_si256(mlo, _mm256_load_si256((const __m256i*)q1)));
+      r0h = _mm256_castsi256_ps(_mm256_and_si256(mhi, _mm256_load_si256((const __m256i*)(q0 + 4))));
+      r1h = _mm256_castsi256_ps(_mm256_and_si256(mhi, _mm256_load_si256((const __m256i*)(q1 + 4))));
+    }
     const __m256 tbl = _mm256_permutevar8x32_ps(tb, dup_lo), tcl = _mm256_permutevar8x32_ps(tc, dup_lo);
     const __m256 tbh = _mm256_permutevar8x32_ps(tb, dup_hi), tch = _mm256_permutevar8x32_ps(tc, dup_hi);
     const __m256 wbl = _mm256_blend_ps(tbl, _mm256_sub_ps(one, tbl), 0x55);
@@ -224,14 +269,15 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
   }
 }
 
-inline void interior_sums(const float* vol, const LaneGroup& G, float* s) {
+template <bool GATHER>
+inline void interior_sums_avx2(const float* vol, const LaneGroup& G, float* s) {
   __m256 acc_lo = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps();
   if (G.c0 < G.c1) {
-    planes_avx2<true>(vol, G, G.lo, G.c0, acc_lo, acc_hi);
-    planes_avx2<false>(vol, G, G.c0, G.c1, acc_lo, acc_hi);
-    planes_avx2<true>(vol, G, G.c1, G.hi, acc_lo, acc_hi);
+    planes_avx2<true, GATHER>(vol, G, G.lo, G.c0, acc_lo, acc_hi);
+    planes_avx2<false, GATHER>(vol, G, G.c0, G.c1, acc_lo, acc_hi);
+    planes_avx2<true, GATHER>(vol, G, G.c1, G.hi, acc_lo, acc_hi);
   } else {
-    planes_avx2<true>(vol, G, G.lo, G.hi, acc_lo, acc_hi);
+    planes_avx2<true, GATHER>(vol, G, G.lo, G.hi, acc_lo, acc_hi);
   }
   alignas(32) float a[16];
   _mm256_store_ps(a, acc_lo);
@@ -367,12 +413,46 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
 // Line integrals of n (<= kForwardLanes) rays of one row: the lanes in `part`
 // (compatible with each other, traced from `vol`) in the vector loop plus their
 // checked edge planes; acc[g] is set for the lanes in `part` only.
-inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned part, float* acc) {
-#if defined(__AVX512F__) || defined(__AVX2__)
+// The interior sums of a group in the lanes of `kind` (one that this build has:
+// kind_compiled); 8-lane kinds take a 16-ray group in two halves.
+inline void group_sums(const float* vol, const Ray<float>* r, int n, unsigned part, LaneKind kind, float* s) {
   LaneGroup G;
+  if (kind == LaneKind::Avx2Gather || kind == LaneKind::Avx2Loads) {
+#if defined(__AVX2__)
+    for (int h = 0; h < n; h += 8) {
+      load_group(r + h, std::min(8, n - h), part >> h, G);
+      if (kind == LaneKind::Avx2Gather) interior_sums_avx2<true>(vol, G, s + h);
+      else interior_sums_avx2<false>(vol, G, s + h);
+    }
+#endif
+    return;
+  }
+#if defined(__AVX512F__)
   load_group(r, n, part, G);
+  if (kind == LaneKind::Avx512Gather) interior_sums_avx512<true>(vol, G, s);
+  else interior_sums_avx512<false>(vol, G, s);
+#else
+  (void)vol; (void)r; (void)n; (void)part; (void)s;
+#endif
+}
+
+// Whether this build has the lane loop of `kind`.
+inline bool kind_compiled(LaneKind kind) {
+#if defined(__AVX512F__)
+  if (kind == LaneKind::Avx512Gather || kind == LaneKind::Avx512Loads) return true;
+#endif
+#if defined(__AVX2__)
+  if (kind == LaneKind::Avx2Gather || kind == LaneKind::Avx2Loads) return true;
+#endif
+  (void)kind;
+  return false;
+}
+
+inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned part, float* acc,
+                        LaneKind kind) {
+#if defined(__AVX512F__) || defined(__AVX2__)
   float s[16];
-  interior_sums(vol, G, s);
+  group_sums(vol, r, n, part, kind, s);
   for (int g = 0; g < n; ++g) {
     if (!((part >> g) & 1u)) continue;
     const Ray<float>& q = r[g];
@@ -382,7 +462,7 @@ inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned p
     acc[g] = e * q.w;
   }
 #else
-  (void)vol; (void)r; (void)n; (void)part; (void)acc;
+  (void)vol; (void)r; (void)n; (void)part; (void)acc; (void)kind;
 #endif
 }
 

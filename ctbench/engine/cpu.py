@@ -7,16 +7,11 @@ import threading
 import torch
 
 from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
-from .cpu_build import F64 as _D
-from .cpu_build import I64 as _L
-from .cpu_build import INT as _I
-from .cpu_build import PTR as _P
-from .cpu_build import cpu_function
+from . import cpu_joseph_paths
+from .cpu_build import cpu_function, load_cpu_library
 
-_FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
-                 _P, _I, _I]
-_BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
-                  _P, _L, _I]
+_FORWARD_ARGS = cpu_joseph_paths.FORWARD_ARGS
+_BACKWARD_ARGS = cpu_joseph_paths.BACKWARD_ARGS
 
 
 # A calling thread may take a share of the cores (several CPU "devices" in one
@@ -53,6 +48,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, vol.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
+        cpu_joseph_paths.apply(load_cpu_library("joseph"))  # the measured (or forced) inner loops
         cpu_function("joseph", "joseph_forward", vol.dtype, _FORWARD_ARGS)(
             _ptr(vol), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz, *g, int(rays.cone),
             rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), int(accumulate), num_threads())
@@ -66,6 +62,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, sino.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
+        cpu_joseph_paths.apply(load_cpu_library("joseph"))
         cpu_function("joseph", "joseph_backward", sino.dtype, _BACKWARD_ARGS)(
             _ptr(sino), B, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz, *g, int(rays.cone), rays.n_views, U, V,
             tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), (z1 - z0) * grid.H * grid.W, num_threads())

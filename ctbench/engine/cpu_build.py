@@ -274,7 +274,10 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     name = str(record.get("file", ""))
     if "/" in name or not name.startswith(f"lib{family}-"):
         raise ValueError(f"kernel library record {rec_path} names an unexpected file {name!r}")
-    return load_verified(rec_path.parent / name, record.get("size"), record.get("sha256"), record_name=name)
+    lib = load_verified(rec_path.parent / name, record.get("size"), record.get("sha256"), record_name=name)
+    # what this very library is, for the path choice cached beside it (cpu_joseph_paths)
+    lib._ctbench_origin = {"source": "jit", "dir": str(rec_path.parent), "sha256": record.get("sha256")}
+    return lib
 
 
 def _record_file(rec_path: Path) -> str:
@@ -398,7 +401,8 @@ def load_cpu_library(family: str) -> ctypes.CDLL:
                                "with the host compiler")
     lib = load_library(family, src_dir, cache_dir())
     _LOADED[family] = {"source": "jit", "variant": f"march={requested_march() or 'none'}",
-                       "flags": [*BASE_FLAGS, *extra_flags()], "prebuilt_unused": reason}
+                       "flags": [*BASE_FLAGS, *extra_flags()], "prebuilt_unused": reason,
+                       **{k: v for k, v in getattr(lib, "_ctbench_origin", {}).items() if k != "source"}}
     return lib
 
 

@@ -136,6 +136,7 @@ def load(family: str, sources: list[Path], folder: Path | None = None):
         except (UntrustedCache, CorruptLibrary, OSError) as err:
             problems.append(str(err))  # try the next lower level
             continue
+        lib._ctbench_origin = {"source": "prebuilt", "sha256": e.get("sha256")}  # for cpu_joseph_paths
         info = {"source": "prebuilt", "variant": e["variant"], "file": str(folder / name),
                 "sha256": e.get("sha256"), "flags": e.get("flags"), "compiler": manifest.get("compiler"),
                 "host_levels": list(host_levels()), "skipped": problems}

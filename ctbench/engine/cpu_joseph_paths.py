@@ -1,0 +1,194 @@
+"""The run-time paths of the CPU Joseph projector: measured once per library and CPU, cached, forceable.
+
+The Joseph library (``kernels/joseph_cpu.cpp``) compiles several inner loops per operation and
+lists the ones this build has: forward ``avx512-gather``, ``avx512-loads``, ``avx2-gather``,
+``avx2-loads`` (SIMD lanes fetching each plane's stencil pairs with gathers or with scalar loads;
+the AVX-512 and AVX2 ones only where the build targets them) and ``beams`` (scalar rays in
+lockstep); back ``pairs``, ``rows`` (float32 pair updates, in one 128-bit add or row by row),
+their ``-z1m`` forms (each thread's z-chunk walked in sub-chunks of about 1 MiB of output) and
+``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
+speed (and in float32 rounding).
+
+At the first kernel call of a process the fastest path of each operation is taken from the
+choice cached beside the library (``cpu_paths.read_choice``) or, failing that, measured on a
+small scan (a 16x128x128 volume, 8 views, 128x16 detector, one thread: about 0.2 s on a quiet core) and
+cached.
+``CTBENCH_CPU_PATH="forward=NAME,back=NAME"`` forces a path (an unknown name is an error listing
+the known ones); it is read at every call, so tests and benchmarks can switch paths in-process.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..geometry.generators import circular_trajectory_3d
+from . import cpu_build, cpu_paths
+from .cpu_build import F64 as _D
+from .cpu_build import I64 as _L
+from .cpu_build import INT as _I
+from .cpu_build import PTR as _P
+
+FAMILY = "joseph"
+OPS = {"forward": 0, "back": 1}  # operation -> op index of joseph_set_path
+FORWARD_ARGS = [_P, _L, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
+                _P, _I, _I]
+BACKWARD_ARGS = [_P, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I,
+                 _P, _L, _I]
+# (N, NZ, views): a (NZ, N, N) volume, N x NZ detector.  W1's rows and planes (N = 128: 512-byte rows,
+# 64 KiB planes, whose cache-set and 4K-aliasing effects decide between the back paths) in a thin slab.
+MEASURE_SHAPE = (128, 16, 8)
+MEASURE_REPEATS = 3      # timed calls per path after a warm-up call, interleaved across paths
+
+_LOCK = threading.Lock()
+_STATE: dict[int, dict] = {}  # id(lib) -> {"lib", "known", "measured", "source", "current"}
+
+
+def known_paths(lib) -> dict[str, list[str]]:
+    """The forward and back path names the loaded library offers ({} for a library built before the paths
+    existed, as a benchmark's baseline build may be)."""
+    if not hasattr(lib, f"{FAMILY}_path_count"):
+        return {}
+    return cpu_paths.library_paths(lib, FAMILY, OPS)
+
+
+def _measure_scan(n: int, nz: int, views: int):
+    """Geometry (float32 tensors) and a smooth (nz, n, n) volume of a small circular cone scan (magnification
+    2, an n x nz detector covering the slab), in the kernels' layout."""
+    traj = circular_trajectory_3d(views, 2.5 * n, 5.0 * n, start_angle=0.1, dtype=torch.float64)
+    pitch = 2.0
+    geom = [t.to(torch.float32).contiguous() for t in
+            (traj.source, traj.detector_center, traj.detector_u * pitch, traj.detector_v * pitch)]
+    zz, yx = torch.linspace(-1, 1, nz), torch.linspace(-1, 1, n)
+    vol = (1.5 - zz[:, None, None] ** 2 - yx[None, :, None] ** 2 - yx[None, None, :] ** 2).clamp(min=0)
+    return geom, vol.to(torch.float32).contiguous()
+
+
+def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
+    """Seconds (least of ``repeats`` interleaved calls, one thread) of every path of each operation."""
+    known = known_paths(lib)
+    n, nz, views = MEASURE_SHAPE
+    geom, vol = _measure_scan(n, nz, views)
+    sino = torch.zeros((views, n, nz), dtype=torch.float32)
+    back = torch.zeros_like(vol)
+    g = [t.data_ptr() for t in geom]
+    fwd = getattr(lib, "joseph_forward_f32")
+    fwd.argtypes, fwd.restype = FORWARD_ARGS, None
+    bwd = getattr(lib, "joseph_backward_f32")
+    bwd.argtypes, bwd.restype = BACKWARD_ARGS, None
+
+    def forward():
+        fwd(vol.data_ptr(), vol.numel(), 1, nz, n, n, 0, nz, 1.0, 1.0, 1.0, *g, 1, views, n, nz, 0, n, 0, nz,
+            sino.data_ptr(), 0, 1)
+
+    def backward():
+        back.zero_()
+        bwd(sino.data_ptr(), 1, nz, n, n, 0, nz, 1.0, 1.0, 1.0, *g, 1, views, n, nz, 0, n, 0, nz, back.data_ptr(),
+            vol.numel(), 1)
+
+    calls = {"forward": forward, "back": backward}
+    timings: dict[str, dict[str, float]] = {}
+    try:
+        forward()  # the back paths scatter a real sinogram (all-zero pixels are skipped)
+        for op, names in known.items():
+            best = {name: math.inf for name in names}
+            for r in range(repeats + 1):
+                for i, name in enumerate(names):
+                    cpu_paths.set_library_path(lib, FAMILY, OPS[op], i)
+                    t = time.perf_counter()
+                    calls[op]()
+                    if r > 0:  # the first round warms every path up
+                        best[name] = min(best[name], time.perf_counter() - t)
+            timings[op] = best
+    finally:
+        for i in OPS.values():
+            cpu_paths.set_library_path(lib, FAMILY, i, -1)
+    return timings
+
+
+def _choice_location(lib_info: dict) -> tuple[Path | None, str]:
+    """(folder for the choice file, library SHA-256) of the loaded library, or (None, "") if unknown."""
+    sha = lib_info.get("sha256") or ""
+    if not sha:
+        return None, ""
+    if lib_info.get("source") == "jit" and lib_info.get("dir"):
+        return Path(lib_info["dir"]), sha
+    return cpu_build.private_dir(cpu_build.cache_dir() / "paths", levels=2), sha
+
+
+def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], str]:
+    """``(choice, where from)``: the cached choice of this library and CPU, or a fresh measurement (then
+    cached).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a JIT build) says where the library came
+    from; by default what the loader recorded on it.  ``where from`` is ``"cache"``, ``"measured"`` or ``"measured (not cached: why)"``."""
+    known = known_paths(lib)
+    info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
+    try:
+        folder, sha = _choice_location(info)
+    except (cpu_build.UntrustedCache, OSError) as e:
+        folder, sha = None, ""
+        why = str(e)
+    else:
+        why = "the library's SHA-256 is unknown"
+    cpu = cpu_build.cpu_signature()
+    path = cpu_paths.choice_file(folder, FAMILY, sha) if folder is not None else None
+    if path is not None:
+        choice, _problem = cpu_paths.read_choice(path, FAMILY, sha, cpu, known)
+        if choice is not None:
+            return choice, "cache"
+    timings = measure(lib)
+    choice = cpu_paths.fastest(timings)
+    if path is None:
+        return choice, f"measured (not cached: {why})"
+    try:
+        n, nz, views = MEASURE_SHAPE
+        cpu_paths.write_choice(path, FAMILY, sha, cpu, known, choice, timings,
+                               f"circular cone, {nz}x{n}x{n} volume, {views} views, {n}x{nz} detector, float32, "
+                               "1 thread")
+    except OSError as e:
+        warnings.warn(f"ctbench: could not cache the measured CPU paths in {path}: {e}", RuntimeWarning,
+                      stacklevel=2)
+        return choice, f"measured (not cached: {e})"
+    return choice, "measured"
+
+
+def _state(lib) -> dict:
+    with _LOCK:
+        st = _STATE.get(id(lib))
+        if st is None or st["lib"] is not lib:
+            known = known_paths(lib)
+            choice, source = measured_choice(lib) if known else ({}, "no run-time paths in this library")
+            st = {"lib": lib, "known": known, "measured": choice, "source": source, "current": {}}
+            _STATE[id(lib)] = st
+        return st
+
+
+def active_paths(lib) -> dict[str, str]:
+    """The path each operation runs now: ``CTBENCH_CPU_PATH``'s, else the measured one."""
+    st = _state(lib)
+    forced = cpu_paths.check_forced(cpu_paths.forced_paths(), st["known"])
+    return {op: forced.get(op, st["measured"][op]) for op in st["known"]}
+
+
+def apply(lib) -> dict[str, str]:
+    """Select the active paths in ``lib`` (before a kernel call); returns them."""
+    active = active_paths(lib)
+    st = _STATE[id(lib)]
+    with _LOCK:
+        for op, name in active.items():
+            if st["current"].get(op) != name:
+                cpu_paths.set_library_path(lib, FAMILY, OPS[op], st["known"][op].index(name))
+                st["current"][op] = name
+    return active
+
+
+def describe(lib) -> dict:
+    """The paths offered, measured and active, and where the measured choice came from (for ``ctbench info``
+    and the benchmarks)."""
+    st = _state(lib)
+    return {"known": st["known"], "measured": dict(st["measured"]), "source": st["source"],
+            "active": active_paths(lib)}

@@ -1,0 +1,198 @@
+"""The run-time paths of the CPU Joseph kernels (ctbench.engine.cpu_joseph_paths, cpu_paths).
+
+Every forward and back path this machine's library offers, forced by CTBENCH_CPU_PATH, against
+the reference backend (float32 and float64) and the exact-adjoint identity; the measured choice's
+cache beside the library: written, reused, and ignored (re-measured) when damaged, foreign or
+writable by others; a forced unknown path is a clear error, in-process and in a subprocess.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ctbench import Projector, circular_trajectory_3d
+from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+
+F64 = torch.float64
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return cpu_build.load_cpu_library("joseph")
+
+
+@pytest.fixture(scope="module")
+def known(lib):
+    return cpu_joseph_paths.known_paths(lib)
+
+
+def _case(shape, det, n_views=8):
+    """A circular cone scan at uneven angles (rays along x, y and diagonals)."""
+    angles = torch.tensor([0.0, 0.3, math.pi / 4, 1.2, math.pi / 2, 2.0, 3 * math.pi / 4, 4.0], dtype=F64)[:n_views]
+    sid = 60.0 if max(shape[1:]) < 100 else 200.0  # the source outside the larger volume
+    traj = circular_trajectory_3d(angles.numel(), sid, 2 * sid, angles=angles, dtype=F64)
+    kw = dict(voxel_spacing=(1.0, 1.1, 0.9), detector_spacing=(2.3, 1.9))
+    return (Projector(traj, shape, det, backend="cpu", **kw), Projector(traj, shape, det, backend="reference", **kw))
+
+
+# (14, 24, 22): odd sizes, tails of lane groups, the swapped accumulator unpadded; (6, 64, 64):
+# 256-byte rows and 16 KiB planes with more rays than voxels (both accumulators padded); (20, 128, 128):
+# 64 KiB planes, so the 1 MiB sub-chunk paths (pairs-z1m, pairs-padded-z1m) split each thread's z-chunk
+# (rays crossing a sub-chunk edge set up once per sub-chunk)
+CASES = [((14, 24, 22), (37, 21)), ((6, 64, 64), (72, 16)), ((20, 128, 128), (128, 96))]
+
+
+def test_library_lists_its_paths(known):
+    assert "beams" in known["forward"] and "blocked" in known["back"]
+    assert len(set(known["forward"])) == len(known["forward"]) and len(set(known["back"])) == len(known["back"])
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native":
+        # an AVX-512 build also has the AVX2 lanes (forced AVX2 on an AVX-512 CPU)
+        assert {"avx512-gather", "avx512-loads", "avx2-gather", "avx2-loads"} <= set(known["forward"])
+
+
+@pytest.mark.parametrize("shape,det", CASES)
+def test_every_forward_path_matches_reference(known, monkeypatch, shape, det):
+    cpu, ref = _case(shape, det)
+    x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(1), dtype=F64)
+    want = ref.project(x)
+    assert bool((want > 0).any()) and bool((want == 0).any())
+    for name in known["forward"]:
+        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        p64, p32 = cpu.project(x), cpu.project(x.float())
+        assert float((p64 - want).abs().max()) <= 1e-12 * float(want.abs().max()), name
+        err = (p32.double() - want).abs()
+        assert bool((err <= 1e-5 * want.abs() + 1e-6 * float(want.abs().max())).all()), name
+        assert cpu_joseph_paths.active_paths(cpu_build.load_cpu_library("joseph"))["forward"] == name
+
+
+@pytest.mark.parametrize("shape,det", CASES)
+def test_every_back_path_matches_reference_and_is_the_adjoint(known, monkeypatch, shape, det):
+    cpu, ref = _case(shape, det)
+    g = torch.Generator().manual_seed(2)
+    y = torch.rand((2, *cpu.projection_shape), generator=g, dtype=F64)
+    x = torch.rand(shape, generator=g, dtype=F64)
+    want = ref.backproject(y)
+    for name in known["back"]:
+        monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            b64, b32 = cpu.backproject(y), cpu.backproject(y.float())
+            assert float((b64 - want).abs().max()) <= 1e-12 * float(want.abs().max()), (name, threads)
+            assert float((b32.double() - want).abs().max()) <= 1e-5 * float(want.abs().max()), (name, threads)
+            # exact adjoint (float64) and bitwise determinism of repeated and per-item calls
+            lhs = float((cpu.project(x) * y[0]).sum())
+            rhs = float((x * cpu.backproject(y[0])).sum())
+            assert abs(lhs - rhs) <= 1e-12 * abs(lhs), (name, threads)
+            assert torch.equal(cpu.backproject(y.float())[1], b32[1])
+            assert torch.equal(cpu.backproject(y[1].float()), b32[1])
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+def test_unknown_forced_path_is_an_error_listing_the_known_ones(monkeypatch, known):
+    cpu, _ = _case(*CASES[0])
+    monkeypatch.setenv(cpu_paths.PATH_ENV, "back=no-such-loop")
+    with pytest.raises(ValueError, match="no-such-loop") as e:
+        cpu.backproject(torch.zeros(cpu.projection_shape))
+    assert all(name in str(e.value) for name in known["back"])
+    monkeypatch.setenv(cpu_paths.PATH_ENV, "sideways=beams")
+    with pytest.raises(ValueError, match="OP=NAME"):
+        cpu.project(torch.zeros(cpu.volume_shape))
+
+
+def test_measure_times_every_path(lib, known):
+    t = cpu_joseph_paths.measure(lib, repeats=1)
+    assert set(t) == {"forward", "back"}
+    for op in t:
+        assert list(t[op]) == known[op] and all(0 < s < 5 for s in t[op].values())
+    assert cpu_paths.fastest({"back": {"a": 2.0, "b": 1.0, "c": 1.0}}) == {"back": "b"}
+    # within the margin of the first (default) path, the default stays
+    assert cpu_paths.fastest({"back": {"a": 1.0, "b": 0.97}, "forward": {"x": 1.0, "y": 0.9}}) == \
+        {"back": "a", "forward": "y"}
+
+
+def _info(lib, folder):
+    return {"source": "jit", "dir": str(folder), "sha256": cpu_build.loaded_libraries()["joseph"]["sha256"]}
+
+
+def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
+    info = _info(lib, tmp_path)
+    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    assert source == "measured" and set(choice) == {"forward", "back"}
+    files = list(tmp_path.glob("paths-joseph-*.json"))
+    assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
+    doc = json.loads(files[0].read_text())
+    assert doc["library_sha256"] == info["sha256"] and doc["paths"] == known and doc["choice"] == choice
+    assert choice == cpu_paths.fastest(doc["timings_s"])
+    # reused: a choice planted in the (trusted, matching) file is what comes back, unmeasured
+    planted = {"forward": known["forward"][-1], "back": known["back"][-1]}
+    doc["choice"] = planted
+    files[0].write_text(json.dumps(doc))
+    assert cpu_joseph_paths.measured_choice(lib, info) == (planted, "cache")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "other library", "other cpu", "unknown path",
+                                    "other paths", "group writable", "a link"])
+def test_damaged_or_foreign_choice_is_ignored_and_remeasured(lib, known, tmp_path, damage):
+    info = _info(lib, tmp_path)
+    cpu_joseph_paths.measured_choice(lib, info)
+    path = next(tmp_path.glob("paths-joseph-*.json"))
+    doc = json.loads(path.read_text())
+    text = json.dumps(doc)
+    if damage == "truncated":
+        path.write_text(text[: len(text) // 2])
+    elif damage == "not json":
+        path.write_bytes(b"\x00\xff" * 10)
+    elif damage == "other library":
+        path.write_text(json.dumps({**doc, "library_sha256": "0" * 64}))
+    elif damage == "other cpu":
+        path.write_text(json.dumps({**doc, "cpu": "x86_64|sse2"}))
+    elif damage == "unknown path":
+        path.write_text(json.dumps({**doc, "choice": {"forward": "warp-drive", "back": known["back"][0]}}))
+    elif damage == "other paths":
+        path.write_text(json.dumps({**doc, "paths": {"forward": ["beams"], "back": ["blocked"]}}))
+    elif damage == "group writable":
+        os.chmod(path, 0o666)
+    elif damage == "a link":
+        real = tmp_path / "elsewhere.json"
+        real.write_text(text)
+        path.unlink()
+        path.symlink_to(real)
+    choice, problem = cpu_paths.read_choice(path, "joseph", info["sha256"], cpu_build.cpu_signature(), known)
+    assert choice is None and problem
+    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    assert source == "measured" and all(choice[op] in known[op] for op in known)
+    # re-measured and rewritten: a plain private file that is trusted again
+    assert not path.is_symlink() and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert cpu_joseph_paths.measured_choice(lib, info)[1] == "cache"
+
+
+def test_forced_paths_in_a_subprocess(tmp_path, known):
+    code = ("import json, torch; from ctbench.engine import cpu_build, cpu_joseph_paths as j; "
+            "from ctbench import Projector, circular_trajectory_3d; "
+            "P = Projector(circular_trajectory_3d(4, 60.0, 120.0), (8, 8, 8), (8, 8), backend='cpu'); "
+            "P.project(torch.ones(8, 8, 8)); print(json.dumps(j.describe(cpu_build.load_cpu_library('joseph'))))")
+    env = {**os.environ, cpu_paths.PATH_ENV: f"forward={known['forward'][-1]},back={known['back'][-1]}"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    assert d["active"] == {"forward": known["forward"][-1], "back": known["back"][-1]}
+    env[cpu_paths.PATH_ENV] = "forward=bogus"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "bogus" in out.stderr and "known forward paths" in out.stderr
+
+
+def test_a_library_without_paths_runs_its_own_loops():
+    """A build from before the paths (a benchmark's baseline library) has none to choose: nothing is set."""
+    class OldLibrary:
+        pass
+
+    old = OldLibrary()
+    assert cpu_joseph_paths.known_paths(old) == {}
+    assert cpu_joseph_paths.apply(old) == {}
+    assert cpu_joseph_paths.describe(old)["source"] == "no run-time paths in this library"
