@@ -111,7 +111,7 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
     return timings
 
 
-def _choice_location(lib_info: dict) -> tuple[Path | None, str]:
+def choice_location(lib_info: dict) -> tuple[Path | None, str]:
     """(folder for the choice file, library SHA-256) of the loaded library, or (None, "") if unknown."""
     sha = lib_info.get("sha256") or ""
     if not sha:
@@ -128,7 +128,7 @@ def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], 
     known = known_paths(lib)
     info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
     try:
-        folder, sha = _choice_location(info)
+        folder, sha = choice_location(info)
     except (cpu_build.UntrustedCache, OSError) as e:
         folder, sha = None, ""
         why = str(e)

@@ -37,6 +37,7 @@ import torch
 from .base import Rays, VolumeGrid
 from .cpu import num_threads
 from .cpu_build import DTYPE_SUFFIX, F64, I64, INT, PTR, cpu_function, load_cpu_library
+from .cpu_fdk_paths import measured_paths
 from .cpu_paths import PATH_ENV, forced_path
 
 _P, _I, _L, _D = PTR, INT, I64, F64
@@ -64,12 +65,31 @@ def fdk_paths(dtype: torch.dtype = torch.float32) -> tuple[str, ...]:
     return tuple(p for p in FDK_PATHS if p != "columns" or fdk_lanes(dtype) > 0)
 
 
+def build_default_fdk_path(dtype: torch.dtype = torch.float32) -> str:
+    """The build's default for slabs of ``COLUMNS_MIN_Z`` or more planes: columns in lanes where the
+    build has them, else columns with a scalar z loop (docs/INTERNALS.md)."""
+    return "columns" if fdk_lanes(dtype) > 0 else "columns-scalar"
+
+
 def default_fdk_path(dtype: torch.dtype = torch.float32, nz: int = COLUMNS_MIN_Z) -> str:
-    """The path measured fastest (docs/PERFORMANCE.md): columns in lanes where the build has them,
-    else columns with a scalar z loop; rows for slabs thinner than ``COLUMNS_MIN_Z`` (fan 2D)."""
+    """The path a call runs unless ``CTBENCH_CPU_PATH`` forces one: rows for slabs thinner than
+    ``COLUMNS_MIN_Z`` (fan 2D), else the path measured fastest on this CPU and cached beside the
+    library (:mod:`ctbench.engine.cpu_fdk_paths`; the build's default unless another beats it by 5 %)."""
     if nz < COLUMNS_MIN_Z:
         return "rows"
-    return "columns" if fdk_lanes(dtype) > 0 else "columns-scalar"
+    return measured_fdk_path(dtype)
+
+
+def measured_fdk_path(dtype: torch.dtype = torch.float32) -> str:
+    """The path measured fastest on this CPU for ``dtype`` (measured once, then cached)."""
+    known = {}
+    for name in ("float32", "float64"):
+        dt = getattr(torch, name)
+        first = build_default_fdk_path(dt)
+        known[name] = [first] + [p for p in fdk_paths(dt) if p != first]
+    choice, _source = measured_paths(load_cpu_library("fdk"), known,
+                                     lambda name: measure_fdk_paths(getattr(torch, name)))
+    return choice[str(dtype).removeprefix("torch.")]
 
 
 def fdk_path(dtype: torch.dtype, nz: int) -> str:

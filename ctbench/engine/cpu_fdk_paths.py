@@ -1,0 +1,65 @@
+"""The FDK backprojection's cpu path chosen by measurement on this CPU (issue 24).
+
+The same rule as the Joseph paths (:mod:`ctbench.engine.cpu_joseph_paths`): the first time the fdk
+library is used, each of its paths is timed on a small problem per dtype, the fastest is kept unless it
+beats the build's default by less than 5 %, and the choice is cached beside the library under its
+SHA-256 and the CPU's signature (read only through the trust rules; a damaged or foreign file is
+measured again).  ``CTBENCH_CPU_PATH=fdk=NAME`` still overrides it (``fdk_kernels.fdk_path``).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Callable
+
+from . import cpu_build, cpu_paths
+from .cpu_joseph_paths import choice_location
+
+FAMILY = "fdk"
+MEASURE_PROBLEM = "circular cone, 48^3 volume, 48 views, 48x48 detector, 1 call per path after a warm-up, best of 3"
+
+_LOCK = threading.Lock()
+_STATE: dict[int, dict] = {}  # id(lib) -> {"lib", "choice", "source"}
+
+
+def measured_paths(lib, known: dict[str, list[str]],
+                   measure: Callable[[str], dict[str, float]]) -> tuple[dict[str, str], str]:
+    """``(choice by dtype name, where from)`` for the fdk library ``lib``: ``known`` lists each dtype's
+    paths with the build's default first; ``measure(dtype_name)`` times them (seconds by path)."""
+    with _LOCK:
+        st = _STATE.get(id(lib))
+        if st is not None and st["lib"] is lib and st["known"] == known:
+            return st["choice"], st["source"]
+        choice, source = _choose(lib, known, measure)
+        _STATE[id(lib)] = {"lib": lib, "known": known, "choice": choice, "source": source}
+        return choice, source
+
+
+def _choose(lib, known, measure):
+    info = getattr(lib, "_ctbench_origin", {})
+    why = "the library's SHA-256 is unknown"
+    try:
+        folder, sha = choice_location(info)
+    except (cpu_build.UntrustedCache, OSError) as e:
+        folder, sha, why = None, "", str(e)
+    cpu = cpu_build.cpu_signature()
+    path = cpu_paths.choice_file(folder, FAMILY, sha) if folder is not None else None
+    if path is not None:
+        choice, _problem = cpu_paths.read_choice(path, FAMILY, sha, cpu, known)
+        if choice is not None:
+            return choice, "cache"
+    timings = {}
+    for dtype, names in known.items():
+        seconds = measure(dtype) if len(names) > 1 else {names[0]: 0.0}
+        timings[dtype] = {name: float(seconds[name]) for name in names}  # the default stays first
+    choice = cpu_paths.fastest(timings)
+    if path is None:
+        return choice, f"measured (not cached: {why})"
+    try:
+        cpu_paths.write_choice(path, FAMILY, sha, cpu, known, choice, timings, MEASURE_PROBLEM)
+    except OSError as e:
+        warnings.warn(f"ctbench: could not cache the measured FDK path in {path}: {e}", RuntimeWarning,
+                      stacklevel=3)
+        return choice, f"measured (not cached: {e})"
+    return choice, "measured"
