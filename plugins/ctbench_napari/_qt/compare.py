@@ -3,6 +3,8 @@ a line profile and a histogram, shared contrast, and a single view that restores
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from qtpy.QtCore import QPointF, QRectF, Qt
 from qtpy.QtGui import QColor, QPainter, QPen, QPolygonF
@@ -12,7 +14,7 @@ from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHea
 from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
-from .common import LayerPicker, report_errors, same_layer, unwrap
+from .common import LayerPicker, Steps, report_errors, same_layer, unwrap
 from .display import set_contrast, show_frame
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
@@ -172,6 +174,7 @@ class ComparePanel(QGroupBox):
         self.last_metrics: dict[str, metrics.Metrics] = {}
         self._generation = 0
         self._pending = 0
+        self.steps = Steps(self)        # layers shown one per event-loop turn (one new layer per frame)
         self.compare_button.clicked.connect(lambda: self.compare())
         self.difference_button.clicked.connect(lambda: self.differences())
         self.single_button.clicked.connect(lambda: self.single_view())
@@ -188,8 +191,8 @@ class ComparePanel(QGroupBox):
 
     @property
     def busy(self) -> bool:
-        """Whether metrics, plots or difference images are still being computed."""
-        return self._pending > 0
+        """Whether metrics, plots or difference images are still being computed or shown."""
+        return self._pending > 0 or self.steps.pending > 0
 
     def _fit_table(self) -> None:
         """The table is as tall as its rows (every metric row visible; it scrolls beyond 8 rows)."""
@@ -199,6 +202,10 @@ class ComparePanel(QGroupBox):
             self.table.verticalHeader().defaultSectionSize()
         h = self.table.horizontalHeader().height() + row_h + 2 * self.table.frameWidth() + 2
         self.table.setFixedHeight(max(h, 60))
+
+    def _show_error(self, e) -> None:
+        from .common import error_text
+        self.message.error(error_text(e))
 
     def _in_thread(self, work, done) -> None:
         from .common import error_text, is_deleted, start_worker
@@ -233,8 +240,9 @@ class ComparePanel(QGroupBox):
         shown = ([ref] if ref is not None else []) + chosen
         if self._saved_visibility is None:
             self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
+        self.steps.cancel()
         for layer in self.viewer.layers:
-            layer.visible = layer in shown
+            layer.visible = same_layer(layer, shown[0]) or (layer.visible and layer in shown)
         # Shared contrast: the reference's window (the phantom's), else the first result's own limits.
         window = tuple(ref.contrast_limits) if ref is not None else tuple(chosen[0].contrast_limits)
         self.viewer.layers.unlink_layers(shown, LINKED_ATTRIBUTES)
@@ -247,9 +255,14 @@ class ComparePanel(QGroupBox):
         grid = _grid(self.viewer)
         grid.stride = 1
         grid.enabled = True
-        show_frame(self.viewer, shown, ndisplay=2)
         self.compared = shown
         self._update_numbers()
+        # The cells appear one per frame: a layer drawn for the first time builds its shaders, and under
+        # software OpenGL five of them in one frame block the event loop for seconds.
+        hidden = [x for x in shown if not x.visible]
+        steps = [functools.partial(setattr, x, "visible", True) for x in hidden]
+        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2)],
+                       on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown
@@ -281,27 +294,35 @@ class ComparePanel(QGroupBox):
                 out.append((layer, d, m))
             return out
 
-        def done(out):
-            added = []
-            for layer, d, m in out:
-                # Short cell label; the full names stay in the metadata.
-                name = f"difference: {_short(layer.name)}"
-                meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
-                if name in self.viewer.layers:
-                    self.viewer.layers.remove(name)
-                new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
-                                            colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
-                _label(new)
-                added.append(new)
-            self.differences_added = added
+        def add(layer, d, m):
+            # Short cell label; the full names stay in the metadata.
+            name = f"difference: {_short(layer.name)}"
+            meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
+            if name in self.viewer.layers:
+                self.viewer.layers.remove(name)
+            new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
+                                        colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
+            _label(new)
+            self.differences_added.append(new)
+
+        def start(out):
             grid = _grid(self.viewer)
-            shown = [x for x in self.compared if x in self.viewer.layers] + added
             if self._saved_visibility is None:
-                self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers
-                                          if x not in added}
+                self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
+            kept = [x for x in self.compared if x in self.viewer.layers]
             for x in self.viewer.layers:
-                x.visible = x in shown
+                x.visible = x in kept
             grid.enabled = True
+
+        def done(out):
+            # One new layer per frame (see compare), then the grid is fitted and the key shown.
+            self.steps.cancel()
+            self.steps.run([functools.partial(start, out), *(functools.partial(add, *x) for x in out),
+                            functools.partial(finish, out)], on_error=self._show_error)
+
+        def finish(out):
+            added = self.differences_added
+            shown = [x for x in self.compared if x in self.viewer.layers] + added
             show_frame(self.viewer, shown, ndisplay=2)
             m = max(x[2] for x in out)
             self.colour_bar.set_map(added[0].colormap.map(np.linspace(0, 1, 64)), -m, m,
@@ -315,6 +336,7 @@ class ComparePanel(QGroupBox):
 
     def single_view(self, *_) -> None:
         """Leave grid mode, unlink, hide the cell labels and restore the visibility from before comparing."""
+        self.steps.cancel()
         _grid(self.viewer).enabled = False
         for layer in self.viewer.layers:
             layer.name_overlay.visible = False

@@ -44,6 +44,8 @@ class EstimateLabel(QLabel):
         from ctbench.workbench.estimate import estimate_run
 
         self._timer.stop()
+        if getattr(self.widget, "running", False):
+            return          # the run in progress would skew the timing; the widget asks again when it ends
         self._generation += 1
         gen = self._generation
         try:

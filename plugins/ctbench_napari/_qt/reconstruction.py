@@ -476,6 +476,7 @@ class ReconstructionWidget(QWidget):
 
     def _on_done(self) -> None:
         self._set_running(False)
+        self.estimate.schedule()       # settings may have changed during the run
         ev = self._run.get("finished")
         started = self._run.get("started")
         total = started.n_iter if started is not None else (ev.n_iter if ev else 1)
