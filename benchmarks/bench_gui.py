@@ -177,7 +177,9 @@ class PaintTrace:
     take longer than the 250 ms goal by itself: this tells a paint-bound stall from Python work."""
 
     def __init__(self):
-        import vispy.app.backends._pyqt5  # noqa: F401 - registers the Qt backend module vispy patches below
+        import importlib
+
+        importlib.import_module("vispy.app.backends._pyqt5")   # loads vispy's Qt backend module, patched below
 
         self.cls = sys.modules["vispy.app.backends._qt"].CanvasBackendDesktop
         self.original = self.cls.paintGL

@@ -6,7 +6,6 @@ import threading
 import pytest
 
 from ctbench.workbench import estimate
-from ctbench.workbench.workflow import SubsetProgress
 from ctbench_napari._testing import wait_for
 
 from test_gui_reconstruction import _run, _workbench

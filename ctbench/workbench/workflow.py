@@ -377,11 +377,10 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
     volume = None
     stopped = "completed"
     current = {"pass": 1}
-    hook = None
-    if on_subset is not None:
-        def hook(k: int, n_subsets: int) -> None:
-            on_subset(SubsetProgress(current["pass"], n_iter, k, n_subsets, time.perf_counter() - t0))
-    gen = _iterations(problem, request, x0, cancel, hook)
+
+    def hook(k: int, n_subsets: int) -> None:
+        on_subset(SubsetProgress(current["pass"], n_iter, k, n_subsets, time.perf_counter() - t0))
+    gen = _iterations(problem, request, x0, cancel, hook if on_subset is not None else None)
     try:
         while True:
             try:
