@@ -75,6 +75,10 @@ def test_time_estimate_scales_the_measured_projection_pair_by_the_calls_of_the_r
     assert e10.pair_seconds == e30.pair_seconds > 0          # measured once per problem shape
     assert e30.seconds - e10.seconds == pytest.approx(20 * e10.pair_seconds)
     assert e10.seconds == pytest.approx((estimate.CALLS["sirt"][0] + 10) * e10.pair_seconds)
+    # Ordered subsets: one call per subset, so a pass pays the fixed cost of a call S times.
+    fixed, per_view, _ = estimate.call_costs(geo)
+    os5 = estimate.estimate_run(geo, ReconRequest("os_sirt", {"n_iter": 5, "n_subsets": 4}))
+    assert os5.seconds == pytest.approx((1 + 5) * (4 * fixed + per_view * geo.n_views))
     fbp = estimate.estimate_run(geo, ReconRequest("fbp", {}))
     assert fbp.seconds == pytest.approx(0.5 * fbp.pair_seconds) and fbp.n_iter == 1
     text = e10.summary()

@@ -95,12 +95,12 @@ def _key(geometry: ScanGeometry, backend: str) -> tuple:
             geometry.n_views, geometry.beam, backend)
 
 
-def pair_seconds(geometry: ScanGeometry, *, backend: str = "auto") -> tuple[float, int]:
-    """Seconds of one forward plus one backprojection of all views, and the views measured (cached).
+def call_costs(geometry: ScanGeometry, *, backend: str = "auto") -> tuple[float, float, int]:
+    """(fixed seconds per forward+backprojection call, seconds per view, views measured), measured and cached.
 
     Two timed calls, on ``MEASURED_VIEWS`` and on four times as many evenly spaced views, separate the
     fixed cost of a call (threads, windows) from the cost per view: ``t = fixed + per_view * views``.
-    A scan with few views is measured whole.
+    A scan with few views is measured whole (all of it counted per view).
     """
     key = _key(geometry, backend)
     with _lock:
@@ -108,18 +108,22 @@ def pair_seconds(geometry: ScanGeometry, *, backend: str = "auto") -> tuple[floa
             return _cache[key]
     n = geometry.n_views
     small, large = min(n, MEASURED_VIEWS), min(n, 4 * MEASURED_VIEWS)
-    t_small = _timed_pair(geometry, small, backend)
-    if large == n or large == small:
-        t_large = _timed_pair(geometry, n, backend) if large != small else t_small
-        out = (t_large, n)
+    if large == n:
+        out = (0.0, _timed_pair(geometry, n, backend) / n, n)
     else:
+        t_small = _timed_pair(geometry, small, backend)
         t_large = _timed_pair(geometry, large, backend)
         per_view = max(t_large - t_small, 0.0) / (large - small)
-        fixed = max(t_small - per_view * small, 0.0)
-        out = (fixed + per_view * n, large)
+        out = (max(t_small - per_view * small, 0.0), per_view, large)
     with _lock:
         _cache[key] = out
     return out
+
+
+def pair_seconds(geometry: ScanGeometry, *, backend: str = "auto") -> tuple[float, int]:
+    """Seconds of one forward plus one backprojection of all views, and the views measured (cached)."""
+    fixed, per_view, measured = call_costs(geometry, backend=backend)
+    return fixed + per_view * geometry.n_views, measured
 
 
 def _timed_pair(geometry: ScanGeometry, k: int, backend: str) -> float:
@@ -142,7 +146,22 @@ def estimate_run(geometry: ScanGeometry, request: ReconRequest, *, backend: str 
     request = request.validated()
     algo = request.algorithm
     data, state, kernel = memory_of(geometry, algo, backend=backend)
-    pair, measured = pair_seconds(geometry, backend=backend)
+    fixed, per_view, measured = call_costs(geometry, backend=backend)
+    pair = fixed + per_view * geometry.n_views
     n_iter = int(request.params.get("n_iter", 1)) if request.spec.iterative else 1
     setup, per_iter = CALLS[algo]
-    return RunEstimate(algo, n_iter, data, state, kernel, (setup + per_iter * n_iter) * pair, pair, measured)
+    if algo in ("os_sirt", "os_tv"):
+        # A pass is one call per subset: the views once, the fixed cost of a call once per subset.
+        pass_seconds = subsets_of(request, geometry.n_views) * fixed + per_view * geometry.n_views
+        seconds = setup * pass_seconds + n_iter * pass_seconds
+    else:
+        seconds = (setup + per_iter * n_iter) * pair
+    return RunEstimate(algo, n_iter, data, state, kernel, seconds, pair, measured)
+
+
+def subsets_of(request: ReconRequest, n_views: int) -> int:
+    """The subsets an ordered-subset request runs with (0: the solvers' automatic choice)."""
+    from ..solvers.ordered_subsets import auto_subsets
+
+    S = int(request.params.get("n_subsets", 0) or 0)
+    return min(S, n_views) if S > 0 else auto_subsets(n_views)
