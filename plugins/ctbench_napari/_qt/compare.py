@@ -8,8 +8,8 @@ import functools
 import numpy as np
 from qtpy.QtCore import QPointF, QRectF, Qt
 from qtpy.QtGui import QColor, QPainter, QPen, QPolygonF
-from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QPushButton, QSizePolicy,
-                            QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+                            QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ctbench.workbench import metrics
 
@@ -154,6 +154,13 @@ class ComparePanel(QGroupBox):
         self.histogram = CurvePlot("histogram inside the mask", "value")
         self.colour_bar = ColourBar()
         self.colour_bar.hide()
+        # The grid cells' names in a Qt label, not as vispy text in each cell: under software OpenGL the
+        # first draw of each cell's text (and its box) stalled the GUI thread for seconds.
+        self.cells = QLabel()
+        self.cells.setWordWrap(True)
+        self.cells.setTextFormat(Qt.RichText)
+        self.cells.setToolTip("what each grid cell shows (row, column: layer name)")
+        self.cells.hide()
         form = QFormLayout()
         form.addRow("Reference", self.reference)
         form.addRow("Metrics inside", self.mask)
@@ -163,6 +170,7 @@ class ComparePanel(QGroupBox):
         for b in (self.compare_button, self.difference_button, self.single_button):
             row.addWidget(b)
         layout.addLayout(row)
+        layout.addWidget(self.cells)
         layout.addWidget(self.table)
         layout.addWidget(self.colour_bar)
         layout.addSpacing(6)
@@ -171,6 +179,7 @@ class ComparePanel(QGroupBox):
         layout.addWidget(self.histogram)
         self._saved_visibility: dict | None = None
         self.compared: list = []
+        self.cell_list: list = []        # ((row, column), layer name) of each grid cell, as listed
         self.last_metrics: dict[str, metrics.Metrics] = {}
         self._generation = 0
         self._pending = 0
@@ -250,8 +259,6 @@ class ComparePanel(QGroupBox):
             set_contrast(layer, window)
             layer.colormap = shown[0].colormap
         self.viewer.layers.link_layers(shown, LINKED_ATTRIBUTES)
-        for layer in shown:
-            _label(layer)                              # each grid cell says what it shows
         grid = _grid(self.viewer)
         grid.stride = 1
         grid.enabled = True
@@ -261,8 +268,9 @@ class ComparePanel(QGroupBox):
         # software OpenGL five of them in one frame block the event loop for seconds.
         hidden = [x for x in shown if not x.visible]
         steps = [functools.partial(setattr, x, "visible", True) for x in hidden]
-        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2)],
-                       on_error=self._show_error)
+        self.show_cells(shown)                         # names listed at once; positions once all are shown
+        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
+                        functools.partial(self.show_cells, shown)], on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown
@@ -302,7 +310,6 @@ class ComparePanel(QGroupBox):
                 self.viewer.layers.remove(name)
             new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
                                         colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
-            _label(new)
             self.differences_added.append(new)
 
         def start(out):
@@ -324,6 +331,7 @@ class ComparePanel(QGroupBox):
             added = self.differences_added
             shown = [x for x in self.compared if x in self.viewer.layers] + added
             show_frame(self.viewer, shown, ndisplay=2)
+            self.show_cells(shown)
             m = max(x[2] for x in out)
             self.colour_bar.set_map(added[0].colormap.map(np.linspace(0, 1, 64)), -m, m,
                                     f"difference (result − reference), 1/mm: {DIFFERENCE_COLORMAP} colour map")
@@ -335,11 +343,12 @@ class ComparePanel(QGroupBox):
         self._in_thread(work, done)
 
     def single_view(self, *_) -> None:
-        """Leave grid mode, unlink, hide the cell labels and restore the visibility from before comparing."""
+        """Leave grid mode, unlink, hide the cell list and restore the visibility from before comparing."""
         self.steps.cancel()
         _grid(self.viewer).enabled = False
-        for layer in self.viewer.layers:
-            layer.name_overlay.visible = False
+        self.cells.clear()
+        self.cells.hide()
+        self.cell_list = []
         if self.compared:
             alive = [x for x in self.compared if x in self.viewer.layers]
             if len(alive) > 1:
@@ -355,6 +364,16 @@ class ComparePanel(QGroupBox):
         visible = [x for x in self.viewer.layers if x.visible]
         if visible:
             self.viewer.fit_to_view(layers=visible)
+
+    def show_cells(self, shown) -> None:
+        """List the grid cells in reading order (row, column: name) in the Qt label above the table."""
+        import html
+
+        cells = sorted((_cell(self.viewer, layer) or (0, i), layer.name) for i, layer in enumerate(shown))
+        self.cell_list = cells
+        items = [f"<b>{r + 1},{c + 1}</b>&nbsp;{html.escape(name)}" for (r, c), name in self.cell_list]
+        self.cells.setText("<b>Grid cells</b> (row, column): " + " &nbsp;·&nbsp; ".join(items))
+        self.cells.show()
 
     # ------------------------------------------------------------ numbers
     def _mask(self, ref_data: np.ndarray):
@@ -477,12 +496,19 @@ def _short(name: str, n: int = 32) -> str:
     return name if len(name) <= n else name[:n - 1] + "…"
 
 
-def _label(layer) -> None:
-    """Show the layer's name in its grid cell, small and boxed so it reads over the image."""
-    overlay = layer.name_overlay
-    overlay.font_size = 7
-    overlay.box = True
-    overlay.visible = True
+def _cell(viewer, layer) -> tuple[int, int] | None:
+    """(row, column) of ``layer``'s grid cell, or None when the grid cannot say (hidden, older napari)."""
+    grid = _grid(viewer)
+    try:
+        index = list(viewer.layers).index(layer)
+        try:
+            pos = grid.position(index, viewer.layers)
+        except TypeError:             # napari before 0.6: position(index, n_layers)
+            pos = grid.position(index, len(viewer.layers))
+    except (ValueError, AttributeError):
+        return None
+    pos = tuple(int(v) for v in pos)
+    return None if pos[0] < 0 else pos
 
 
 def _grid(viewer):
