@@ -169,6 +169,56 @@ class StallProbe:
         return 1000 * self.worst, time.perf_counter() - t0
 
 
+class PaintTrace:
+    """Counts the canvas paints (vispy's paintGL) during each action, their time and the longest one, and
+    names the slot (a ctbench or napari frame) that ran each paint synchronously.
+
+    Under Xvfb the canvas is drawn by Mesa's software rasteriser, so one paint of a volume or a grid can
+    take longer than the 250 ms goal by itself: this tells a paint-bound stall from Python work."""
+
+    def __init__(self):
+        import importlib
+
+        importlib.import_module("vispy.app.backends._pyqt5")   # loads vispy's Qt backend module, patched below
+
+        self.cls = sys.modules["vispy.app.backends._qt"].CanvasBackendDesktop
+        self.original = self.cls.paintGL
+        self.paints: list[tuple[float, str]] = []
+        self.size = None
+        trace = self
+
+        def paintGL(canvas):   # noqa: N802 - Qt name
+            import traceback
+
+            t0 = time.perf_counter()
+            try:
+                return trace.original(canvas)
+            finally:
+                dt = time.perf_counter() - t0
+                frames = [f for f in traceback.extract_stack()[:-1]
+                          if "ctbench_napari" in f.filename and "_testing" not in f.filename]
+                where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} {frames[-1].name}" if frames \
+                    else "event loop"
+                size = (canvas.width(), canvas.height())
+                if trace.size is not None and size != trace.size:
+                    where += f" (canvas resized {trace.size[0]}x{trace.size[1]} -> {size[0]}x{size[1]})"
+                trace.size = size
+                trace.paints.append((dt, where))
+        self.cls.paintGL = paintGL
+
+    def take(self) -> dict:
+        paints, self.paints = self.paints, []
+        if not paints:
+            return {"paints": 0}
+        worst = max(paints)
+        return {"paints": len(paints), "paint_ms": round(1000 * sum(p[0] for p in paints), 1),
+                "longest_paint_ms": round(1000 * worst[0], 1), "longest_paint_in": worst[1],
+                "paints_in": sorted({p[1] for p in paints if p[1] != "event loop"})}
+
+    def close(self) -> None:
+        self.cls.paintGL = self.original
+
+
 def _spin(seconds: float) -> None:
     from ctbench_napari._testing import wait_for
 
@@ -179,7 +229,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def stall_records(run_id: str, label: str) -> list[dict]:
+def stall_records(run_id: str, label: str, trace_paints: bool = False) -> list[dict]:
     import napari
     import napari._qt.qt_main_window as qmw
 
@@ -201,6 +251,7 @@ def stall_records(run_id: str, label: str) -> list[dict]:
             viewer.window.add_plugin_dock_widget(PLUGIN, n, tabify=True)
     widgets = {n: w for k, w in viewer.window.dock_widgets.items() for n in WIDGETS if str(k).startswith(n)}
     probe = StallProbe()
+    paints = PaintTrace() if trace_paints else None
     records = []
     import ctbench_napari._launch as launch
     warm = getattr(launch, "WARM_UP", None)
@@ -212,8 +263,12 @@ def stall_records(run_id: str, label: str) -> list[dict]:
 
     def record(action: str, fn, settle_s: float = 0.5, **extra):
         try:
+            if paints is not None:
+                paints.take()
             stall, wall = probe.measure(fn, settle_s)
             rec = {"stall_ms": round(stall, 1), "wall_s": round(wall, 2), "meets_goal": stall <= STALL_GOAL_MS}
+            if paints is not None:
+                rec.update(paints.take())
         except Exception as e:  # noqa: BLE001 - an action the measured version lacks is recorded as such
             rec = {"error": f"{type(e).__name__}: {e}"}
         records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label, "action": action,
@@ -275,6 +330,8 @@ def stall_records(run_id: str, label: str) -> list[dict]:
             jobs.timer.setInterval(200)
             record("jobs panel without a bridge (5 s)", lambda: None, settle_s=5.0)
     finally:
+        if paints is not None:
+            paints.close()
         viewer.close()
     return records
 
@@ -291,6 +348,8 @@ def main(argv=None) -> int:
     p.add_argument("--run-id", default=None, help=argparse.SUPPRESS)
     p.add_argument("--stalls", action="store_true", help="measure the longest GUI-thread stall of each action")
     p.add_argument("--label", default="current", help="name of the code version measured by --stalls")
+    p.add_argument("--trace-paints", action="store_true",
+                   help="with --stalls: count the canvas paints of each action and name where the longest ran")
     args = p.parse_args(argv)
     run_id = args.run_id or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     if args.stalls:
@@ -333,10 +392,11 @@ def _stalls_main(args, run_id: str) -> int:
             print(json.dumps({"bench": BENCH, "kind": "stall", "skipped": "no display and no xvfb-run"}))
             return 0
         cmd = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, __file__, "--stalls",
-               "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else [])
+               "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else []) \
+            + (["--trace-paints"] if args.trace_paints else [])
         return subprocess.run(cmd).returncode
     records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,
-                "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label)
+                "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label, args.trace_paints)
     if not args.no_out:
         out = Path(args.out).with_name("bench_gui_stalls.jsonl")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     window.showMaximized()
     window.resize(1920, 1080)
     open_workbench("phantom_scan", block=False, viewer=viewer)
+    wait_for(lambda: len(viewer.layers) >= 2, timeout=300)   # the start-up sample arrives from its thread
     docks = {str(k).split(" (")[0]: w for k, w in viewer.window.dock_widgets.items()}
 
     def tab(name):
@@ -87,6 +88,16 @@ def main(argv=None) -> int:
     recon = docks["Reconstruction"]
     tab("Reconstruction")
     recon.sinogram.select("Shepp-Logan cone-beam scan")
+    # OS-SIRT in its first pass: per-subset progress with the time left, and the estimate before Run.
+    recon.select_algorithm("os_sirt", n_iter=200, n_subsets=8, nonneg=True)
+    wait_for(lambda: not recon.estimate.busy and recon.estimate.last is not None, timeout=300)
+    recon.run()
+    wait_for(lambda: len(recon.last_run.get("subsets", [])) >= 3 or not recon.running, timeout=600)
+    shot("reconstruction_os_sirt")
+    recon.cancel()
+    wait_for(lambda: not recon.running, timeout=600)
+    for layer in recon.results[-1:]:
+        viewer.layers.remove(layer)
     recon.select_algorithm("sirt", n_iter=20, nonneg=True)
     recon.run()
     wait_for(lambda: not recon.running, timeout=600)

@@ -115,6 +115,10 @@ def test_every_source_puts_its_layers_in_their_own_frame(make_napari_viewer, qtb
     ext = np.asarray(result.extent.world)
     assert ext[0, 0] - 1 <= zlo and zhi <= ext[1, 0] + 1            # not "96 | 254": z in mm of the result
     assert scale_bar(viewer).visible                                 # volumes (world unit: mm) get a scale bar
+    viewer.dims.ndisplay = 3
+    assert not scale_bar(viewer).visible                             # none in 3D (lengths foreshorten)
+    viewer.dims.ndisplay = 2
+    assert scale_bar(viewer).visible                                 # back on the 2D slice
     assert viewer.dims.order == tuple(range(viewer.dims.ndim))        # the projection order is back
 
     # Files and job results (the one result loader): a dataset with a volume and a sinogram.

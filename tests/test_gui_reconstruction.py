@@ -1,5 +1,6 @@
 """Projection then reconstruction through the widgets, with the GUI event loop running."""
 
+import html
 import time
 from pathlib import Path
 
@@ -191,7 +192,14 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert viewer.canvas.grid.enabled
     a, b = recon.results
     assert [layer.name for layer in viewer.layers if layer.visible] == [phantom.name, a.name, b.name]
-    assert all(x.name_overlay.visible for x in (phantom, a, b))    # every grid cell is labelled
+    # Every grid cell is named in the Qt cell list (no vispy text in the cells), at its grid position.
+    cells = recon.comparison.cells
+    assert not cells.isHidden() and not any(x.name_overlay.visible for x in viewer.layers)
+    # In reading order of the cells napari draws (its grid puts the top layer of the list top left).
+    where = {x.name: tuple(viewer.canvas.grid.position(i, viewer.layers)) for i, x in enumerate(viewer.layers)}
+    assert recon.comparison.cell_list == sorted((where[x.name], x.name) for x in (phantom, a, b))
+    assert len({pos for pos, _ in recon.comparison.cell_list}) == 3          # one cell each
+    assert all(html.escape(x.name) in cells.text() for x in (phantom, a, b))
     rows, cols = viewer.canvas.grid.actual_shape(viewer.layers)
     assert rows * cols >= 3 and len([x for x in viewer.layers if x.visible]) == 3   # hidden layers take no cell
     canvas = viewer.window._qt_viewer.canvas
@@ -235,6 +243,8 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     np.testing.assert_allclose(diffs[1].data, b.data - phantom.data, atol=1e-7)
     lo, hi = diffs[1].contrast_limits
     assert lo == pytest.approx(-hi)                                  # symmetric about zero
+    listed = [name for _, name in recon.comparison.cell_list]            # the difference cells are listed too
+    assert all(d.name in listed and html.escape(d.name) in cells.text() for d in diffs)
     _, stats = save_viewer_screenshot(viewer, "compare_difference", SHOTS)
     for d in diffs:
         viewer.layers.remove(d)
@@ -242,7 +252,7 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert not viewer.canvas.grid.enabled
     # Single view restores exactly what was visible before comparing, and the labels go away.
     assert {layer.name: layer.visible for layer in viewer.layers} == visible_before
-    assert not any(x.name_overlay.visible for x in viewer.layers)
+    assert not any(x.name_overlay.visible for x in viewer.layers) and cells.isHidden()
     # Unchecking a result in the list leaves it out of the comparison.
     recon.result_list.item(0).setCheckState(Qt.Unchecked)
     recon.compare_button.click()

@@ -287,6 +287,9 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     monkeypatch.setattr(napari, "run", lambda *a, **k: ran.append(True))
     viewer = ctbench_napari.launch("phantom")
     assert ran == [True]                                         # it blocks in napari.run()
+    from ctbench_napari._testing import wait_for
+    # The sample arrives once the start-up thread has computed it (never computed on the GUI thread).
+    wait_for(lambda: len(viewer.layers) > 0, timeout=60)
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
     assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",

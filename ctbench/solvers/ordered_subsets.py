@@ -155,9 +155,9 @@ def _clip(x: torch.Tensor, bounds) -> torch.Tensor:
     return x.clamp(min=bounds[0], max=bounds[1])
 
 
-def _os_pass(parts, W: _Weights, b, x, relax, bounds):
+def _os_pass(parts, W: _Weights, b, x, relax, bounds, on_subset=None):
     """One pass over the subsets; returns a new volume (x itself is not modified) and the
-    squared pass residual.  Updates run in place on one copy per pass: each whole-volume
+    squared pass residual.  ``on_subset(k, S)`` is called after the k-th (1-based) of S subset updates.  Updates run in place on one copy per pass: each whole-volume
     operation costs a parallel region and fresh buffers cost page faults, which add up
     over many small subset calls.  The arithmetic is SIRT's, operation for operation."""
     x = x.clone()
@@ -173,42 +173,54 @@ def _os_pass(parts, W: _Weights, b, x, relax, bounds):
         x.add_(step)
         if bounds is not None:
             x.clamp_(min=bounds[0], max=bounds[1])
+        if on_subset is not None:
+            on_subset(i + 1, len(parts))
     return x, rr
 
 
 # ------------------------------------------------------------------ OS-SIRT
 def os_sirt_iterations(projector, sinogram: torch.Tensor, n_iter: int = 10, *, n_subsets: int | None = None,
-                       relax: float = 1.0, x0=None, bounds=None, tol=None, callback=None, cancel=None):
+                       relax: float = 1.0, x0=None, bounds=None, tol=None, callback=None, cancel=None,
+                       on_subset=None):
     """Generator of OS-SIRT passes; yields an :class:`IterationState` after each pass over all subsets.
 
     ``n_subsets``: number of interleaved view subsets (None or 0: :func:`auto_subsets`);
     ``relax`` in (0, 2) scales every subset update; ``bounds`` as in
     :func:`ctbench.solvers.sirt`; ``tol``: stop once the pass residual
     relative to ``||b||`` falls to ``tol``.  ``extra`` holds
-    ``relative_residual`` and ``n_subsets``.  Arguments are checked when this
-    function is called.
+    ``relative_residual`` and ``n_subsets``.  ``on_subset(k, S)``, when given, is
+    called after each of the S subset updates of a pass (progress inside a pass).
+    Arguments are checked when this function is called.
     """
-    return _prepare_sirt(projector, sinogram, n_iter, n_subsets, relax, x0, bounds, tol, callback, cancel)[1]
+    return _prepare_sirt(projector, sinogram, n_iter, n_subsets, relax, x0, bounds, tol, callback, cancel,
+                         on_subset)[1]
 
 
-def _prepare_sirt(projector, sinogram, n_iter, n_subsets, relax, x0, bounds, tol, callback, cancel):
+def _prepare_sirt(projector, sinogram, n_iter, n_subsets, relax, x0, bounds, tol, callback, cancel, on_subset=None):
     b = check_sinogram(projector, sinogram)
     n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     bounds = check_bounds(bounds)
     relax = _check_relax(relax)
     parts = _subsets(projector, n_subsets)
     x = _clip(initial_volume(projector, b, x0), bounds)
-    return x, _os_sirt_gen(projector, parts, b, x, n_iter, relax, bounds, tol, callback, cancel)
+    on_subset = _check_hook(on_subset)
+    return x, _os_sirt_gen(projector, parts, b, x, n_iter, relax, bounds, tol, callback, cancel, on_subset)
 
 
-def _os_sirt_gen(P, parts, b, x, n_iter, relax, bounds, tol, callback, cancel):
+def _check_hook(on_subset):
+    if on_subset is not None and not callable(on_subset):
+        raise TypeError(f"on_subset must be a callable (k, n_subsets) or None, got {type(on_subset).__name__}")
+    return on_subset
+
+
+def _os_sirt_gen(P, parts, b, x, n_iter, relax, bounds, tol, callback, cancel, on_subset=None):
     with torch.no_grad():
         W = _Weights(P, parts, x, b)
         b_norm = math.sqrt(float(P.inner_projection(b, b))) or 1.0
         st = {"x": x}
 
         def step():
-            st["x"], rr = _os_pass(parts, W, b, st["x"], relax, bounds)
+            st["x"], rr = _os_pass(parts, W, b, st["x"], relax, bounds, on_subset)
             res = math.sqrt(rr)
             return res, st["x"], {"relative_residual": res / b_norm, "n_subsets": len(parts)}
 
@@ -260,7 +272,7 @@ def _check_lam(lam) -> float:
 
 def os_tv_iterations(projector, sinogram: torch.Tensor, n_iter: int = 20, *, n_subsets: int | None = None,
                      lam: float = 1e-3, nonneg: bool = True, relax: float = 1.0, tv_iter: int = 10, x0=None,
-                     tol=None, callback=None, cancel=None):
+                     tol=None, callback=None, cancel=None, on_subset=None):
     """Generator of OS-TV passes: an OS-SIRT pass, then a TV proximal step (module docstring).
 
     ``lam`` weighs TV against ``1/2 ||A x - b||_R^2`` (rays weighted by their
@@ -268,13 +280,14 @@ def os_tv_iterations(projector, sinogram: torch.Tensor, n_iter: int = 20, *, n_s
     weight divided by a typical path length).  ``tv_iter``: dual steps of the
     proximal step per pass.  ``tol``: stop once ``||x_k - x_{k-1}|| / ||x_k||``
     falls to ``tol``.  ``extra`` holds ``relative_residual`` (pass residual),
-    ``tv``, ``relative_change`` and ``n_subsets``.
+    ``tv``, ``relative_change`` and ``n_subsets``.  ``on_subset`` as in :func:`os_sirt_iterations`.
     """
     return _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_iter, x0, tol, callback,
-                       cancel)[1]
+                       cancel, on_subset)[1]
 
 
-def _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_iter, x0, tol, callback, cancel):
+def _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_iter, x0, tol, callback, cancel,
+                on_subset=None):
     b = check_sinogram(projector, sinogram)
     n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     lam = _check_lam(lam)
@@ -286,10 +299,12 @@ def _prepare_tv(projector, sinogram, n_iter, n_subsets, lam, nonneg, relax, tv_i
     x = initial_volume(projector, b, x0)
     if nonneg:
         x = x.clamp(min=0)
-    return x, _os_tv_gen(projector, parts, b, x, n_iter, lam, nonneg, relax, int(tv_iter), tol, callback, cancel)
+    on_subset = _check_hook(on_subset)
+    return x, _os_tv_gen(projector, parts, b, x, n_iter, lam, nonneg, relax, int(tv_iter), tol, callback, cancel,
+                         on_subset)
 
 
-def _os_tv_gen(P, parts, b, x, n_iter, lam, nonneg, relax, tv_iter, tol, callback, cancel):
+def _os_tv_gen(P, parts, b, x, n_iter, lam, nonneg, relax, tv_iter, tol, callback, cancel, on_subset=None):
     with torch.no_grad():
         ndim = len(P.volume_shape)
         W = _Weights(P, parts, x, b)
@@ -300,7 +315,7 @@ def _os_tv_gen(P, parts, b, x, n_iter, lam, nonneg, relax, tv_iter, tol, callbac
 
         def step():
             x_old = st["x"]
-            v, rr = _os_pass(parts, W, b, x_old, relax, bounds)
+            v, rr = _os_pass(parts, W, b, x_old, relax, bounds, on_subset)
             z, st["p"] = tv_prox(v, gamma, ndim, tv_iter, st["p"])
             x_new = _clip(z, bounds)
             st["x"] = x_new

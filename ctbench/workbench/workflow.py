@@ -212,6 +212,24 @@ class Progress:
 
 
 @dataclass
+class SubsetProgress:
+    """Inside a pass of an ordered-subset method (OS-SIRT, OS-TV): ``subset`` of ``n_subsets`` updates of pass
+    ``iteration`` (1-based) of ``n_iter`` are done.  Delivered through ``reconstruct(on_subset=...)``."""
+
+    iteration: int
+    n_iter: int
+    subset: int
+    n_subsets: int
+    elapsed: float
+
+    @property
+    def done_fraction(self) -> float:
+        """The share of all subset updates of the run that are done."""
+        total = max(self.n_iter * self.n_subsets, 1)
+        return ((self.iteration - 1) * self.n_subsets + self.subset) / total
+
+
+@dataclass
 class Finished:
     """The result. ``stopped`` says why, as the solvers do: "completed", "tol" or "cancelled"."""
 
@@ -257,7 +275,7 @@ def _direct(problem: Problem, params: dict) -> torch.Tensor:
     return fn(problem.projector, problem.sinogram, filter=params["filter"])
 
 
-def _iterations(problem: Problem, request: ReconRequest, x0, cancel):
+def _iterations(problem: Problem, request: ReconRequest, x0, cancel, on_subset=None):
     from .. import solvers
 
     p = request.params
@@ -273,9 +291,9 @@ def _iterations(problem: Problem, request: ReconRequest, x0, cancel):
         subsets = min(p["n_subsets"], P.n_views)  # a preview may have fewer views than the scan
         if request.algorithm == "os_sirt":
             return solvers.os_sirt_iterations(P, y, p["n_iter"], n_subsets=subsets, x0=x0, cancel=cancel,
-                                              bounds=(0.0, None) if p["nonneg"] else None)
+                                              bounds=(0.0, None) if p["nonneg"] else None, on_subset=on_subset)
         return solvers.os_tv_iterations(P, y, p["n_iter"], n_subsets=subsets, lam=p["lam"], nonneg=p["nonneg"],
-                                        x0=x0, cancel=cancel)
+                                        x0=x0, cancel=cancel, on_subset=on_subset)
     raise ValueError(f"{request.algorithm!r} is not an iterative algorithm")
 
 
@@ -305,7 +323,8 @@ def check_inputs(geometry: ScanGeometry, sinogram: torch.Tensor) -> torch.Tensor
 
 def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRequest, *,
                 preview_every: int = 5, cancel: threading.Event | Callable[[], bool] | None = None,
-                backend: str = "auto", x0: torch.Tensor | None = None) -> Iterator[Event]:
+                backend: str = "auto", x0: torch.Tensor | None = None,
+                on_subset: Callable[[SubsetProgress], None] | None = None) -> Iterator[Event]:
     """Run ``request`` on the scan, yielding :class:`Started`, :class:`Progress` and one :class:`Finished`.
 
     ``preview_every`` (iterations) sets how often a :class:`Progress` event
@@ -313,8 +332,12 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
     ``threading.Event`` or a callable) is checked after every iteration;
     when set, the run finishes at once with ``stopped="cancelled"`` and the
     current estimate.  Closing the generator also stops the solver.
+    ``on_subset`` (ordered-subset methods) receives a :class:`SubsetProgress`
+    after every subset update, from inside the pass (the thread the run runs in).
     """
     request = request.validated()
+    if on_subset is not None and not callable(on_subset):
+        raise TypeError(f"on_subset must be a callable or None, got {type(on_subset).__name__}")
     if isinstance(preview_every, bool) or not isinstance(preview_every, int) or preview_every < 0:
         raise ValueError(f"preview_every must be a non-negative integer, got {preview_every!r}")
     sinogram = check_inputs(geometry, sinogram)
@@ -353,7 +376,11 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
     residuals: list[float] = []
     volume = None
     stopped = "completed"
-    gen = _iterations(problem, request, x0, cancel)
+    current = {"pass": 1}
+
+    def hook(k: int, n_subsets: int) -> None:
+        on_subset(SubsetProgress(current["pass"], n_iter, k, n_subsets, time.perf_counter() - t0))
+    gen = _iterations(problem, request, x0, cancel, hook if on_subset is not None else None)
     try:
         while True:
             try:
@@ -364,6 +391,7 @@ def reconstruct(geometry: ScanGeometry, sinogram: torch.Tensor, request: ReconRe
                 break
             volume = state.volume
             it = int(state.iteration)
+            current["pass"] = it + 1
             res = None if state.residual is None else float(state.residual)
             if res is not None:
                 residuals.append(res)

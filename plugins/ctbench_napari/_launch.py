@@ -21,9 +21,9 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
         dock.setWindowTitle(name)   # the tab shows the widget's name, not "Trajectory designer (c..."
     full_tab_titles(viewer)
     start_in(docks[0])   # tabbed together; a session starts in the designer
-    warm_up_samples()
+    warm = warm_up_samples()
     if sample is not None:
-        viewer.open_sample(PLUGIN, sample)
+        open_when_ready(viewer, sample, warm)
     if block:
         napari.run()
     return viewer
@@ -43,6 +43,32 @@ def warm_up_samples():
         WARM_UP = threading.Thread(target=_quietly, args=(warm_up,), name="ctbench-sample-warm-up", daemon=True)
         WARM_UP.start()
     return WARM_UP
+
+
+def open_when_ready(viewer, sample: str, warm) -> None:
+    """Open ``sample`` once the warm-up thread has computed it, so that the GUI thread only hands over arrays
+    (a sample the warm-up does not compute, or a warm-up that ended without it, opens at once)."""
+    from qtpy.QtCore import QTimer
+
+    from . import PLUGIN
+    from ._samples import is_ready
+
+    def ready() -> bool:
+        return is_ready(sample) or not warm.is_alive()
+
+    if ready():
+        viewer.open_sample(PLUGIN, sample)
+        return
+    timer = QTimer(viewer.window._qt_window)     # dies with the window: never opens into a closed viewer
+    timer.setInterval(50)
+
+    def check():
+        if ready():
+            timer.stop()
+            timer.deleteLater()
+            viewer.open_sample(PLUGIN, sample)
+    timer.timeout.connect(check)
+    timer.start()
 
 
 def _quietly(fn) -> None:

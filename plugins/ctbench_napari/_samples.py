@@ -84,12 +84,24 @@ def _lab_scan_layer() -> LayerData:
     return scan_layer(sample_scan_path(), name="lab scan (raw counts)")
 
 
+_READY: set = set()     # samples warm_up has computed
+
+
 def warm_up() -> None:
     """Compute the samples once (the workbench calls it in a background thread at start), so that
     File > Open Sample later only hands over arrays instead of projecting or reading on the GUI thread."""
     _phantom_array()
+    _READY.add("phantom")
     _sample_sinogram()
+    _READY.add("phantom_scan")
     _lab_scan_layer()
+    _READY.add("lab_scan")
+
+
+def is_ready(sample: str) -> bool:
+    """Whether ``sample`` is computed (opening it then only copies arrays); False for samples the warm-up
+    does not compute."""
+    return sample in _READY
 
 
 def make_phantom_scan() -> list[LayerData]:

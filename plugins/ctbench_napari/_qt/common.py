@@ -439,3 +439,60 @@ def fit_view(viewer, layers) -> None:
     m = min(len(center), len(mid))
     center[len(center) - m:] = [float(x) for x in mid[len(mid) - m:]]
     camera.center = tuple(center)
+
+
+class Steps:
+    """Run GUI-thread steps one per event-loop turn, so the canvas repaints between them.
+
+    Under software OpenGL each layer that appears for the first time costs a
+    shader build and a draw; a comparison grid or a designer preview that shows
+    five new layers at once paints them all in one long frame.  Shown one per
+    turn, each frame builds one layer and the event loop stays responsive.
+    ``pending`` counts the steps not yet run (widgets add it to ``busy``); a new
+    ``run`` drops the steps of an older one.  A step that raises ends its chain
+    and goes to ``on_error``.
+    """
+
+    GAP_MS = 1     # a timer, not 0: Qt then handles the repaint the step asked for before the next step
+
+    def __init__(self, owner):
+        self.owner = owner
+        self._chain: list = []
+        self._generation = 0
+        self.on_error = None
+
+    @property
+    def pending(self) -> int:
+        return len(self._chain)
+
+    def cancel(self) -> None:
+        """Drop the steps not yet run."""
+        self._generation += 1
+        self._chain = []
+
+    def run(self, steps, on_error=None) -> None:
+        """The first step now, each further one in a later turn of the event loop."""
+        from qtpy.QtCore import QTimer
+
+        self._generation += 1
+        self._chain = list(steps)
+        self.on_error = on_error
+        gen = self._generation
+
+        def next_step():
+            if gen != self._generation or not self._chain or is_deleted(self.owner):
+                self._chain = [] if gen == self._generation else self._chain
+                return
+            step = self._chain.pop(0)
+            try:
+                step()
+            except Exception as e:  # noqa: BLE001 - a display step failing shows in the widget
+                log.debug("ctbench display step failed", exc_info=True)
+                self._chain = []
+                if self.on_error is not None:
+                    self.on_error(e)
+                return
+            if self._chain:
+                QTimer.singleShot(self.GAP_MS, next_step)
+
+        next_step()

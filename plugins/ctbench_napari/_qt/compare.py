@@ -3,16 +3,18 @@ a line profile and a histogram, shared contrast, and a single view that restores
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from qtpy.QtCore import QPointF, QRectF, Qt
 from qtpy.QtGui import QColor, QPainter, QPen, QPolygonF
-from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QPushButton, QSizePolicy,
-                            QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+                            QSizePolicy, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
-from .common import LayerPicker, report_errors, same_layer, unwrap
+from .common import LayerPicker, Steps, report_errors, same_layer, unwrap
 from .display import set_contrast, show_frame
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
@@ -152,6 +154,13 @@ class ComparePanel(QGroupBox):
         self.histogram = CurvePlot("histogram inside the mask", "value")
         self.colour_bar = ColourBar()
         self.colour_bar.hide()
+        # The grid cells' names in a Qt label, not as vispy text in each cell: under software OpenGL the
+        # first draw of each cell's text (and its box) stalled the GUI thread for seconds.
+        self.cells = QLabel()
+        self.cells.setWordWrap(True)
+        self.cells.setTextFormat(Qt.RichText)
+        self.cells.setToolTip("what each grid cell shows (row, column: layer name)")
+        self.cells.hide()
         form = QFormLayout()
         form.addRow("Reference", self.reference)
         form.addRow("Metrics inside", self.mask)
@@ -161,6 +170,7 @@ class ComparePanel(QGroupBox):
         for b in (self.compare_button, self.difference_button, self.single_button):
             row.addWidget(b)
         layout.addLayout(row)
+        layout.addWidget(self.cells)
         layout.addWidget(self.table)
         layout.addWidget(self.colour_bar)
         layout.addSpacing(6)
@@ -169,9 +179,11 @@ class ComparePanel(QGroupBox):
         layout.addWidget(self.histogram)
         self._saved_visibility: dict | None = None
         self.compared: list = []
+        self.cell_list: list = []        # ((row, column), layer name) of each grid cell, as listed
         self.last_metrics: dict[str, metrics.Metrics] = {}
         self._generation = 0
         self._pending = 0
+        self.steps = Steps(self)        # layers shown one per event-loop turn (one new layer per frame)
         self.compare_button.clicked.connect(lambda: self.compare())
         self.difference_button.clicked.connect(lambda: self.differences())
         self.single_button.clicked.connect(lambda: self.single_view())
@@ -188,8 +200,8 @@ class ComparePanel(QGroupBox):
 
     @property
     def busy(self) -> bool:
-        """Whether metrics, plots or difference images are still being computed."""
-        return self._pending > 0
+        """Whether metrics, plots or difference images are still being computed or shown."""
+        return self._pending > 0 or self.steps.pending > 0
 
     def _fit_table(self) -> None:
         """The table is as tall as its rows (every metric row visible; it scrolls beyond 8 rows)."""
@@ -199,6 +211,10 @@ class ComparePanel(QGroupBox):
             self.table.verticalHeader().defaultSectionSize()
         h = self.table.horizontalHeader().height() + row_h + 2 * self.table.frameWidth() + 2
         self.table.setFixedHeight(max(h, 60))
+
+    def _show_error(self, e) -> None:
+        from .common import error_text
+        self.message.error(error_text(e))
 
     def _in_thread(self, work, done) -> None:
         from .common import error_text, is_deleted, start_worker
@@ -233,8 +249,9 @@ class ComparePanel(QGroupBox):
         shown = ([ref] if ref is not None else []) + chosen
         if self._saved_visibility is None:
             self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
+        self.steps.cancel()
         for layer in self.viewer.layers:
-            layer.visible = layer in shown
+            layer.visible = same_layer(layer, shown[0]) or (layer.visible and layer in shown)
         # Shared contrast: the reference's window (the phantom's), else the first result's own limits.
         window = tuple(ref.contrast_limits) if ref is not None else tuple(chosen[0].contrast_limits)
         self.viewer.layers.unlink_layers(shown, LINKED_ATTRIBUTES)
@@ -242,14 +259,18 @@ class ComparePanel(QGroupBox):
             set_contrast(layer, window)
             layer.colormap = shown[0].colormap
         self.viewer.layers.link_layers(shown, LINKED_ATTRIBUTES)
-        for layer in shown:
-            _label(layer)                              # each grid cell says what it shows
         grid = _grid(self.viewer)
         grid.stride = 1
         grid.enabled = True
-        show_frame(self.viewer, shown, ndisplay=2)
         self.compared = shown
         self._update_numbers()
+        # The cells appear one per frame: a layer drawn for the first time builds its shaders, and under
+        # software OpenGL five of them in one frame block the event loop for seconds.
+        hidden = [x for x in shown if not x.visible]
+        steps = [functools.partial(setattr, x, "visible", True) for x in hidden]
+        self.show_cells(shown)                         # names listed at once; positions once all are shown
+        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
+                        functools.partial(self.show_cells, shown)], on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown
@@ -281,28 +302,36 @@ class ComparePanel(QGroupBox):
                 out.append((layer, d, m))
             return out
 
-        def done(out):
-            added = []
-            for layer, d, m in out:
-                # Short cell label; the full names stay in the metadata.
-                name = f"difference: {_short(layer.name)}"
-                meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
-                if name in self.viewer.layers:
-                    self.viewer.layers.remove(name)
-                new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
-                                            colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
-                _label(new)
-                added.append(new)
-            self.differences_added = added
+        def add(layer, d, m):
+            # Short cell label; the full names stay in the metadata.
+            name = f"difference: {_short(layer.name)}"
+            meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
+            if name in self.viewer.layers:
+                self.viewer.layers.remove(name)
+            new = self.viewer.add_image(d, name=name, scale=layer.scale, translate=layer.translate,
+                                        colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
+            self.differences_added.append(new)
+
+        def start(out):
             grid = _grid(self.viewer)
-            shown = [x for x in self.compared if x in self.viewer.layers] + added
             if self._saved_visibility is None:
-                self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers
-                                          if x not in added}
+                self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
+            kept = [x for x in self.compared if x in self.viewer.layers]
             for x in self.viewer.layers:
-                x.visible = x in shown
+                x.visible = x in kept
             grid.enabled = True
+
+        def done(out):
+            # One new layer per frame (see compare), then the grid is fitted and the key shown.
+            self.steps.cancel()
+            self.steps.run([functools.partial(start, out), *(functools.partial(add, *x) for x in out),
+                            functools.partial(finish, out)], on_error=self._show_error)
+
+        def finish(out):
+            added = self.differences_added
+            shown = [x for x in self.compared if x in self.viewer.layers] + added
             show_frame(self.viewer, shown, ndisplay=2)
+            self.show_cells(shown)
             m = max(x[2] for x in out)
             self.colour_bar.set_map(added[0].colormap.map(np.linspace(0, 1, 64)), -m, m,
                                     f"difference (result − reference), 1/mm: {DIFFERENCE_COLORMAP} colour map")
@@ -314,10 +343,12 @@ class ComparePanel(QGroupBox):
         self._in_thread(work, done)
 
     def single_view(self, *_) -> None:
-        """Leave grid mode, unlink, hide the cell labels and restore the visibility from before comparing."""
+        """Leave grid mode, unlink, hide the cell list and restore the visibility from before comparing."""
+        self.steps.cancel()
         _grid(self.viewer).enabled = False
-        for layer in self.viewer.layers:
-            layer.name_overlay.visible = False
+        self.cells.clear()
+        self.cells.hide()
+        self.cell_list = []
         if self.compared:
             alive = [x for x in self.compared if x in self.viewer.layers]
             if len(alive) > 1:
@@ -333,6 +364,16 @@ class ComparePanel(QGroupBox):
         visible = [x for x in self.viewer.layers if x.visible]
         if visible:
             self.viewer.fit_to_view(layers=visible)
+
+    def show_cells(self, shown) -> None:
+        """List the grid cells in reading order (row, column: name) in the Qt label above the table."""
+        import html
+
+        cells = sorted((_cell(self.viewer, layer) or (0, i), layer.name) for i, layer in enumerate(shown))
+        self.cell_list = cells
+        items = [f"<b>{r + 1},{c + 1}</b>&nbsp;{html.escape(name)}" for (r, c), name in self.cell_list]
+        self.cells.setText("<b>Grid cells</b> (row, column): " + " &nbsp;·&nbsp; ".join(items))
+        self.cells.show()
 
     # ------------------------------------------------------------ numbers
     def _mask(self, ref_data: np.ndarray):
@@ -455,12 +496,19 @@ def _short(name: str, n: int = 32) -> str:
     return name if len(name) <= n else name[:n - 1] + "…"
 
 
-def _label(layer) -> None:
-    """Show the layer's name in its grid cell, small and boxed so it reads over the image."""
-    overlay = layer.name_overlay
-    overlay.font_size = 7
-    overlay.box = True
-    overlay.visible = True
+def _cell(viewer, layer) -> tuple[int, int] | None:
+    """(row, column) of ``layer``'s grid cell, or None when the grid cannot say (hidden, older napari)."""
+    grid = _grid(viewer)
+    try:
+        index = list(viewer.layers).index(layer)
+        try:
+            pos = grid.position(index, viewer.layers)
+        except TypeError:             # napari before 0.6: position(index, n_layers)
+            pos = grid.position(index, len(viewer.layers))
+    except (ValueError, AttributeError):
+        return None
+    pos = tuple(int(v) for v in pos)
+    return None if pos[0] < 0 else pos
 
 
 def _grid(viewer):

@@ -18,8 +18,9 @@ from ctbench.geometry import Trajectory
 from .._layers import completeness_layer, trajectory_layers
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import MessageLabel, ParamForm, add_or_update, error_text, is_deleted, report_errors, scroll_contents
-from .display import oblique_3d, show_frame
+from .common import (MessageLabel, ParamForm, Steps, add_or_update, error_text, is_deleted, report_errors,
+                     scroll_contents)
+from .display import VOLUME_FRAME, frame_of, oblique_3d, show_frame
 from .plot import ColourBar
 
 PREFIX = "trajectory"
@@ -54,6 +55,7 @@ class TrajectoryDesignerWidget(QWidget):
         self._first_preview = True
         self._generation = 0     # the newest preview request; older background results are dropped
         self._pending = 0
+        self.steps = Steps(self)  # preview layers put in one per event-loop turn (one new layer per frame)
 
         self.kind = QComboBox()
         for key, (label, _beam, _nd) in TRAJECTORY_KINDS.items():
@@ -178,7 +180,9 @@ class TrajectoryDesignerWidget(QWidget):
             if isinstance(geometry, DesignError):
                 self.message.error(str(geometry))
                 return
-            self._apply_preview(geometry, data)
+            # One layer per frame: a layer drawn for the first time builds its shaders (seconds for five
+            # under software OpenGL); the last step counts the update.
+            self.steps.run(self._preview_steps(geometry, data), on_error=lambda e: self.message.error(error_text(e)))
 
         self._pending += 1
         start_worker(work, on_return=lambda r: self._guard(done, r),
@@ -197,14 +201,15 @@ class TrajectoryDesignerWidget(QWidget):
 
     @property
     def busy(self) -> bool:
-        """Whether a preview is being computed in the background."""
-        return self._pending > 0
+        """Whether a preview is being computed in the background or put into the viewer."""
+        return self._pending > 0 or self.steps.pending > 0
 
     @report_errors
     def update_preview(self, *_) -> ScanGeometry | None:
         """Build the scan from the form and refresh the preview layers now (scripts and tests)."""
         self._timer.stop()
         self._generation += 1          # a background preview still running is older than this one
+        self.steps.cancel()
         try:
             geometry = self.design().build()
         except DesignError as e:
@@ -218,19 +223,43 @@ class TrajectoryDesignerWidget(QWidget):
         self._apply_preview(geometry, _preview_data(geometry, self.show_map.isChecked(), self.grid_size.value()))
 
     def _apply_preview(self, geometry: ScanGeometry, data: dict) -> None:
-        """Put computed preview layers into the viewer (GUI thread; only layer updates happen here)."""
-        self.message.clear()
-        self.geometry = geometry
-        for layer_data in data["layers"]:
-            add_or_update(self.viewer, layer_data)
+        """Put computed preview layers into the viewer now (scripts, tests, Load JSON)."""
+        for step in self._preview_steps(geometry, data):
+            step()
+
+    def _preview_steps(self, geometry: ScanGeometry, data: dict) -> list:
+        """The GUI-thread steps that show a computed preview: only layer updates happen here."""
+        import functools
+
+        first_3d = self._first_preview and not geometry.is_2d
+        steps = []
+        if first_3d:
+            steps.append(self._enter_3d)      # before the layers arrive: they are built once, in 3D
+        steps += [functools.partial(add_or_update, self.viewer, layer_data) for layer_data in data["layers"]]
+        steps.append(functools.partial(self._show_completeness, data))
+        steps.append(functools.partial(self._finish_preview, geometry, data))
+        return steps
+
+    def _enter_3d(self) -> None:
+        for layer in self.viewer.layers:
+            if frame_of(layer) != VOLUME_FRAME:
+                layer.visible = False
+        self.viewer.dims.ndisplay = 3
+
+    def _show_completeness(self, data: dict) -> None:
         name = f"{PREFIX}: completeness"
         if data["completeness"] is not None:
             add_or_update(self.viewer, data["completeness"], keep_display=False)
         elif name in self.viewer.layers:
             self.viewer.layers.remove(name)
+
+    def _finish_preview(self, geometry: ScanGeometry, data: dict) -> None:
+        self.message.clear()
+        self.geometry = geometry
+        name = f"{PREFIX}: completeness"
         self.summary.setText(data["summary"])
         self.legend.show()
-        if data["completeness"] is not None:
+        if data["completeness"] is not None and name in self.viewer.layers:
             layer = self.viewer.layers[name]
             n = geometry.n_views
             self.map_bar.set_map(layer.colormap.map(np.linspace(0, 1, 64)), 0, n,

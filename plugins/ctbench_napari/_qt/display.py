@@ -77,13 +77,30 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
 
 
 def _scale_bar(viewer, frame: str, layers) -> None:
-    """napari's scale bar on volumes (their world unit is the millimetre); none on pixel frames."""
+    """napari's scale bar on 2D slices of volumes (world unit: the millimetre); none on pixel frames or in 3D.
+
+    In 3D a length on screen depends on the direction (the designer's oblique camera foreshortens), and
+    under software OpenGL the bar's text and box made every 3D frame of the designer's preview about
+    twice as slow, so the bar is shown on 2D slices only and follows 2D/3D switches.
+    """
     bar = scale_bar(viewer)
     if bar is None:
         return
     # Not layer.units = "mm": napari then warns (a toast) about the unit-less layers of the other frame;
     # the bar's length is in world units, which are mm for volumes.
-    bar.visible = frame == VOLUME_FRAME
+    if not getattr(viewer, "_ctbench_bar_follows", False):     # connected once per viewer
+        viewer.dims.events.ndisplay.connect(lambda e: _follow_ndisplay(viewer))
+        viewer._ctbench_bar_follows = True
+    bar.visible = frame == VOLUME_FRAME and viewer.dims.ndisplay == 2
+
+
+def _follow_ndisplay(viewer) -> None:
+    """2D/3D switch (the designer, napari's 2D/3D button): the bar on 2D slices of volumes only."""
+    bar = scale_bar(viewer)
+    if bar is None:
+        return
+    shown = [x for x in viewer.layers if x.visible]
+    bar.visible = viewer.dims.ndisplay == 2 and bool(shown) and all(frame_of(x) == VOLUME_FRAME for x in shown)
 
 
 def scale_bar(viewer):

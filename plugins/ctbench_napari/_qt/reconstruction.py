@@ -12,14 +12,16 @@ from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, Q
                             QVBoxLayout, QWidget)
 
 from ctbench.workbench.applicability import unusable_reason
-from ctbench.workbench.workflow import ALGORITHMS, Finished, Progress, ReconRequest, Started, reconstruct
+from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconRequest, Started, SubsetProgress,
+                                        reconstruct)
 
-from .._layers import KEY, LayerError, has_geometry, is_sinogram, placement, sinogram_of
+from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
 from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors, scroll_contents
 from .compare import ComparePanel
 from .display import show_result
+from .estimate import EstimateLabel
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
 
@@ -98,6 +100,7 @@ class ReconstructionWidget(QWidget):
         self.progress.setValue(0)
         self.progress.setFormat("")            # no numbers before the first run
         self.plot = ResidualPlot()
+        self.estimate = EstimateLabel(self)       # memory and time of a Run, before it runs
         self.status = QLabel()
         self.status.setWordWrap(True)
         self.message = MessageLabel()
@@ -133,6 +136,7 @@ class ReconstructionWidget(QWidget):
         for b in (self.preview_button, self.run_button, self.cancel_button):
             row.addWidget(b)
         layout.addLayout(row)
+        layout.addWidget(self.estimate)
         layout.addWidget(self.progress)
         layout.addWidget(self.plot)
         layout.addWidget(self.status)
@@ -148,6 +152,12 @@ class ReconstructionWidget(QWidget):
         self.run_button.clicked.connect(self.run)
         self.cancel_button.clicked.connect(self.cancel)
         napari_viewer.layers.events.removed.connect(self._layer_removed)
+        for i in range(self.forms.count()):
+            self.forms.widget(i).changed.connect(self.estimate.schedule)
+        for w in (*self.grid, self.pitch):
+            w.valueChanged.connect(self.estimate.schedule)
+        self.algorithm.currentIndexChanged.connect(self.estimate.schedule)
+        self.sinogram.layer_changed.connect(self.estimate.schedule)
         self.set_runner(self.runner)
         self._algorithm_changed(self.algorithm.currentIndex())
         self._sinogram_changed(self.sinogram.layer())
@@ -236,13 +246,22 @@ class ReconstructionWidget(QWidget):
             raise LayerError("no sinogram to reconstruct: simulate one in the Projection widget, or open "
                              "File > Open Sample > ctbench")
         geo, sino = sinogram_of(layer)
+        return layer, self._on_grid(geo), sino
+
+    def problem_geometry(self):
+        """The geometry a Run would use (chosen layer, chosen grid), without reading the sinogram."""
+        layer = self.sinogram.layer()
+        if layer is None:
+            raise LayerError("no sinogram chosen")
+        return self._on_grid(geometry_of(layer))
+
+    def _on_grid(self, geo):
         reason = unusable_reason(self.algorithm.currentData(), geo)
         if reason is not None:
             raise LayerError(reason)
         D, H, W = (s.value() for s in self.grid)
         p = float(self.pitch.value())
-        geo = geo.with_volume((H, W), (p, p)) if geo.is_2d else geo.with_volume((D, H, W), (p, p, p))
-        return layer, geo, sino
+        return geo.with_volume((H, W), (p, p)) if geo.is_2d else geo.with_volume((D, H, W), (p, p, p))
 
     # ------------------------------------------------------------------ runs
     @report_errors
@@ -279,8 +298,12 @@ class ReconstructionWidget(QWidget):
         self.status.setText(f"{request.title()}: starting…")
         self._set_running(True)
         job = getattr(self.runner, "job_events", None) if mode == "full" else None   # background job (jobs.py)
+        # Ordered-subset methods report every subset from inside a pass; the signal is emitted in the worker
+        # thread and delivered (queued, in order with the other events) on the GUI thread.
+        on_subset = self.runner.event.emit if request.algorithm in ("os_sirt", "os_tv") else None
         self.runner.start(job(geo, sino_t, request) if job else
-                          lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel))
+                          lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
+                                                     on_subset=on_subset))
         return request
 
     def cancel(self, *_) -> None:
@@ -318,6 +341,8 @@ class ReconstructionWidget(QWidget):
         try:
             if isinstance(event, Started):
                 self._on_started(event)
+            elif isinstance(event, SubsetProgress):
+                self._on_subset(event)
             elif isinstance(event, Progress):
                 self._on_progress(event)
             elif isinstance(event, Finished):
@@ -352,6 +377,23 @@ class ReconstructionWidget(QWidget):
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: running…")
 
+    def _on_subset(self, ev: SubsetProgress) -> None:
+        """Inside a pass of OS-SIRT / OS-TV: the bar counts subset updates, the ETA is the measured time per
+        subset times the subsets left."""
+        subsets = self._run.setdefault("subsets", [])
+        subsets.append((ev.iteration, ev.subset, ev.n_subsets, ev.elapsed))
+        self._run["n_subsets"] = ev.n_subsets
+        total = ev.n_iter * ev.n_subsets
+        done = (ev.iteration - 1) * ev.n_subsets + ev.subset
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        left = subset_eta_seconds(subsets, total)
+        eta = f", about {_duration(left)} left" if done < total else ""
+        self._run["eta"] = eta
+        where = f"subset {ev.subset}/{ev.n_subsets} of pass {ev.iteration}/{ev.n_iter}"
+        self.progress.setFormat(where + (f", {_duration(left)} left" if done < total else ""))
+        self.status.setText(f"{where}, {ev.elapsed:.1f} s{eta}")
+
     def _on_progress(self, ev: Progress) -> None:
         views = getattr(ev, "views", None)
         if views is not None:
@@ -368,17 +410,23 @@ class ReconstructionWidget(QWidget):
         if self._run.get("views") and not self._run["request"].spec.iterative:
             return      # the closing event of a view-batched FBP: the bar keeps "N / N views"
         self._run.setdefault("progress", []).append((ev.iteration, ev.elapsed, ev.residual))
-        self.progress.setMaximum(max(ev.n_iter, 1))
-        self.progress.setValue(ev.iteration)
+        per_pass = int(self._run.get("n_subsets") or 1)    # the bar counts subsets for ordered-subset methods
+        self.progress.setMaximum(max(ev.n_iter * per_pass, 1))
+        self.progress.setValue(ev.iteration * per_pass)
         self.plot.add(ev.iteration, ev.residual)
         res = f", residual {ev.residual:.4g}" if ev.residual is not None else ""
         eta = ""
+        what = "pass" if per_pass > 1 else "iteration"
         if ev.iteration < ev.n_iter and ev.iteration > 0:
-            left = eta_seconds(self._run["progress"], ev.n_iter)
+            if per_pass > 1:     # the finer clock: time per subset update
+                left = subset_eta_seconds(self._run["subsets"], ev.n_iter * per_pass)
+                self.progress.setFormat(f"pass {ev.iteration}/{ev.n_iter}, {_duration(left)} left")
+            else:
+                left = eta_seconds(self._run["progress"], ev.n_iter)
+                self.progress.setFormat(f"%v / %m, {_duration(left)} left")
             eta = f", about {_duration(left)} left"
-            self.progress.setFormat(f"%v / %m, {_duration(left)} left")
         self._run["eta"] = eta
-        self.status.setText(f"iteration {ev.iteration}/{ev.n_iter}{res}, {ev.elapsed:.1f} s{eta}")
+        self.status.setText(f"{what} {ev.iteration}/{ev.n_iter}{res}, {ev.elapsed:.1f} s{eta}")
         if ev.preview is not None and self.live_layer is not None:
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
@@ -428,6 +476,7 @@ class ReconstructionWidget(QWidget):
 
     def _on_done(self) -> None:
         self._set_running(False)
+        self.estimate.schedule()       # settings may have changed during the run
         ev = self._run.get("finished")
         started = self._run.get("started")
         total = started.n_iter if started is not None else (ev.n_iter if ev else 1)
@@ -488,6 +537,15 @@ def eta_seconds(progress: list, n_iter: int) -> float:
     else:
         per = elapsed / max(it, 1)
     return max(per, 0.0) * (n_iter - it)
+
+
+def subset_eta_seconds(subsets: list, total: int) -> float:
+    """Time left from the measured time per subset update: between the first update (which also pays the
+    set-up: weights, kernel caches) and the latest when there are two, else the first one's."""
+    (p0, k0, n, t0), (p1, k1, _, t1) = subsets[0], subsets[-1]
+    first, last = (p0 - 1) * n + k0, (p1 - 1) * n + k1
+    per = (t1 - t0) / (last - first) if last > first else t1 / max(last, 1)
+    return max(per, 0.0) * (total - last)
 
 
 def _duration(seconds: float) -> str:
