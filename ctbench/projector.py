@@ -182,22 +182,8 @@ class Projector:
 
     # ------------------------------------------------------------- checking
     def _check_frames(self, trajectory: Trajectory) -> Trajectory:
-        """The frame checks alone: a Trajectory, finite, with views, non-zero axes and ray directions."""
-        if not isinstance(trajectory, Trajectory):
-            raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
-        trajectory.validate_finite()
-        if trajectory.n_views == 0:
-            raise ValueError("trajectory has no views")
-        for name in ("detector_u", "detector_v"):
-            norms = getattr(trajectory, name).detach().norm(dim=1)
-            if (norms == 0).any():
-                raise ValueError(f"trajectory {name} has zero-length vectors in views "
-                                 f"{(norms == 0).nonzero()[:, 0].tolist()[:10]}")
-        if self.beam == "parallel":
-            norms = trajectory.source.detach().norm(dim=1)
-            if (norms == 0).any():
-                raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
-        return trajectory
+        """The frame checks alone (:func:`check_frames`)."""
+        return check_frames(trajectory, self.beam)
 
     def _check_trajectory(self, trajectory: Trajectory) -> Trajectory:
         self._check_frames(trajectory)
@@ -386,3 +372,20 @@ _EXTENSION_OPTIONS: set[str] = {
     "devices", "memory_budget", "volume_chunk_shape", "view_chunk_size", "detector_chunk_shape",
     "distributed", "process_group", "partition", "partition_grid",
 }
+
+
+def check_frames(trajectory: Trajectory, beam: str) -> Trajectory:
+    """The frame checks alone: a Trajectory, finite, with views, non-zero axes and ray directions."""
+    if not isinstance(trajectory, Trajectory):
+        raise TypeError(f"trajectory must be a ctbench Trajectory, got {type(trajectory).__name__}")
+    trajectory.validate_finite()
+    if trajectory.n_views == 0:
+        raise ValueError("trajectory has no views")
+    for name in ("detector_u", "detector_v"):
+        norms = getattr(trajectory, name).detach().norm(dim=1)
+        if (norms == 0).any():
+            raise ValueError(f"trajectory {name} has zero-length vectors in views "
+                             f"{(norms == 0).nonzero()[:, 0].tolist()[:10]}")
+    if beam == "parallel" and (trajectory.source.detach().norm(dim=1) == 0).any():
+        raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
+    return trajectory

@@ -22,6 +22,7 @@ import torch
 from ..engine.base import Rays, Tile, VolumeGrid
 from ..engine.plan import check_chunk_options
 from ..engine.reference import pixel_rays
+from ..projector import check_frames
 from ..storage.completion import same_location, store_location
 
 __all__ = ["cell_project", "cell_backproject", "CellStrategy", "check_cell_geometry", "check_diffct_geometry",
@@ -198,16 +199,7 @@ def check_cell_geometry(trajectory, beam: str) -> None:
     """What the cell model needs of a trajectory: finite values, non-zero detector axes and
     parallel directions.  A source inside the volume or a detector cutting it is a valid segment
     (the model clips rays at both ends), so ctbench's stricter Joseph checks do not apply."""
-    trajectory.validate_finite()
-    if trajectory.n_views == 0:
-        raise ValueError("trajectory has no views")
-    for name in ("detector_u", "detector_v"):
-        norms = getattr(trajectory, name).detach().norm(dim=1)
-        if (norms == 0).any():
-            raise ValueError(f"trajectory {name} has zero-length vectors in views "
-                             f"{(norms == 0).nonzero()[:, 0].tolist()[:10]}")
-    if beam == "parallel" and (trajectory.source.detach().norm(dim=1) == 0).any():
-        raise ValueError("parallel-beam ray directions (trajectory.source) must be non-zero")
+    check_frames(trajectory, beam)
 
 
 def check_diffct_geometry(trajectory, beam: str, voxel_spacing, float32: bool) -> None:

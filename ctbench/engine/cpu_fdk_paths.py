@@ -10,11 +10,9 @@ measured again).  ``CTBENCH_CPU_PATH=fdk=NAME`` still overrides it (``fdk_kernel
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import Callable
 
-from . import cpu_build, cpu_paths
-from .cpu_joseph_paths import choice_location
+from . import cpu_path_cache
 
 FAMILY = "fdk"
 MEASURE_PROBLEM = "circular cone, 48^3 volume, 48 views, 48x48 detector, 1 call per path after a warm-up, best of 3"
@@ -37,29 +35,12 @@ def measured_paths(lib, known: dict[str, list[str]],
 
 
 def _choose(lib, known, measure):
-    info = getattr(lib, "_ctbench_origin", {})
-    why = "the library's SHA-256 is unknown"
-    try:
-        folder, sha = choice_location(info)
-    except (cpu_build.UntrustedCache, OSError) as e:
-        folder, sha, why = None, "", str(e)
-    cpu = cpu_build.cpu_signature()
-    path = cpu_paths.choice_file(folder, FAMILY, sha) if folder is not None else None
-    if path is not None:
-        choice, _problem = cpu_paths.read_choice(path, FAMILY, sha, cpu, known)
-        if choice is not None:
-            return choice, "cache"
-    timings = {}
-    for dtype, names in known.items():
-        seconds = measure(dtype) if len(names) > 1 else {names[0]: 0.0}
-        timings[dtype] = {name: float(seconds[name]) for name in names}  # the default stays first
-    choice = cpu_paths.fastest(timings)
-    if path is None:
-        return choice, f"measured (not cached: {why})"
-    try:
-        cpu_paths.write_choice(path, FAMILY, sha, cpu, known, choice, timings, MEASURE_PROBLEM)
-    except OSError as e:
-        warnings.warn(f"ctbench: could not cache the measured FDK path in {path}: {e}", RuntimeWarning,
-                      stacklevel=3)
-        return choice, f"measured (not cached: {e})"
-    return choice, "measured"
+    def measure_all():
+        timings = {}
+        for dtype, names in known.items():
+            seconds = measure(dtype) if len(names) > 1 else {names[0]: 0.0}
+            timings[dtype] = {name: float(seconds[name]) for name in names}  # the default stays first
+        return timings
+
+    return cpu_path_cache.cached_or_measured(getattr(lib, "_ctbench_origin", {}), FAMILY, known, measure_all,
+                                             MEASURE_PROBLEM)

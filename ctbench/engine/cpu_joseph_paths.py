@@ -22,13 +22,11 @@ from __future__ import annotations
 import math
 import threading
 import time
-import warnings
-from pathlib import Path
 
 import torch
 
 from ..geometry.generators import circular_trajectory_3d
-from . import cpu_build, cpu_paths
+from . import cpu_path_cache, cpu_paths
 from .cpu_build import F64 as _D
 from .cpu_build import I64 as _L
 from .cpu_build import INT as _I
@@ -111,49 +109,15 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
     return timings
 
 
-def choice_location(lib_info: dict) -> tuple[Path | None, str]:
-    """(folder for the choice file, library SHA-256) of the loaded library, or (None, "") if unknown."""
-    sha = lib_info.get("sha256") or ""
-    if not sha:
-        return None, ""
-    if lib_info.get("source") == "jit" and lib_info.get("dir"):
-        return Path(lib_info["dir"]), sha
-    return cpu_build.private_dir(cpu_build.cache_dir() / "paths", levels=2), sha
-
-
 def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], str]:
     """``(choice, where from)``: the cached choice of this library and CPU, or a fresh measurement (then
-    cached).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a JIT build) says where the library came
-    from; by default what the loader recorded on it.  ``where from`` is ``"cache"``, ``"measured"`` or ``"measured (not cached: why)"``."""
-    known = known_paths(lib)
+    cached; :mod:`ctbench.engine.cpu_path_cache`).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a
+    JIT build) says where the library came from; by default what the loader recorded on it."""
     info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
-    try:
-        folder, sha = choice_location(info)
-    except (cpu_build.UntrustedCache, OSError) as e:
-        folder, sha = None, ""
-        why = str(e)
-    else:
-        why = "the library's SHA-256 is unknown"
-    cpu = cpu_build.cpu_signature()
-    path = cpu_paths.choice_file(folder, FAMILY, sha) if folder is not None else None
-    if path is not None:
-        choice, _problem = cpu_paths.read_choice(path, FAMILY, sha, cpu, known)
-        if choice is not None:
-            return choice, "cache"
-    timings = measure(lib)
-    choice = cpu_paths.fastest(timings)
-    if path is None:
-        return choice, f"measured (not cached: {why})"
-    try:
-        n, nz, views = MEASURE_SHAPE
-        cpu_paths.write_choice(path, FAMILY, sha, cpu, known, choice, timings,
-                               f"circular cone, {nz}x{n}x{n} volume, {views} views, {n}x{nz} detector, float32, "
-                               "1 thread")
-    except OSError as e:
-        warnings.warn(f"ctbench: could not cache the measured CPU paths in {path}: {e}", RuntimeWarning,
-                      stacklevel=2)
-        return choice, f"measured (not cached: {e})"
-    return choice, "measured"
+    n, nz, views = MEASURE_SHAPE
+    return cpu_path_cache.cached_or_measured(
+        info, FAMILY, known_paths(lib), lambda: measure(lib),
+        f"circular cone, {nz}x{n}x{n} volume, {views} views, {n}x{nz} detector, float32, 1 thread")
 
 
 def _state(lib) -> dict:

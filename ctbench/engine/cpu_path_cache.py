@@ -1,0 +1,54 @@
+"""The measured choice of a kernel family's cpu paths, cached beside its library.
+
+One rule for every family (the Joseph projector's forward/back paths, FDK's backprojection): the
+choice is read from ``paths-FAMILY-SHA.json`` when that file is trusted (library_trust's rules) and
+names this very library, CPU and list of paths; otherwise the paths are measured, the fastest is
+kept unless it beats the first listed by less than 5 %, and the choice is written atomically.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from . import cpu_build, cpu_paths
+
+
+def choice_location(lib_info: dict) -> tuple[Path | None, str]:
+    """(folder for the choice file, library SHA-256) of the loaded library, or (None, "") if unknown."""
+    sha = lib_info.get("sha256") or ""
+    if not sha:
+        return None, ""
+    if lib_info.get("source") == "jit" and lib_info.get("dir"):
+        return Path(lib_info["dir"]), sha
+    return cpu_build.private_dir(cpu_build.cache_dir() / "paths", levels=2), sha
+
+
+def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
+                       measure: Callable[[], dict[str, dict[str, float]]], problem: str) -> tuple[dict[str, str], str]:
+    """``(choice, where from)``: the cached choice for this library and CPU, or ``measure()``'s
+    (seconds by operation and path) fastest, then cached.  ``where from`` is ``"cache"``,
+    ``"measured"`` or ``"measured (not cached: why)"``."""
+    why = "the library's SHA-256 is unknown"
+    try:
+        folder, sha = choice_location(lib_info)
+    except (cpu_build.UntrustedCache, OSError) as e:
+        folder, sha, why = None, "", str(e)
+    cpu = cpu_build.cpu_signature()
+    path = cpu_paths.choice_file(folder, family, sha) if folder is not None else None
+    if path is not None:
+        choice, _problem = cpu_paths.read_choice(path, family, sha, cpu, known)
+        if choice is not None:
+            return choice, "cache"
+    timings = measure()
+    choice = cpu_paths.fastest(timings)
+    if path is None:
+        return choice, f"measured (not cached: {why})"
+    try:
+        cpu_paths.write_choice(path, family, sha, cpu, known, choice, timings, problem)
+    except OSError as e:
+        warnings.warn(f"ctbench: could not cache the measured {family} cpu paths in {path}: {e}", RuntimeWarning,
+                      stacklevel=3)
+        return choice, f"measured (not cached: {e})"
+    return choice, "measured"
