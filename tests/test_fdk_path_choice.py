@@ -66,3 +66,13 @@ def test_real_library_choice_is_a_known_path_and_the_variable_overrides_it(monke
         assert fdk_kernels.fdk_path(dtype, 64) == "rows"
         monkeypatch.delenv("CTBENCH_CPU_PATH")
     assert fdk_kernels.fdk_path(torch.float32, 1) == "rows"  # thin slabs: rows, whatever was measured
+
+
+def test_default_names_the_builds_own_path(monkeypatch):
+    from ctbench.engine import cpu_build, cpu_joseph_paths
+    lib = cpu_build.load_cpu_library("joseph")
+    known = cpu_joseph_paths.known_paths(lib)
+    monkeypatch.setenv("CTBENCH_CPU_PATH", "forward=default,back=default,fdk=default")
+    assert cpu_joseph_paths.active_paths(lib) == {op: names[0] for op, names in known.items()}
+    assert fdk_kernels.fdk_path(torch.float32, 64) == fdk_kernels.build_default_fdk_path(torch.float32)
+    assert fdk_kernels.fdk_path(torch.float64, 1) == "rows"

@@ -4,7 +4,8 @@ A path is one implementation family of an operation (for example SIMD lanes with
 scalar loads, scalar beams), each equal to the reference within round-off.  By default the engine
 runs the path measured fastest on this CPU; ``CTBENCH_CPU_PATH`` forces one per operation for
 benchmarks and tests: ``CTBENCH_CPU_PATH="forward=NAME,back=NAME,fdk=NAME"`` (any subset; an
-operation left out keeps the measured choice).  The Joseph projector's measurement and its use
+operation left out keeps the measured choice; ``NAME=default`` is the build's own default path,
+the same on every CPU, for bitwise comparisons between builds).  The Joseph projector's measurement and its use
 are in ``cpu_joseph_paths``; docs/INTERNALS.md ("CPU paths chosen by measurement") lists them.
 """
 
@@ -21,6 +22,8 @@ from .library_trust import UntrustedCache, read_trusted_json
 
 PATH_ENV = "CTBENCH_CPU_PATH"
 OPERATIONS = ("forward", "back", "fdk")
+# a NAME meaning the build's first-listed path, whatever was measured (bitwise comparisons of builds)
+DEFAULT_PATH = "default"
 
 
 def forced_paths() -> dict[str, str]:
@@ -82,6 +85,8 @@ def check_forced(forced: dict[str, str], known: dict[str, list[str]]) -> dict[st
         want = forced.get(op)
         if want is None:
             continue
+        if want == DEFAULT_PATH:  # the build's own default: the same on every CPU that runs the build
+            want = names[0]
         if want not in names:
             raise ValueError(f"{PATH_ENV}: {op}={want!r} is not a path of this CPU's kernel library; "
                              f"known {op} paths: {', '.join(names)}")

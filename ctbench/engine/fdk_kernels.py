@@ -38,7 +38,7 @@ from .base import Rays, VolumeGrid
 from .cpu import num_threads
 from .cpu_build import DTYPE_SUFFIX, F64, I64, INT, PTR, cpu_function, load_cpu_library
 from .cpu_fdk_paths import measured_paths
-from .cpu_paths import PATH_ENV, forced_path
+from .cpu_paths import DEFAULT_PATH, PATH_ENV, forced_path
 
 _P, _I, _L, _D = PTR, INT, I64, F64
 _CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I, _I]
@@ -97,6 +97,8 @@ def fdk_path(dtype: torch.dtype, nz: int) -> str:
     name = forced_path("fdk")
     if name is None:
         return default_fdk_path(dtype, nz)
+    if name == DEFAULT_PATH:  # the build's default, whatever was measured
+        return "rows" if nz < COLUMNS_MIN_Z else build_default_fdk_path(dtype)
     if name not in FDK_PATHS:
         raise ValueError(f"{PATH_ENV}: unknown fdk path {name!r}; expected one of {', '.join(FDK_PATHS)} "
                          f"(this cpu library runs {', '.join(fdk_paths(dtype))} for {dtype})")
