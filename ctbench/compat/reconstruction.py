@@ -60,6 +60,22 @@ def _functional_projector(sinogram, trajectory, volume_shape, angles, beam, dete
 def _analytic(kind, sinogram, trajectory, volume_shape, angles, beam, detector_spacing, voxel_spacing, window,
               pad_factor, short_scan, isocenter, backend, precision, unsupported, view_chunk_size=None,
               volume_chunk_shape=None, output=None):
+    learned = any(unsupported.get(k) is not None for k in ("projection_weights", "angular_weights", "filter_response"))
+    if learned or view_chunk_size is not None:
+        # diffct's batched recipe (learned weights, view batches summed in order, so that fdk and
+        # fdk_into agree exactly): ctbench.compat.analytical_execution
+        from .analytical_execution import AnalyticalExecution
+
+        run = AnalyticalExecution(sinogram, trajectory, volume_shape, angles, beam=beam,
+                                  detector_spacing=detector_spacing, voxel_spacing=voxel_spacing, window=window,
+                                  pad_factor=pad_factor, short_scan=short_scan, isocenter=isocenter, backend=backend,
+                                  precision=precision, view_chunk_size=view_chunk_size,
+                                  volume_chunk_shape=volume_chunk_shape, **unsupported)
+        if output is not None:
+            return run.into(output)
+        if not isinstance(sinogram, torch.Tensor):
+            raise TypeError("fbp/fdk input must be a tensor; use fbp_into/fdk_into for stores")
+        return run.tensor_result()
     _unsupported(**unsupported)
     if isocenter is not None and any(float(c) != 0.0 for c in torch.as_tensor(isocenter).reshape(-1).tolist()):
         raise NotImplementedError("isocenter= is not supported; move the scan with transform_trajectory so that "
