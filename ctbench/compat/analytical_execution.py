@@ -29,6 +29,7 @@ ranks would agree before any data is read; in one process ``preflight`` raises t
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import numbers
 
@@ -43,6 +44,7 @@ from .analytical import angular_integration_weights, parker_weights, ramp_filter
 from .distribution import Partition
 from .operators import _positive, slab_planes
 from ..projector import Projector
+from ..storage.completion import same_location
 from .weighted import _check_geometry, _cone_scale, _normals
 
 __all__ = ["AnalyticalExecution", "reconstruct", "reconstruct_into"]
@@ -67,6 +69,14 @@ def _learned(value, shape, name, *, exact):
     if not ok:
         raise ValueError(f"{name} must {'have' if exact else 'broadcast to'} shape {shape}, got {tuple(value.shape)}")
     return value
+
+
+def _overlap(a, b) -> bool:
+    """Whether two tensors share any memory."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.device != b.device:
+        return False
+    sa, sb = a.untyped_storage(), b.untyped_storage()
+    return sa.data_ptr() == sb.data_ptr() and sa.nbytes() > 0
 
 
 def _digest(t: torch.Tensor):
@@ -156,6 +166,11 @@ class AnalyticalExecution:
         self.view_chunk_size = min(32, n) if view_chunk_size is None else _positive(view_chunk_size,
                                                                                    "view_chunk_size")
         self.slab = slab_planes(volume_chunk_shape, self.volume_shape)
+        # the write blocks of into (diffct's spatial tiles); the gather itself runs in z-slabs
+        if isinstance(volume_chunk_shape, (tuple, list, torch.Size)):
+            self.tile = tuple(int(c) for c in volume_chunk_shape)
+        else:  # None, or ctbench's plane count
+            self.tile = None if self.slab is None else (self.slab, *self.volume_shape[1:])
         if not isinstance(short_scan, bool):
             raise TypeError(f"short_scan must be a bool, got {type(short_scan).__name__}")
         if short_scan and beam == "parallel":
@@ -236,6 +251,15 @@ class AnalyticalExecution:
         q = self._filter(data) * self.angular_weights[a:b].to(self.dtype).reshape((-1,) + (1,) * (self.rank - 1))
         return q.unsqueeze(-1) if self.rank == 2 else q
 
+    def _tiles(self, z0, z1):
+        """Output windows of slab [z0, z1) (2D: the plane), each within ``volume_chunk_shape``."""
+        shape = (z1 - z0, *self.volume_shape[1:]) if self.rank == 3 else self.volume_shape
+        block = [min(c, m) for c, m in zip(self.tile, shape)] if self.tile else list(shape)
+        base = (z0, 0, 0) if self.rank == 3 else (0, 0)
+        starts = [range(0, m, c) for m, c in zip(shape, block)]
+        for corner in itertools.product(*starts):
+            yield tuple(slice(o + a, o + min(a + c, m)) for o, a, c, m in zip(base, corner, block, shape))
+
     def _rays(self, a, b):
         return self.projector._rays(None, self.dtype, torch.device("cpu")).views(a, b)
 
@@ -260,8 +284,18 @@ class AnalyticalExecution:
             value = getattr(self, name)
             if isinstance(value, torch.Tensor) and value.requires_grad:
                 raise ValueError(f"into methods are numerical; detach {name}")
-        if isinstance(output, torch.Tensor) and output is self.source:
-            raise ValueError("output must not be the source")
+        # every refusal comes before the first read or write
+        if isinstance(self.source, torch.Tensor) and self.source.requires_grad:
+            raise ValueError("into methods are numerical; detach the source (fbp/fdk are differentiable)")
+        if isinstance(output, torch.Tensor):
+            if output.requires_grad:
+                raise ValueError("output must not require grad: into writes outside autograd (detach it)")
+            if not output.is_floating_point():
+                raise TypeError(f"output must be a floating-point tensor, got {output.dtype}")
+        elif getattr(output, "writable", True) is False:
+            raise PermissionError(f"output {type(output).__name__} is read-only (writable=False)")
+        if output is self.source or same_location(output, self.source) or _overlap(output, self.source):
+            raise ValueError("output must not be (or share memory with) the source")
         D = self.volume_shape[0] if self.rank == 3 else 1
         step = self.slab or D
         grid = self.projector.grid
@@ -274,13 +308,13 @@ class AnalyticalExecution:
                                                 self.scale[a:b].to(self.dtype), z0=z0, z1=z1)
                     acc = part if acc is None else acc + part
                 value = acc[0] if self.rank == 2 else acc
-                window = tuple(slice(0, m) for m in self.volume_shape)
-                if self.rank == 3:
-                    window = (slice(z0, z1),) + window[1:]
-                if isinstance(output, torch.Tensor):
-                    output[window].copy_(value)
-                else:
-                    output.write(window, value.to(output.dtype))
+                for window in self._tiles(z0, z1):
+                    local = window if self.rank == 2 else (slice(window[0].start - z0, window[0].stop - z0),
+                                                           *window[1:])
+                    if isinstance(output, torch.Tensor):
+                        output[window].copy_(value[local])
+                    else:
+                        output.write(window, value[local].to(output.dtype))
             if hasattr(output, "flush"):
                 output.flush()
         return output

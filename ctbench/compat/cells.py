@@ -118,7 +118,12 @@ def _groups(grid: VolumeGrid, rays: Rays, batch: int, view_chunk=None, tile=None
         for u0 in range(0, U, tu):
             for w0 in range(0, V, tv):
                 t = Tile(u0, min(u0 + tu, U), w0, min(w0 + tv, V))
-                origin, direction = pixel_rays(part, t)
+                if U == V == 1:  # one-pixel views (a curved detector's pixels): the pixel is the centre,
+                    # composed already (compat/surfaces.py); no second world-point array
+                    origin, direction = (part.source, part.center - part.source) if part.cone else \
+                        (part.center, part.source)
+                else:
+                    origin, direction = pixel_rays(part, t)
                 yield index[v0:v0 + part.n_views, t.u0:t.u1, t.v0:t.v1].reshape(-1), origin, direction
 
 

@@ -123,58 +123,68 @@ def compose_points(center, axis_u, axis_v, offsets, pixel_dims: int):
     return points + w[..., None] * axis_v + h[..., None] * normal
 
 
-def check_pixels(source, points, beam: str, spacing_xyz, what: str) -> None:
+def check_pixels(source, points, beam: str, spacing_xyz, what: str, first: int = 0) -> None:
     """diffct's call-time rules for surface pixels (``points`` ``(n, P, 3)``, ``source`` ``(n, 3)``):
     finite in the arithmetic's dtype; for diverging beams no pixel on its source, and the nearer of
     source and pixel within 1e6 voxels of the centre, both within 1e15 (what floating-point ray set-up
-    resolves).  ``what`` names the dtype in the message."""
+    resolves).  ``what`` names the dtype in the message; ``first`` is the index of the first view."""
     if not bool(torch.isfinite(points).all()) or not bool(torch.isfinite(source).all()):
         bad = (~torch.isfinite(points)).reshape(points.shape[0], -1).any(1) | ~torch.isfinite(source).all(1)
         raise ValueError(f"detector_surface pixel positions are not finite in {what} (overflow) in views "
-                         f"{bad.nonzero()[:, 0].tolist()[:10]}")
+                         f"{(bad.nonzero()[:, 0] + first).tolist()[:10]}")
     if beam == "parallel":
         return
     same = (points == source[:, None, :]).all(-1)
     if bool(same.any()):
         raise ValueError(f"source and detector surface pixels must differ: a detector_surface pixel coincides "
                          f"with the source (in {what}) in views "
-                         f"{same.any(1).nonzero()[:, 0].tolist()[:10]}; a ray needs two distinct end points")
+                         f"{(same.any(1).nonzero()[:, 0] + first).tolist()[:10]}; a ray needs two distinct end points")
     pitch = torch.as_tensor(spacing_xyz, dtype=torch.float64)
     ds = (source.to(torch.float64) / pitch).norm(dim=-1)[:, None]
     dp = (points.to(torch.float64) / pitch).norm(dim=-1)
     far = torch.maximum(ds, dp) > 1e15
     if bool(far.any()):
         raise ValueError(f"a source or detector_surface pixel lies more than 1e15 voxels from the volume centre in "
-                         f"views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
+                         f"views {(far.any(1).nonzero()[:, 0] + first).tolist()[:10]}")
     far = torch.minimum(ds, dp) > 1e6
     if bool(far.any()):
         raise ValueError(f"a source and one of its detector_surface pixels both lie more than 1e6 voxels from the "
-                         f"volume centre in views {far.any(1).nonzero()[:, 0].tolist()[:10]}")
+                         f"volume centre in views {(far.any(1).nonzero()[:, 0] + first).tolist()[:10]}")
 
 
-def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device, spacing_xyz=None) -> Trajectory:
+def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, device, spacing_xyz=None,
+                     view_chunk_size=None) -> Trajectory:
     """One one-pixel view per (view, pixel): the view's source (or ray direction) and axes, the
-    detector centre at the pixel's position on the surface.  With ``spacing_xyz`` (the voxel
-    pitch, x first) the pixels are checked (:func:`check_pixels`) in float64 from the raw
-    coordinates and in ``dtype``, the arithmetic the projection runs in."""
+    detector centre at the pixel's position on the surface.  As diffct, the world points are
+    composed only in ``dtype`` (the arithmetic the projection runs in), in the scan's own rank
+    (2-vectors for 2D scans) and ``view_chunk_size`` views at a time, so that no intermediate
+    holds more than one batch of pixels; with ``spacing_xyz`` (the voxel pitch, x first) each batch
+    is checked (:func:`check_pixels`) as it is composed."""
     n = trajectory.n_views
-
-    def compose(dt, dev):
-        src, ctr, u, v = (t.to(device=dev, dtype=dt) for t in trajectory.tensors())
-        return src, compose_points(ctr, u, v, offsets.to(device=dev, dtype=dt), offsets.ndim - 2), u, v
-
-    if spacing_xyz is not None:
-        with torch.no_grad():
-            exact_src, exact = compose(torch.float64, "cpu")[:2]
-            check_pixels(exact_src, exact.reshape(n, -1, 3), trajectory.beam, spacing_xyz, "float64")
-    src, points, u, v = compose(dtype, device)
-    if spacing_xyz is not None and dtype != torch.float64:
-        check_pixels(src.detach(), points.detach().reshape(n, -1, 3), trajectory.beam, spacing_xyz, str(dtype))
+    rank = 2 if trajectory.ndim == 2 else 3
+    src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
+    off = offsets.to(device=device, dtype=dtype)
+    step = n if view_chunk_size is None else max(1, int(view_chunk_size))
+    parts = []
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        o = off if off.shape[0] == 1 else off[a:b]
+        if rank == 2:
+            p = compose_points(ctr[a:b, :2], u[a:b, :2], None, o, off.ndim - 2)
+        else:
+            p = compose_points(ctr[a:b], u[a:b], v[a:b], o, off.ndim - 2)
+        if spacing_xyz is not None:
+            check_pixels(src[a:b, :rank].detach(), p.detach().reshape(b - a, -1, rank), trajectory.beam,
+                         tuple(spacing_xyz)[:rank], str(dtype), first=a)
+        if rank == 2:  # ctbench's 2D scans live in the plane z = 0
+            p = torch.cat([p, torch.zeros_like(p[..., :1])], -1)
+        parts.append(p.expand(b - a, *p.shape[1:]))
+    points = parts[0] if len(parts) == 1 else torch.cat(parts)
     per_view = math.prod(points.shape[1:-1])
-    points = points.expand(n, *points.shape[1:]).reshape(n * per_view, 3)
+    points = points.reshape(n * per_view, 3)
 
-    def repeat(a):
-        return a.repeat_interleave(per_view, dim=0)
+    def repeat(t):
+        return t.repeat_interleave(per_view, dim=0)
 
     return Trajectory(repeat(src), points, repeat(u), repeat(v), beam=trajectory.beam, ndim=trajectory.ndim,
                       meta={"kind": "detector_surface"})
@@ -232,7 +242,8 @@ class SurfaceProjector:
         off = sample_offsets(detector_surface, self.flat.detector_shape, self.flat.detector_spacing, self.flat.is_2d,
                              self.flat.n_views)
         work = torch.float64 if precision == "float64" else torch.float32
-        pix = pixel_trajectory(self.flat.trajectory, off.detach(), work, "cpu", spacing_xyz=self._spacing_xyz())
+        pix = pixel_trajectory(self.flat.trajectory, off.detach(), work, "cpu", spacing_xyz=self._spacing_xyz(),
+                               view_chunk_size=self._options.get("view_chunk_size"))
         self._per_pixel(pix)  # the per-pixel projector's own geometry rules, once now
 
     def _spacing_xyz(self):
@@ -262,7 +273,8 @@ class SurfaceProjector:
         # sampled at every call: the surface's parameters may have changed since the last one
         off = sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
                              tr.n_views)
-        return self._per_pixel(pixel_trajectory(tr, off, dtype, device, spacing_xyz=self._spacing_xyz()))
+        return self._per_pixel(pixel_trajectory(tr, off, dtype, device, spacing_xyz=self._spacing_xyz(),
+                                                view_chunk_size=self._options.get("view_chunk_size")))
 
     def _per_pixel(self, pix):
         flat = self.flat
