@@ -162,6 +162,12 @@ def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, devic
     is checked (:func:`check_pixels`) as it is composed."""
     n = trajectory.n_views
     rank = 2 if trajectory.ndim == 2 else 3
+    if spacing_xyz is not None:
+        # the range rules also on the raw frames, in float64 (rounding to float32 may pull a far source
+        # or detector centre onto the bound); frames only: the world points are composed once, below
+        with torch.no_grad():
+            raw = [t.detach().to(device="cpu", dtype=torch.float64)[:, :rank] for t in trajectory.tensors()[:2]]
+            check_pixels(raw[0], raw[1][:, None, :], trajectory.beam, tuple(spacing_xyz)[:rank], "float64")
     src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
     off = offsets.to(device=device, dtype=dtype)
     step = n if view_chunk_size is None else max(1, int(view_chunk_size))
@@ -256,6 +262,13 @@ class SurfaceProjector:
                "world_size", "view_slice", "volume_slice", "partition", "partition_grid", "view_world_size",
                "space_world_size", "process_group", "view_rank", "space_rank", "view_group", "space_group",
                "backend_name", "options")
+
+    @property
+    def volume_slice(self):
+        """The owned part of the volume's first axis, as diffct's: a 2D scan's first axis is ``H`` (ctbench's
+        core projector counts z-planes, one for a 2D volume)."""
+        flat = self.__dict__["flat"]
+        return slice(0, flat.volume_shape[0]) if flat.is_2d else flat.volume_slice
 
     def __getattr__(self, name):
         if name in SurfaceProjector._SHARED:
