@@ -58,6 +58,17 @@ spiral_trajectory_3d = _tuple_result(_g.spiral_trajectory_3d)
 sinusoidal_trajectory_3d = _tuple_result(_g.sinusoidal_trajectory_3d)
 saddle_trajectory_3d = _tuple_result(_g.saddle_trajectory_3d)
 custom_trajectory_3d = _tuple_result(_g.custom_trajectory_3d)
+custom_trajectory_3d.__doc__ = (custom_trajectory_3d.__doc__ or "") + """
+    Example: a source that rises and falls twice per turn (a figure 8 on the unrolled cylinder)::
+
+        >>> def figure8_path(angles, sid):
+        ...     height = 0.1 * sid * torch.sin(2 * angles)
+        ...     return torch.stack((sid * torch.cos(angles), sid * torch.sin(angles), height), dim=1)
+        >>> src_pos, det_center, det_u_vec, det_v_vec = custom_trajectory_3d(
+        ...     90, 500.0, 800.0, figure8_path)
+        >>> tuple(src_pos.shape)
+        (90, 3)
+"""
 circular_trajectory_2d_fan = _tuple_result(_g.circular_trajectory_2d_fan)
 sinusoidal_trajectory_2d_fan = _tuple_result(_g.sinusoidal_trajectory_2d_fan)
 custom_trajectory_2d_fan = _tuple_result(_g.custom_trajectory_2d_fan)

@@ -187,6 +187,18 @@ class Projector(_CoreProjector):
         self.model = "cells" if self._cell_model else "joseph"
         if self._cell_model:
             self._strategy = CellStrategy(self)
+        self._built = True
+
+    # diffct's process_group is read-only once the projector is built (the strategy sets it while building)
+    @property
+    def process_group(self):
+        return self.__dict__.get("_process_group")
+
+    @process_group.setter
+    def process_group(self, value):
+        if self.__dict__.get("_built"):
+            raise AttributeError("process_group is read-only: it is fixed when the projector is built")
+        self.__dict__["_process_group"] = value
 
     @classmethod
     def _uses_cells(cls, backend, label, options) -> bool:
