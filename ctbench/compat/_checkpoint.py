@@ -69,6 +69,9 @@ def signature(operator, measurements, algorithm, settings, limit, compute_dtype)
                   if isinstance(t, torch.Tensor)],
         measurements=_blocks.fingerprint(measurements, limit),
     )
+    offsets = getattr(operator, "surface_offsets", None)
+    if callable(offsets):  # a curved detector: the pixels it gives now (its sampler or captured tensors may change)
+        document["detector_surface"] = _blocks.fingerprint(offsets(), limit)
     return json.loads(json.dumps(_plain(document)))
 
 

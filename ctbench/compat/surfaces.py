@@ -252,6 +252,14 @@ class SurfaceProjector:
                                view_chunk_size=self._options.get("view_chunk_size"))
         self._per_pixel(pix)  # the per-pixel projector's own geometry rules, once now
 
+    def surface_offsets(self) -> torch.Tensor:
+        """The surface's current local offsets ``(n_views or 1, *pixels, 3)``, sampled now and detached (what
+        a checkpoint fingerprints: the effective pixels, whatever changed the sampler or its tensors)."""
+        flat = self.flat
+        with torch.no_grad():
+            return sample_offsets(self.detector_surface, flat.detector_shape, flat.detector_spacing, flat.is_2d,
+                                  flat.n_views).detach()
+
     def _spacing_xyz(self):
         dz, dy, dx = self.flat.grid.spacing
         return dx, dy, dz
