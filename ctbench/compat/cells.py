@@ -246,6 +246,13 @@ def _check_store(store, shape, name):
 
 
 
+def _check_output_dtype(projector, store, name):
+    # as diffct: the output holds the working precision's values, no silent widening or narrowing
+    want = getattr(projector, "dtype", None)
+    if want is not None and getattr(store, "dtype", want) != want:
+        raise TypeError(f"{name} must have dtype {want} (precision={projector.precision!r}), got {store.dtype}")
+
+
 def _refuse_alias(volume_store, sinogram_store):
     # the same refusal as ctbench's engine streaming (storage/streaming.py): an output over its input
     if volume_store is sinogram_store or same_location(volume_store, sinogram_store):
@@ -261,6 +268,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
     p = projector
     _check_store(volume_store, p.volume_shape, "volume_store")
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
+    _check_output_dtype(p, sinogram_store, "sinogram_store")
     _refuse_alias(volume_store, sinogram_store)
     D = p.global_volume_shape[0]
     nz = p.options.get("volume_chunk_shape") or D
@@ -291,6 +299,7 @@ def cell_backproject_into(projector, sinogram_store, volume_store, trajectory=No
     p = projector
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
     _check_store(volume_store, p.volume_shape, "volume_store")
+    _check_output_dtype(p, volume_store, "volume_store")
     _refuse_alias(volume_store, sinogram_store)
     D = p.global_volume_shape[0]
     nz = p.options.get("volume_chunk_shape") or D
