@@ -123,11 +123,12 @@ def compose_points(center, axis_u, axis_v, offsets, pixel_dims: int):
     return points + w[..., None] * axis_v + h[..., None] * normal
 
 
-def check_pixels(source, points, beam: str, spacing_xyz, what: str, first: int = 0) -> None:
+def check_pixels(source, points, beam: str, spacing_xyz, what: str, first: int = 0, coincide: bool = True) -> None:
     """diffct's call-time rules for surface pixels (``points`` ``(n, P, 3)``, ``source`` ``(n, 3)``):
     finite in the arithmetic's dtype; for diverging beams no pixel on its source, and the nearer of
     source and pixel within 1e6 voxels of the centre, both within 1e15 (what floating-point ray set-up
-    resolves).  ``what`` names the dtype in the message; ``first`` is the index of the first view."""
+    resolves).  ``what`` names the dtype in the message; ``first`` is the index of the first view;
+    ``coincide=False`` skips the coincidence rule (for reference frames, whose centre may be the source)."""
     if not bool(torch.isfinite(points).all()) or not bool(torch.isfinite(source).all()):
         bad = (~torch.isfinite(points)).reshape(points.shape[0], -1).any(1) | ~torch.isfinite(source).all(1)
         raise ValueError(f"detector_surface pixel positions are not finite in {what} (overflow) in views "
@@ -135,7 +136,7 @@ def check_pixels(source, points, beam: str, spacing_xyz, what: str, first: int =
     if beam == "parallel":
         return
     same = (points == source[:, None, :]).all(-1)
-    if bool(same.any()):
+    if coincide and bool(same.any()):
         raise ValueError(f"source and detector surface pixels must differ: a detector_surface pixel coincides "
                          f"with the source (in {what}) in views "
                          f"{(same.any(1).nonzero()[:, 0] + first).tolist()[:10]}; a ray needs two distinct end points")
@@ -167,7 +168,8 @@ def pixel_trajectory(trajectory: Trajectory, offsets: torch.Tensor, dtype, devic
         # or detector centre onto the bound); frames only: the world points are composed once, below
         with torch.no_grad():
             raw = [t.detach().to(device="cpu", dtype=torch.float64)[:, :rank] for t in trajectory.tensors()[:2]]
-            check_pixels(raw[0], raw[1][:, None, :], trajectory.beam, tuple(spacing_xyz)[:rank], "float64")
+            check_pixels(raw[0], raw[1][:, None, :], trajectory.beam, tuple(spacing_xyz)[:rank], "float64",
+                         coincide=False)
     src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in trajectory.tensors())
     off = offsets.to(device=device, dtype=dtype)
     step = n if view_chunk_size is None else max(1, int(view_chunk_size))
