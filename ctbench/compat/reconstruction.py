@@ -7,6 +7,8 @@ spellings work.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .. import solvers as _s
@@ -196,3 +198,14 @@ def _diffct_into(fn, source, output, trajectory, volume_shape, angles, **kwargs)
     if tuple(output.shape) != tuple(volume_shape):
         raise ValueError(f"output has shape {tuple(output.shape)}, expected volume_shape {tuple(volume_shape)}")
     return fn(source, trajectory, volume_shape, angles, _output=output, **kwargs)
+
+
+def _public_signature(fn, impl):
+    """Show diffct's signature (``inspect.signature``) on a dispatcher that also takes ctbench's spelling."""
+    sig = inspect.signature(impl)
+    fn.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if not p.name.startswith("_")])
+
+
+_public_signature(fbp, _diffct_fbp)
+_public_signature(fdk, _diffct_fdk)
+_public_signature(helical_fdk, _diffct_helical)
