@@ -63,9 +63,10 @@ def _analytic(kind, sinogram, trajectory, volume_shape, angles, beam, detector_s
               pad_factor, short_scan, isocenter, backend, precision, unsupported, view_chunk_size=None,
               volume_chunk_shape=None, output=None):
     learned = any(unsupported.get(k) is not None for k in ("projection_weights", "angular_weights", "filter_response"))
-    if learned or view_chunk_size is not None:
+    off_origin = isocenter is not None and any(float(c) != 0.0 for c in torch.as_tensor(isocenter).reshape(-1).tolist())
+    if learned or view_chunk_size is not None or off_origin:
         # diffct's batched recipe (learned weights, view batches summed in order, so that fdk and
-        # fdk_into agree exactly): ctbench.compat.analytical_execution
+        # fdk_into agree exactly, an isocenter off the origin): ctbench.compat.analytical_execution
         from .analytical_execution import AnalyticalExecution
 
         run = AnalyticalExecution(sinogram, trajectory, volume_shape, angles, beam=beam,
