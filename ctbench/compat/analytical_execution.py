@@ -44,6 +44,7 @@ from .analytical import angular_integration_weights, parker_weights, ramp_filter
 from .distribution import Partition
 from .operators import _positive, slab_planes
 from ..projector import Projector
+from ..storage import TensorStore as _MemoryStore
 from ..storage.completion import same_location
 from .weighted import _check_geometry, _cone_scale, _normals
 
@@ -72,11 +73,10 @@ def _learned(value, shape, name, *, exact):
 
 
 def _overlap(a, b) -> bool:
-    """Whether two tensors share any memory."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.device != b.device:
+    """Whether two tensors share storage (what ctbench's stores compare as their location)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return False
-    sa, sb = a.untyped_storage(), b.untyped_storage()
-    return sa.data_ptr() == sb.data_ptr() and sa.nbytes() > 0
+    return same_location(_MemoryStore(a.detach()), _MemoryStore(b.detach()))
 
 
 def _digest(t: torch.Tensor):
