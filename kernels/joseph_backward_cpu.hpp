@@ -423,8 +423,14 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // Where no length needs padding, the y/z accumulator is the output itself.
   const i64 rowA = padded_length<real>(vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
   const i64 rowB = padded_length<real>(vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
-  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W;
-  const i64 slabA = ownA ? (i64)nz * planeA : 0, slabB = (i64)nz * planeB;
+  // seamless across threads too (halo): each z-chunk's accumulators get one plane more, the first
+  // plane of the next chunk, so that a thread scatters its boundary samples whole as between its own
+  // sub-chunks; the halo planes are added into the output after all threads.  Needs both
+  // accumulators private (an unpadded y/z one then too).
+  const bool halo_wanted = opt.seamless && nchunks > 1;
+  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W || halo_wanted;
+  const i64 halo_planes = halo_wanted ? nchunks : 0;
+  const i64 slabA = ownA ? ((i64)nz + halo_planes) * planeA : 0, slabB = ((i64)nz + halo_planes) * planeB;
   const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
                       slabA < (i64(1) << 31) && slabB < (i64(1) << 31) &&
                       (double)(slabA + slabB) * batch * sizeof(real) <= 1024.0 * (1 << 20);
@@ -443,6 +449,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const i64 plane = (i64)vw.H * vw.W;
   const Target<real> out_t{vol, vol_batch_stride, false, 0, 0, 0, 0};
   Targets<real> tg{out_t, out_t};
+  const bool halo = padded && halo_wanted;  // chunk ch's plane z at accumulator plane z - z0 + ch
   if (padded) {
     if (ownA) tg.yz = Target<real>{bufA, slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
     tg.x = Target<real>{bufB, slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
@@ -455,21 +462,44 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const i64 plane_bytes = plane * (i64)sizeof(real);
   const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
   const bool seamless = opt.seamless && small;  // scatter_ray's ownership test (ray_backward has none)
+  // Add accumulator plane p (of item q) into output plane z.
+  auto add_planes = [&](int q, int z, i64 p) {
+    real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
+    if (padded) {
+      const real* a = ownA ? bufA + q * slabA + p * planeA : nullptr;  // (y, x), padded
+      const real* b = bufB + q * slabB + p * planeB;                   // (x, y), padded rows
+      if (ownA)
+        for (int y = 0; y < vw.H; ++y)
+          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
+      for (int y = 0; y < vw.H; ++y)
+        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + y];
+    } else if (swap_acc) {
+      const real* t = swapped.data() + q * slab + p * plane;  // (x, y)
+      for (int y = 0; y < vw.H; ++y)
+        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
+    }
+  };
 #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
   for (int ch = 0; ch < nchunks; ++ch) {
-    if (padded)  // this thread's planes of both accumulators (first touch by their user)
+    const i64 hp = halo ? ch : 0;  // halo planes of the chunks before this one
+    Targets<real> tgc = tg;
+    tgc.yz.offset -= hp * planeA;
+    tgc.x.offset -= hp * planeB;
+    const int hz = halo ? 1 : 0;
+    if (padded)  // this thread's planes of both accumulators, its halo plane too (first touch by their user)
       for (int q = 0; q < batch; ++q) {
-        if (ownA) std::fill_n(bufA + q * slabA + (i64)(edge[ch] - vw.z0) * planeA, (size_t)((edge[ch + 1] - edge[ch]) * planeA), real(0));
-        std::fill_n(bufB + q * slabB + (i64)(edge[ch] - vw.z0) * planeB, (size_t)((edge[ch + 1] - edge[ch]) * planeB), real(0));
+        if (ownA) std::fill_n(bufA + q * slabA + (edge[ch] - vw.z0 + hp) * planeA, (size_t)((edge[ch + 1] - edge[ch] + hz) * planeA), real(0));
+        std::fill_n(bufB + q * slabB + (edge[ch] - vw.z0 + hp) * planeB, (size_t)((edge[ch + 1] - edge[ch] + hz) * planeB), real(0));
       }
+    const bool halo_below = halo && ch > 0, halo_above = halo && ch + 1 < nchunks;
     for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
       const int zhi = std::min(edge[ch + 1], zlo + sub);
-      // seamless: rays set up against [zlo, zhi + 1) inside the chunk, each sample scattered by one sub-chunk
-      const bool own = seamless && sub < edge[ch + 1] - edge[ch];
-      const int zwin = own && zhi < edge[ch + 1] ? zhi + 1 : zhi;
-      const ScatterMode mode{opt.pairs, opt.rows,
-                             own ? ZOwnership{zlo > edge[ch] ? zlo : INT_MIN, zhi < edge[ch + 1] ? zhi : INT_MAX}
-                                 : ZOwnership{INT_MIN, INT_MAX}};
+      // seamless: rays set up against [zlo, zhi + 1) inside the chunk (or into its halo plane), each
+      // sample scattered by one sub-chunk
+      const int olo = seamless && (zlo > edge[ch] || halo_below) ? zlo : INT_MIN;
+      const int ohi = seamless && (zhi < edge[ch + 1] || halo_above) ? zhi : INT_MAX;
+      const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
+      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}};
       for (int k = 0; k < dw.n_views; ++k) {
         int ulo, uhi, vlo, vhi;
         slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
@@ -478,29 +508,18 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
         const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
         for (int outer = o0; outer < o1; ++outer)
-          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zwin, tg,
+          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zwin, tgc,
                       small, mode);
       }
       // add the sub-chunk's accumulators into the output while they are in cache
       for (int q = 0; q < batch; ++q)
-        for (int z = zlo; z < zhi; ++z) {
-          real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
-          if (padded) {
-            const real* a = ownA ? bufA + q * slabA + (i64)(z - vw.z0) * planeA : nullptr;  // (y, x), padded
-            const real* b = bufB + q * slabB + (i64)(z - vw.z0) * planeB;  // (x, y), padded rows
-            if (ownA)
-              for (int y = 0; y < vw.H; ++y)
-                for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + x];
-            for (int y = 0; y < vw.H; ++y)
-              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + y];
-          } else if (swap_acc) {
-            const real* t = swapped.data() + q * slab + (i64)(z - vw.z0) * plane;  // (x, y)
-            for (int y = 0; y < vw.H; ++y)
-              for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
-          }
-        }
+        for (int z = zlo; z < zhi; ++z) add_planes(q, z, z - vw.z0 + hp);
     }
   }
+  // the halo planes, after every thread's own: chunk ch's is the first plane of chunk ch + 1
+  if (halo)
+    for (int ch = 0; ch + 1 < nchunks; ++ch)
+      for (int q = 0; q < batch; ++q) add_planes(q, edge[ch + 1], (i64)edge[ch + 1] - vw.z0 + ch);
 }
 
 }  // namespace ct
