@@ -49,10 +49,16 @@ struct BackPath {
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
     // the default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
-    // sub-chunk, so the volume no longer streams from far cache once per view (1 thread, loads 3-6:
-    // N = 192 1.3x, N = 256 1.2x pairs-padded; N = 128 the same or better; 8 MiB paid only on a
-    // quiet machine)
+    // sub-chunk, so the volume no longer streams from far cache once per view (-z4m against
+    // pairs-padded, 1 thread, loads 3-6: N = 192 1.3x, N = 256 1.2x; N = 128 the same or better);
+    // -sNm: seamless sub-chunks, each sample scattered whole by one sub-chunk (ZOwnership), not
+    // clipped by both (W1: 0.731 vs 0.766 CPU-s for -z4m at load 10; docs/INTERNALS.md,
+    // "Backprojection, session 3")
+    {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
+    {"pairs-padded-s2m", {true, i64(2) << 20, false, true, true}},
+    {"pairs-padded-s1m", {true, i64(1) << 20, false, true, true}},
+    {"pairs-padded-s8m", {true, i64(8) << 20, false, true, true}},
     {"pairs-padded-z8m", {true, i64(8) << 20, false, true}},
     {"pairs-padded", {true, 0, false, true}},
     {"rows-padded", {true, 0, true, true}},

@@ -5,8 +5,9 @@ lists the ones this build has: forward ``avx512-gather``, ``avx512-loads``, ``av
 ``avx2-loads`` (SIMD lanes fetching each plane's stencil pairs with gathers or with scalar loads;
 the AVX-512 and AVX2 ones only where the build targets them) and ``beams`` (scalar rays in
 lockstep); back ``pairs``, ``rows`` (float32 pair updates, in one 128-bit add or row by row),
-their ``-z1m`` forms (each thread's z-chunk walked in sub-chunks of about 1 MiB of output) and
-``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
+their ``-zNm`` forms (each thread's z-chunk walked in sub-chunks of about N MiB of output), the
+seamless ``-sNm`` forms (default ``pairs-padded-s4m``: each sample scattered whole by the sub-chunk
+holding its stencil's lower z row) and ``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
 speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
