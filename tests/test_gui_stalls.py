@@ -76,3 +76,75 @@ def test_comparison_cells_appear_one_per_turn(make_napari_viewer):
     wait_for(lambda: not recon.comparison.busy, timeout=30)
     assert all(x.visible for x in layers) and viewer.canvas.grid.enabled
     assert [n for n, v in seen if v][:3] == [first[0], *[x.name for x in layers if x.name != first[0]]][:3]
+
+
+def test_progress_bar_changes_are_painted_by_the_event_loop_not_inside_the_slot(qtbot):
+    # QProgressBar.setValue/setRange repaint() at once, which in napari's window also draws the OpenGL canvas
+    # inside the progress slot; the widgets' bar leaves the paint to the event loop.
+    from qtpy.QtCore import QEvent, QObject
+    from qtpy.QtWidgets import QProgressBar
+
+    from ctbench_napari._qt.common import ProgressBar
+
+    class Paints(QObject):
+        n = 0
+
+        def eventFilter(self, obj, event):  # noqa: N802 - Qt name
+            if event.type() == QEvent.Paint:
+                self.n += 1
+            return False
+
+    def paints_during(bar, change) -> tuple[int, int]:
+        qtbot.addWidget(bar)
+        bar.setRange(0, 100)
+        bar.resize(300, 30)
+        bar.show()
+        qtbot.waitExposed(bar)
+        qtbot.wait(50)
+        counter = Paints()
+        bar.installEventFilter(counter)
+        change(bar)
+        at_once = counter.n
+        qtbot.waitUntil(lambda: counter.n > at_once, timeout=5000)
+        return at_once, counter.n
+
+    def change(bar):
+        bar.setValue(40)
+        bar.setRange(0, 200)
+        bar.setMaximum(50)
+
+    assert paints_during(QProgressBar(), change)[0] >= 1          # Qt's own bar paints inside the call
+    at_once, later = paints_during(ProgressBar(), change)
+    assert at_once == 0 and later >= 1                            # ours: painted once the event loop runs
+    bar = ProgressBar()
+    bar.setRange(0, 10)
+    bar.setValue(7)
+    assert (bar.value(), bar.maximum()) == (7, 10) and bar.updatesEnabled()
+
+
+def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(make_napari_viewer,
+                                                                                 monkeypatch):
+    import numpy as np
+    from napari._vispy.utils import qt_font
+    from napari.utils.colormaps import AVAILABLE_COLORMAPS
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+    from ctbench_napari._qt.display import scale_bar, show_result
+
+    viewer = make_napari_viewer(show=True)
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")     # docking installs the warm-up
+    wait_for(lambda: warm_up.pending(viewer) == 0, timeout=60)
+    assert warm_up.colormaps_ready(timeout=60) and "PiYG" in AVAILABLE_COLORMAPS
+    font = warm_up._scale_bar_font(viewer)
+    assert set(warm_up.SCALE_BAR_GLYPHS) <= set(font._glyphs)
+    loaded = []
+    real = qt_font.QtTextureFont._load_char
+    monkeypatch.setattr(qt_font.QtTextureFont, "_load_char", lambda self, c: (loaded.append(c), real(self, c)))
+    layer = viewer.add_image(np.random.default_rng(0).random((16, 16, 16), np.float32), name="result",
+                             metadata={"ctbench": {"kind": "volume"}})
+    show_result(viewer, layer)            # the first 2D slice of a volume: the scale bar appears
+    assert scale_bar(viewer).visible
+    for _ in range(5):
+        viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
+    assert loaded == []                    # no glyph rendered inside the action
