@@ -148,3 +148,53 @@ def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(
     for _ in range(5):
         viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
     assert loaded == []                    # no glyph rendered inside the action
+
+
+def test_open_sample_during_the_warm_up_waits_in_the_warm_up_thread_then_fills_the_layers(make_napari_viewer,
+                                                                                          monkeypatch):
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._layers import display_to_sinogram
+    from ctbench_napari import _samples
+
+    viewer = make_napari_viewer()
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    _samples._sample_sinogram.cache_clear()
+    _samples._phantom_array.cache_clear()
+    monkeypatch.setattr(_samples, "_READY", set())
+    threads = []
+    real = _samples.phantom_sinogram
+
+    def spying(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(_samples, "phantom_sinogram", spying)
+    gate = threading.Event()
+    real_warm_up = _samples.warm_up
+
+    def warm_up_after_the_click():
+        gate.wait(60)
+        real_warm_up()
+    _samples._WARMING.set()              # the workbench's warm-up has started and not reached the sample
+    try:
+        added = viewer.open_sample(PLUGIN, "phantom_scan")     # File > Open Sample, on the GUI thread
+        assert [x.name for x in added] == ["Shepp-Logan phantom", "Shepp-Logan cone-beam scan"]
+        assert all(x.data.shape == (1, 1, 1) and x.metadata["ctbench"]["loading"] for x in added)
+        assert threads == [] and recon.sinogram.layer() is None   # nothing computed; not offered as data
+        worker = threading.Thread(target=warm_up_after_the_click)
+        worker.start()
+        gate.set()
+        sino_layer = viewer.layers["Shepp-Logan cone-beam scan"]
+        wait_for(lambda: sino_layer.data.shape == (120, 96, 96), timeout=300)
+        worker.join(300)
+    finally:
+        _samples._WARMING.clear()
+    assert threads and threading.main_thread() not in threads          # projected in the warm-up thread
+    _, expected = real()
+    np.testing.assert_allclose(display_to_sinogram(sino_layer.data, sino_layer.metadata["ctbench"]["axes"]),
+                               expected, rtol=1e-6)
+    assert "loading" not in sino_layer.metadata["ctbench"] and recon.sinogram.layer() is not None
+    assert viewer.layers["Shepp-Logan phantom"].data.shape == (64, 64, 64)
+    assert sino_layer.visible and not viewer.layers["Shepp-Logan phantom"].visible    # the display rule
+    assert sino_layer.contrast_limits[1] > sino_layer.contrast_limits[0] > -1e-6

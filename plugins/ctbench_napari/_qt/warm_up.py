@@ -35,7 +35,11 @@ def install(viewer) -> None:
     window = getattr(getattr(real, "window", None), "_qt_window", None)
     if window is None or getattr(window, "_ctbench_warm_up", None) is not None:
         return
-    steps = Steps(window)            # held by the window and dies with it: no step runs on a closed viewer
+    from qtpy.QtCore import QObject
+
+    # The steps' owner is a child of the window: it dies with the window (no step runs on a closed viewer),
+    # and a step still queued when the viewer closes holds that child, not the window.
+    steps = Steps(QObject(window))
     window._ctbench_warm_up = steps
     _start_colormaps()
     font = _scale_bar_font(real)
