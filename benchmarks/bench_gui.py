@@ -317,14 +317,6 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
     paints = PaintTrace() if trace_paints else None
     stacks = StackSampler(probe) if trace_stacks else None
     records = []
-    import ctbench_napari._launch as launch
-    warm = getattr(launch, "WARM_UP", None)
-    if warm is not None:       # a user who opens a sample after the workbench's start-up work is done
-        warm.join(timeout=120)
-        records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label,
-                        "action": "(start-up sample warm-up, background thread)",
-                        "wall_s": round(time.perf_counter() - t0, 2), "loadavg": list(os.getloadavg())})
-
     def record(action: str, fn, settle_s: float = 0.5, **extra):
         try:
             if paints is not None:
@@ -346,10 +338,32 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
     def busy(w) -> bool:
         return bool(getattr(w, "busy", False) or getattr(w, "running", False))
 
+    import ctbench_napari._launch as launch
+    warm = getattr(launch, "WARM_UP", None)
+    try:
+        from ctbench_napari._qt import warm_up as gui_warm_up
+    except ImportError:        # versions without the GUI warm-up
+        gui_warm_up = None
+
+    def warmed() -> bool:
+        return (warm is None or not warm.is_alive()) and (gui_warm_up is None or gui_warm_up.pending(viewer) == 0)
+
+    if warm is not None or gui_warm_up is not None:
+        # A user who acts after the workbench's start-up work is done; the start-up's own stalls are recorded.
+        record("(start-up warm-up: samples in a thread, GUI warm-up one step per turn)",
+               lambda: wait_for(warmed, timeout=300), settle_s=0.2)
+        records[-1]["wall_since_open_s"] = round(time.perf_counter() - t0, 2)
+
     try:
         _spin(2.0)
-        record("open sample phantom_scan", lambda: viewer.open_sample(PLUGIN, "phantom_scan"))
-        record("open sample lab_scan", lambda: viewer.open_sample(PLUGIN, "lab_scan"))
+        def open_sample(name, layer):       # until its last layer is in (the workbench adds one per turn)
+            def go():
+                viewer.open_sample(PLUGIN, name)
+                wait_for(lambda: layer in viewer.layers and not (viewer.layers[layer].metadata.get("ctbench") or {})
+                         .get("loading"), timeout=120)
+            return go
+        record("open sample phantom_scan", open_sample("phantom_scan", "Shepp-Logan cone-beam scan"))
+        record("open sample lab_scan", open_sample("lab_scan", "lab scan (raw counts)"))
         designer = widgets["Trajectory designer"]
 
         def edit():

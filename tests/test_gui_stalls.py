@@ -198,3 +198,20 @@ def test_open_sample_during_the_warm_up_waits_in_the_warm_up_thread_then_fills_t
     assert viewer.layers["Shepp-Logan phantom"].data.shape == (64, 64, 64)
     assert sino_layer.visible and not viewer.layers["Shepp-Logan phantom"].visible    # the display rule
     assert sino_layer.contrast_limits[1] > sino_layer.contrast_limits[0] > -1e-6
+
+
+def test_a_sample_of_two_layers_arrives_one_layer_per_turn_in_the_workbench(make_napari_viewer):
+    from ctbench_napari import PLUGIN
+
+    plain = make_napari_viewer()
+    assert [x.name for x in plain.open_sample(PLUGIN, "phantom_scan")] == \
+        ["Shepp-Logan phantom", "Shepp-Logan cone-beam scan"]          # a script's viewer: both at once
+    viewer = make_napari_viewer()
+    viewer.window._qt_window._ctbench_workbench = True                   # as ctbench gui opens it
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")      # (docked widgets apply the display rule)
+    added = viewer.open_sample(PLUGIN, "phantom_scan")
+    assert [x.name for x in added] == ["Shepp-Logan phantom"] and len(viewer.layers) == 1
+    wait_for(lambda: len(viewer.layers) == 2, timeout=30)
+    sino = viewer.layers["Shepp-Logan cone-beam scan"]
+    assert sino.metadata["ctbench"]["kind"] == "sinogram" and sino.data.shape == (120, 96, 96)
+    assert sino.visible and not viewer.layers["Shepp-Logan phantom"].visible     # the display rule still applies

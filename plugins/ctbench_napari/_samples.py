@@ -147,9 +147,26 @@ def make_phantom_scan() -> list[LayerData]:
         return later
     geo, sino = _sample_sinogram()
     sino = sino.copy()
-    return [phantom_layer(),
-            sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
-                           extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
+    layers = [phantom_layer(),
+              sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
+                             extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
+    return _staged(layers)
+
+
+def _staged(layers: list) -> list:
+    """In the workbench's viewer: the first layer now, the others one per event-loop turn (elsewhere, e.g.
+    a script's viewer, all at once as napari adds them)."""
+    try:
+        import napari
+
+        viewer = napari.current_viewer()
+        if viewer is None or not getattr(viewer.window._qt_window, "_ctbench_workbench", False):
+            return layers
+        from ._qt.deferred_samples import add_in_later_turns
+    except (ImportError, AttributeError, RuntimeError):
+        return layers
+    add_in_later_turns(viewer, layers[1:])
+    return layers[:1]
 
 
 def make_htc2022() -> list[LayerData]:

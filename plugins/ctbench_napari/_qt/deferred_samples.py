@@ -1,4 +1,4 @@
-"""File > Open Sample while the workbench's start-up warm-up is still computing that sample.
+"""File > Open Sample in the workbench: samples the warm-up is still computing, and samples of several layers.
 
 napari calls a sample function on the GUI thread and adds what it returns at
 once; computing the sample there (a projection, a file read) would freeze the
@@ -7,7 +7,8 @@ sample's names and kinds, no geometry, marked ``loading``, so no widget takes
 them for data), and this module waits for the warm-up thread, polling from the
 GUI thread's timer, then fills each placeholder in place: data, placement,
 metadata and colour window, and puts the last one in its frame.  The wait
-happens in the warm-up thread; the GUI thread only copies arrays.
+happens in the warm-up thread; the GUI thread only copies arrays.  In the workbench (``ctbench gui``)
+a sample of several layers adds its first layer at once and the others one per event-loop turn.
 """
 
 from __future__ import annotations
@@ -74,3 +75,21 @@ def _fill(viewer, layer_data: list) -> None:
         filled.append(layer)
     if filled and filled[-1].visible:
         apply(viewer, filled[-1])    # the display rule, now with the real extent and data
+
+
+def add_in_later_turns(viewer, layer_data: list) -> None:
+    """Add ``layer_data`` one layer per event-loop turn (the workbench's samples with several layers: each
+    new layer costs napari a visual, its controls and a first draw; two in one turn stall twice as long)."""
+    from qtpy.QtCore import QObject
+
+    from .common import Steps
+
+    window = viewer.window._qt_window
+    steps = Steps(QObject(window))        # a child of the window: dies with it, holds no viewer alive
+    window._ctbench_sample_steps = steps     # kept until the window goes
+
+    def add(data, kwargs, ltype):
+        getattr(viewer, f"add_{ltype}")(data, **kwargs)
+    # Steps runs its first step at once: a no-op, so that the first layer is napari's, in this turn.
+    steps.run([lambda: None, *(lambda ld=ld: add(*ld) for ld in layer_data)],
+              on_error=lambda e: log.debug("sample layer failed: %s", e))
