@@ -142,15 +142,15 @@ def _deferred(sample: str, make):
 
 def make_phantom_scan() -> list[LayerData]:
     """Sample: the phantom and its simulated circular cone-beam scan."""
-    later = _deferred("phantom_scan", make_phantom_scan)
-    if later is not None:
-        return later
+    later = _deferred("phantom_scan", _phantom_scan_layers)
+    return later if later is not None else _staged(_phantom_scan_layers())
+
+
+def _phantom_scan_layers() -> list[LayerData]:
     geo, sino = _sample_sinogram()
-    sino = sino.copy()
-    layers = [phantom_layer(),
-              sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
-                             extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
-    return _staged(layers)
+    return [phantom_layer(),
+            sinogram_layer(sino.copy(), geo, "Shepp-Logan cone-beam scan",
+                           extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
 
 
 def _staged(layers: list) -> list:
