@@ -294,7 +294,7 @@ def test_the_ctbench_reader_wins_for_datasets_and_writer_errors_reach_the_user(m
     assert [x.metadata["ctbench"]["kind"] for x in viewer.layers] == ["volume", "sinogram"]
     assert all(x.source.reader_plugin == "ctbench" for x in viewer.layers)
     viewer.layers.clear()
-    # Drag and drop on the canvas: the application filter sees the drop before napari's reader dialog would.
+    # Drag and drop on the canvas: the canvas filter sees the drop before napari's reader dialog would.
     # (Qt delivers synthetic drops only during a real drag, so the filter is handed the event directly,
     # as napari's own tests call QtViewer.dropEvent.)
     from ctbench_napari._qt import datasets

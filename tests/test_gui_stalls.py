@@ -216,3 +216,28 @@ def test_a_sample_of_two_layers_arrives_one_layer_per_turn_in_the_workbench(make
     sino = viewer.layers["Shepp-Logan cone-beam scan"]
     assert sino.metadata["ctbench"]["kind"] == "sinogram" and sino.data.shape == (120, 96, 96)
     assert sino.visible and not viewer.layers["Shepp-Logan phantom"].visible     # the display rule still applies
+
+
+def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_application(make_napari_viewer,
+                                                                                        monkeypatch):
+    # An application-wide Python event filter takes every Qt event through Python and the GIL, so the event
+    # loop waits on a solver thread that holds it: the filter sits on the viewer's drop targets only.
+    from qtpy.QtCore import QEvent, QObject
+    from qtpy.QtWidgets import QApplication
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import datasets
+
+    viewer = make_napari_viewer()
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    seen = []
+    real = datasets._DropFilter.eventFilter
+    monkeypatch.setattr(datasets._DropFilter, "eventFilter",
+                        lambda self, obj, event: (seen.append(id(obj)), real(self, obj, event))[1])
+    elsewhere = QObject()
+    QApplication.sendEvent(elsewhere, QEvent(QEvent.User))
+    assert id(elsewhere) not in seen
+    canvas = viewer.window._qt_viewer.canvas.native
+    QApplication.sendEvent(canvas, QEvent(QEvent.User))
+    assert id(canvas) in seen
+    del canvas
