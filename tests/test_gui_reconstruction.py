@@ -105,13 +105,11 @@ def test_gui_stays_responsive_and_cancel_stops_within_one_iteration(make_napari_
     timer.timeout.connect(lambda: seen_at_tick.append(len(recon.last_run.get("progress", []))))
     recon.run_button.click()        # adds the result layer (napari's slow step), then hands off to the worker
     timer.start()
-    wait_for(lambda: len(recon.last_run.get("progress", [])) >= 12, timeout=120)
+    # The event loop runs while the solve is under way, at several different points of it: a solve that
+    # blocked the GUI thread would let no tick in until it ended (it runs 100000 iterations).
+    wait_for(lambda: len({n for n in seen_at_tick if n > 0}) >= 3, timeout=300)
     timer.stop()
     assert recon.running and recon.n_live_updates >= 1
-    during = [n for n in seen_at_tick if 0 < n < 12]
-    # The event loop ran while the solve was under way, at many different points of it: a solve on the GUI
-    # thread would deliver all its progress at once, and the ticks would see only 0 or >= 12 iterations.
-    assert len(set(during)) >= 3, seen_at_tick
 
     t_cancel = time.perf_counter()
     recon.cancel_button.click()
