@@ -10,6 +10,10 @@ Difference images, 3 s of a long SIRT run and its Cancel, Scan import's Correct 
 panel docked without a bridge.  ``--label`` names the code measured (e.g.
 "before"/"after": run the script of each version, with PYTHONPATH pointing at
 that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
+``--trace-paints`` counts each action's canvas paints and names where the
+longest ran; ``--trace-stacks`` samples the GUI thread's stack every 10 ms
+while it stalls.  The workbench's start-up warm-up is recorded as an action
+of its own, before the others, so its stalls are not hidden.
 
 Workload: the ``phantom_scan`` sample of the napari plugin (64^3 Shepp-Logan
 phantom of 1 mm voxels; circular cone beam, 120 views, SID 200 mm, SDD 400 mm,
