@@ -105,11 +105,17 @@ def test_gui_stays_responsive_and_cancel_stops_within_one_iteration(make_napari_
     timer.timeout.connect(lambda: seen_at_tick.append(len(recon.last_run.get("progress", []))))
     recon.run_button.click()        # adds the result layer (napari's slow step), then hands off to the worker
     timer.start()
-    # The event loop runs while the solve is under way, at several different points of it: a solve that
-    # blocked the GUI thread would let no tick in until it ended (it runs 100000 iterations).
-    wait_for(lambda: len({n for n in seen_at_tick if n > 0}) >= 3, timeout=300)
-    timer.stop()
-    assert recon.running and recon.n_live_updates >= 1
+    try:
+        # The event loop runs while the solve is under way, at several different points of it: a solve that
+        # blocked the GUI thread would let no tick in until it ended (it runs 100000 iterations).
+        wait_for(lambda: len({n for n in seen_at_tick if n > 0}) >= 3 and recon.n_live_updates >= 1, timeout=300)
+        timer.stop()
+        assert recon.running and recon.n_live_updates >= 1, (recon.running, recon.n_live_updates, seen_at_tick)
+    except BaseException:
+        timer.stop()
+        recon.cancel_button.click()      # no solver thread may outlive the viewer
+        wait_for(lambda: not recon.running, timeout=60)
+        raise
 
     t_cancel = time.perf_counter()
     recon.cancel_button.click()
