@@ -294,7 +294,7 @@ def test_the_ctbench_reader_wins_for_datasets_and_writer_errors_reach_the_user(m
     assert [x.metadata["ctbench"]["kind"] for x in viewer.layers] == ["volume", "sinogram"]
     assert all(x.source.reader_plugin == "ctbench" for x in viewer.layers)
     viewer.layers.clear()
-    # Drag and drop on the canvas: the application filter sees the drop before napari's reader dialog would.
+    # Drag and drop on the canvas: the canvas filter sees the drop before napari's reader dialog would.
     # (Qt delivers synthetic drops only during a real drag, so the filter is handed the event directly,
     # as napari's own tests call QtViewer.dropEvent.)
     from ctbench_napari._qt import datasets
@@ -400,3 +400,28 @@ def test_designer_completeness_grid_and_manual_updates(make_napari_viewer, qtbot
     designer.show_map.setChecked(False)
     qtbot.mouseClick(designer.update_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: "trajectory: completeness" not in viewer.layers, timeout=10000)
+
+
+def test_the_canvas_follows_the_docks_width(make_napari_viewer, monkeypatch):
+    # Checked for issue 23: when a docked panel widens, the canvas (Qt widget and vispy canvas) narrows with it.
+    import napari
+
+    from ctbench_napari._launch import open_workbench
+
+    monkeypatch.setattr(napari, "run", lambda *a, **k: None)
+    viewer = make_napari_viewer(show=True)
+    window = viewer.window._qt_window
+    window.resize(1600, 900)
+    open_workbench(None, block=False, viewer=viewer)
+    recon = next(w for k, w in viewer.window.dock_widgets.items() if str(k).startswith("Reconstruction"))
+    canvas = viewer.window._qt_viewer.canvas._scene_canvas
+
+    def width_now():
+        wait_for(lambda: canvas.native.width() == canvas.size[0], timeout=10)
+        return canvas.native.width()
+    wait_for(lambda: window.isVisible(), timeout=10)
+    before = width_now()
+    recon.setMinimumWidth(recon.width() + 300)       # the panel grows (e.g. a wide comparison table)
+    wait_for(lambda: canvas.native.width() <= before - 250, timeout=10)
+    narrowed = width_now()
+    assert narrowed <= before - 250 and tuple(canvas.size) == (canvas.native.width(), canvas.native.height())

@@ -76,3 +76,168 @@ def test_comparison_cells_appear_one_per_turn(make_napari_viewer):
     wait_for(lambda: not recon.comparison.busy, timeout=30)
     assert all(x.visible for x in layers) and viewer.canvas.grid.enabled
     assert [n for n, v in seen if v][:3] == [first[0], *[x.name for x in layers if x.name != first[0]]][:3]
+
+
+def test_progress_bar_changes_are_painted_by_the_event_loop_not_inside_the_slot(qtbot):
+    # QProgressBar.setValue/setRange repaint() at once, which in napari's window also draws the OpenGL canvas
+    # inside the progress slot; the widgets' bar leaves the paint to the event loop.
+    from qtpy.QtCore import QEvent, QObject
+    from qtpy.QtWidgets import QProgressBar
+
+    from ctbench_napari._qt.common import ProgressBar
+
+    class Paints(QObject):
+        n = 0
+
+        def eventFilter(self, obj, event):  # noqa: N802 - Qt name
+            if event.type() == QEvent.Paint:
+                self.n += 1
+            return False
+
+    def paints_during(bar, change) -> tuple[int, int]:
+        qtbot.addWidget(bar)
+        bar.setRange(0, 100)
+        bar.resize(300, 30)
+        bar.show()
+        qtbot.waitExposed(bar)
+        qtbot.wait(50)
+        counter = Paints()
+        bar.installEventFilter(counter)
+        change(bar)
+        at_once = counter.n
+        qtbot.waitUntil(lambda: counter.n > at_once, timeout=5000)
+        return at_once, counter.n
+
+    def change(bar):
+        bar.setValue(40)
+        bar.setRange(0, 200)
+        bar.setMaximum(50)
+
+    assert paints_during(QProgressBar(), change)[0] >= 1          # Qt's own bar paints inside the call
+    at_once, later = paints_during(ProgressBar(), change)
+    assert at_once == 0 and later >= 1                            # ours: painted once the event loop runs
+    bar = ProgressBar()
+    bar.setRange(0, 10)
+    bar.setValue(7)
+    assert (bar.value(), bar.maximum()) == (7, 10) and bar.updatesEnabled()
+
+
+def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(make_napari_viewer,
+                                                                                 monkeypatch):
+    import numpy as np
+    from napari._vispy.utils import qt_font
+    from napari.utils.colormaps import AVAILABLE_COLORMAPS
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+    from ctbench_napari._qt.display import scale_bar, show_result
+
+    viewer = make_napari_viewer(show=True)
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")     # docking installs the warm-up
+    wait_for(lambda: warm_up.pending(viewer) == 0, timeout=60)
+    assert warm_up.colormaps_ready(timeout=60) and "PiYG" in AVAILABLE_COLORMAPS
+    font = warm_up._scale_bar_font(viewer)
+    assert set(warm_up.SCALE_BAR_GLYPHS) <= set(font._glyphs)
+    loaded = []
+    real = qt_font.QtTextureFont._load_char
+    monkeypatch.setattr(qt_font.QtTextureFont, "_load_char", lambda self, c: (loaded.append(c), real(self, c)))
+    layer = viewer.add_image(np.random.default_rng(0).random((16, 16, 16), np.float32), name="result",
+                             metadata={"ctbench": {"kind": "volume"}})
+    show_result(viewer, layer)            # the first 2D slice of a volume: the scale bar appears
+    assert scale_bar(viewer).visible
+    for _ in range(5):
+        viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
+    assert loaded == []                    # no glyph rendered inside the action
+
+
+def test_open_sample_during_the_warm_up_waits_in_the_warm_up_thread_then_fills_the_layers(make_napari_viewer,
+                                                                                          monkeypatch):
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._layers import display_to_sinogram
+    from ctbench_napari import _samples
+
+    viewer = make_napari_viewer()
+    viewer.window._qt_window._ctbench_workbench = True        # as ctbench gui opens it (samples are staged)
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    _samples._sample_sinogram.cache_clear()
+    _samples._phantom_array.cache_clear()
+    monkeypatch.setattr(_samples, "_READY", set())
+    threads = []
+    real = _samples.phantom_sinogram
+
+    def spying(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real(*args, **kwargs)
+    monkeypatch.setattr(_samples, "phantom_sinogram", spying)
+    gate = threading.Event()
+    real_warm_up = _samples.warm_up
+
+    def warm_up_after_the_click():
+        gate.wait(60)
+        real_warm_up()
+    _samples._WARMING.set()              # the workbench's warm-up has started and not reached the sample
+    try:
+        added = viewer.open_sample(PLUGIN, "phantom_scan")     # File > Open Sample, on the GUI thread
+        assert [x.name for x in added] == ["Shepp-Logan phantom", "Shepp-Logan cone-beam scan"]
+        assert all(x.data.shape == (1, 1, 1) and x.metadata["ctbench"]["loading"] for x in added)
+        assert threads == [] and recon.sinogram.layer() is None   # nothing computed; not offered as data
+        worker = threading.Thread(target=warm_up_after_the_click)
+        worker.start()
+        gate.set()
+        sino_layer = viewer.layers["Shepp-Logan cone-beam scan"]
+        wait_for(lambda: sino_layer.data.shape == (120, 96, 96), timeout=300)
+        worker.join(300)
+    finally:
+        _samples._WARMING.clear()
+    assert threads and threading.main_thread() not in threads          # projected in the warm-up thread
+    _, expected = real()
+    np.testing.assert_allclose(display_to_sinogram(sino_layer.data, sino_layer.metadata["ctbench"]["axes"]),
+                               expected, rtol=1e-6)
+    assert "loading" not in sino_layer.metadata["ctbench"] and recon.sinogram.layer() is not None
+    assert viewer.layers["Shepp-Logan phantom"].data.shape == (64, 64, 64) and len(viewer.layers) == 2
+    assert sino_layer.visible and not viewer.layers["Shepp-Logan phantom"].visible    # the display rule
+    assert sino_layer.contrast_limits[1] > sino_layer.contrast_limits[0] > -1e-6
+
+
+def test_a_sample_of_two_layers_arrives_one_layer_per_turn_in_the_workbench(make_napari_viewer):
+    from ctbench_napari import PLUGIN
+
+    plain = make_napari_viewer()
+    assert [x.name for x in plain.open_sample(PLUGIN, "phantom_scan")] == \
+        ["Shepp-Logan phantom", "Shepp-Logan cone-beam scan"]          # a script's viewer: both at once
+    viewer = make_napari_viewer()
+    viewer.window._qt_window._ctbench_workbench = True                   # as ctbench gui opens it
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")      # (docked widgets apply the display rule)
+    added = viewer.open_sample(PLUGIN, "phantom_scan")
+    assert [x.name for x in added] == ["Shepp-Logan phantom"] and len(viewer.layers) == 1
+    wait_for(lambda: len(viewer.layers) == 2, timeout=30)
+    sino = viewer.layers["Shepp-Logan cone-beam scan"]
+    assert sino.metadata["ctbench"]["kind"] == "sinogram" and sino.data.shape == (120, 96, 96)
+    assert sino.visible and not viewer.layers["Shepp-Logan phantom"].visible     # the display rule still applies
+
+
+def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_application(make_napari_viewer,
+                                                                                        monkeypatch):
+    # An application-wide Python event filter takes every Qt event through Python and the GIL, so the event
+    # loop waits on a solver thread that holds it: the filter sits on the viewer's drop targets only.
+    from qtpy.QtCore import QEvent, QObject
+    from qtpy.QtWidgets import QApplication
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import datasets
+
+    viewer = make_napari_viewer()
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    seen = []
+    real = datasets._DropFilter.eventFilter
+    monkeypatch.setattr(datasets._DropFilter, "eventFilter",
+                        lambda self, obj, event: (seen.append(id(obj)), real(self, obj, event))[1])
+    elsewhere = QObject()
+    QApplication.sendEvent(elsewhere, QEvent(QEvent.User))
+    assert id(elsewhere) not in seen
+    canvas = viewer.window._qt_viewer.canvas.native
+    QApplication.sendEvent(canvas, QEvent(QEvent.User))
+    assert id(canvas) in seen
+    del canvas

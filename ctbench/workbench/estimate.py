@@ -23,9 +23,12 @@ from .design import ScanGeometry
 from .workflow import ReconRequest
 
 # Volume- and sinogram-sized float arrays each solver holds at its peak, besides the data b and the result x
-# (read off the solvers: SIRT keeps C, the backprojection and the update, R, r, R*r and A x; CGLS keeps r, p,
-# s, q; TV adds the gradient field per axis; ordered subsets keep a pass copy and the subsets' column weights).
-STATE = {"fbp": (1, 2), "sirt": (3, 4), "cgls": (3, 2), "tv": (6, 3), "os_sirt": (3, 3), "os_tv": (6, 3)}
+# and the planner's projector window.  Measured, not read off the source: the peak resident growth of a
+# 2-iteration run (``workflow.run``) on a volume-heavy (160^3, 30 views of 64^2) and a sinogram-heavy (96^3,
+# 120 views of 192^2) problem, solved for volumes and sinograms; the arrays the solvers name (SIRT's C, R,
+# r, A x, ...; CGLS's r, p, s, q; TV's gradient field) plus torch's temporaries.  OS-TV is taken as TV.
+# tests/test_estimate_memory.py checks a third shape against a measured run within a factor of 2.
+STATE = {"fbp": (0, 3), "sirt": (7, 8), "cgls": (2, 2), "tv": (22, 10), "os_sirt": (11, 8), "os_tv": (22, 10)}
 # (set-up, per iteration) in units of one forward plus one backprojection of all views.
 CALLS = {"fbp": (0.0, 0.5), "sirt": (1.0, 1.0), "cgls": (0.5, 1.0), "tv": (0.5, 1.0), "os_sirt": (1.0, 1.0),
          "os_tv": (1.0, 1.0)}

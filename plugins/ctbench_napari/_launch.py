@@ -16,6 +16,7 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
     import napari
 
     viewer = viewer or napari.Viewer(title="ctbench workbench")
+    viewer.window._qt_window._ctbench_workbench = True     # samples of several layers arrive one per turn
     docks = [viewer.window.add_plugin_dock_widget(PLUGIN, name, tabify=True)[0] for name in WIDGETS]
     for dock, name in zip(docks, WIDGETS):
         dock.setWindowTitle(name)   # the tab shows the widget's name, not "Trajectory designer (c..."

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -65,7 +66,7 @@ def phantom_sinogram(geometry: ScanGeometry | None = None) -> tuple[ScanGeometry
 
 def make_phantom() -> list[LayerData]:
     """Sample: the 3D Shepp-Logan phantom."""
-    return [phantom_layer()]
+    return _deferred("phantom", make_phantom) or [phantom_layer()]
 
 
 @lru_cache(maxsize=1)
@@ -85,17 +86,24 @@ def _lab_scan_layer() -> LayerData:
 
 
 _READY: set = set()     # samples warm_up has computed
+_WARMING = threading.Event()      # set while warm_up runs (the workbench's start-up thread)
 
 
 def warm_up() -> None:
     """Compute the samples once (the workbench calls it in a background thread at start), so that
     File > Open Sample later only hands over arrays instead of projecting or reading on the GUI thread."""
-    _phantom_array()
-    _READY.add("phantom")
-    _sample_sinogram()
-    _READY.add("phantom_scan")
-    _lab_scan_layer()
-    _READY.add("lab_scan")
+    _WARMING.set()
+    try:
+        _phantom_array()
+        _READY.add("phantom")
+        _sample_sinogram()
+        _READY.add("phantom_scan")
+        _lab_scan_layer()
+        _READY.add("lab_scan")
+        _htc2022_sample()
+        _READY.add("htc2022")
+    finally:
+        _WARMING.clear()
 
 
 def is_ready(sample: str) -> bool:
@@ -104,24 +112,81 @@ def is_ready(sample: str) -> bool:
     return sample in _READY
 
 
+# The layers a sample makes before it is computed: (name, ctbench kind, number of dimensions).
+_PLACEHOLDERS = {
+    "phantom": [("Shepp-Logan phantom", "volume", 3)],
+    "phantom_scan": [("Shepp-Logan phantom", "volume", 3), ("Shepp-Logan cone-beam scan", "sinogram", 3)],
+    "lab_scan": [("lab scan (raw counts)", "projections", 3)],
+    "htc2022": [("HTC2022 ta (fan beam)", "sinogram", 2)],
+}
+
+
+def _deferred(sample: str, make):
+    """Placeholders now and the sample once the warm-up has computed it, when the warm-up is still on it
+    (None otherwise: the caller computes the sample itself, as outside the workbench)."""
+    if not _WARMING.is_set() or is_ready(sample):
+        return None
+    try:
+        import napari
+
+        from ._qt.deferred_samples import fill_when_ready, placeholders
+
+        viewer = napari.current_viewer()
+        if viewer is None:
+            return None
+        fill_when_ready(viewer, lambda: is_ready(sample) or not _WARMING.is_set(), make)
+    except (ImportError, RuntimeError):
+        return None
+    return placeholders(_PLACEHOLDERS[sample])
+
+
 def make_phantom_scan() -> list[LayerData]:
     """Sample: the phantom and its simulated circular cone-beam scan."""
+    later = _deferred("phantom_scan", _phantom_scan_layers)
+    return later if later is not None else _staged(_phantom_scan_layers())
+
+
+def _phantom_scan_layers() -> list[LayerData]:
     geo, sino = _sample_sinogram()
-    sino = sino.copy()
     return [phantom_layer(),
-            sinogram_layer(sino, geo, "Shepp-Logan cone-beam scan",
+            sinogram_layer(sino.copy(), geo, "Shepp-Logan cone-beam scan",
                            extra={"source": "simulated: Joseph projector, no noise", "units": "line integral"})]
+
+
+def _staged(layers: list) -> list:
+    """In the workbench's viewer: the first layer now, the others one per event-loop turn (elsewhere, e.g.
+    a script's viewer, all at once as napari adds them)."""
+    try:
+        import napari
+
+        viewer = napari.current_viewer()
+        if viewer is None or not getattr(viewer.window._qt_window, "_ctbench_workbench", False):
+            return layers
+        from ._qt.deferred_samples import add_in_later_turns
+    except (ImportError, AttributeError, RuntimeError):
+        return layers
+    add_in_later_turns(viewer, layers[1:])
+    return layers[:1]
 
 
 def make_htc2022() -> list[LayerData]:
     """Sample: the measured HTC2022 fan-beam scan of an acrylic disc (721 views x 560 pixels)."""
-    from ctbench.datasets import load_htc2022
-
-    data = load_htc2022()
-    geo, sino = htc2022_geometry(data)
-    return [sinogram_layer(sino, geo, "HTC2022 ta (fan beam)",
+    later = _deferred("htc2022", make_htc2022)
+    if later is not None:
+        return later
+    geo, sino = _htc2022_sample()
+    return [sinogram_layer(sino.copy(), geo, "HTC2022 ta (fan beam)",
                            extra={"source": "HTC2022, doi:10.5281/zenodo.6984868, CC BY 4.0",
                                   "units": "line integral"})]
+
+
+@lru_cache(maxsize=1)
+def _htc2022_sample() -> tuple[ScanGeometry, np.ndarray]:
+    from ctbench.datasets import load_htc2022
+
+    geo, sino = htc2022_geometry(load_htc2022())
+    sino.setflags(write=False)   # shared by the cache: layers get copies
+    return geo, sino
 
 
 def htc2022_geometry(data) -> tuple[ScanGeometry, np.ndarray]:
@@ -136,5 +201,8 @@ def make_lab_scan() -> list[LayerData]:
     """Sample: a simulated lab cone-beam scan in raw counts (TIFF files + scan.json; flats, darks, an offset)."""
     import copy
 
+    later = _deferred("lab_scan", make_lab_scan)
+    if later is not None:
+        return later
     data, kw, kind = _lab_scan_layer()
     return [(data, copy.deepcopy(kw), kind)]     # the lazy stack is shared; each layer owns its metadata

@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from qtpy.QtCore import Qt, Signal
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QSpinBox,
-                            QWidget)
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QProgressBar,
+                            QSpinBox, QWidget)
 
 from .._text import unquote
 
@@ -43,6 +43,40 @@ class MessageLabel(QLabel):
         self.level = ""
         self.setText("")
         self.hide()
+
+
+class ProgressBar(QProgressBar):
+    """A QProgressBar whose changes are drawn with the window's next paint, never at once.
+
+    Qt's ``setValue``, ``setRange`` and ``reset`` call ``QWidget.repaint()``, a synchronous paint; in a
+    window holding napari's OpenGL canvas that flushes the whole window and draws the canvas inside the
+    slot that moved the bar (a software-OpenGL frame in the middle of a progress event, then another one
+    for what the slot changed next).  With updates off around the change, re-enabling them schedules an
+    ordinary ``update()``: the event loop draws the bar and the canvas once, together.
+    """
+
+    def _deferred(self, method, *args):
+        was = self.updatesEnabled()
+        self.setUpdatesEnabled(False)
+        try:
+            return method(self, *args)
+        finally:
+            self.setUpdatesEnabled(was)
+
+    def setValue(self, value):  # noqa: N802 - Qt name
+        return self._deferred(QProgressBar.setValue, int(value))
+
+    def setRange(self, lo, hi):  # noqa: N802 - Qt name
+        return self._deferred(QProgressBar.setRange, int(lo), int(hi))
+
+    def setMaximum(self, hi):  # noqa: N802 - Qt name
+        return self._deferred(QProgressBar.setMaximum, int(hi))
+
+    def setMinimum(self, lo):  # noqa: N802 - Qt name
+        return self._deferred(QProgressBar.setMinimum, int(lo))
+
+    def reset(self):
+        return self._deferred(QProgressBar.reset)
 
 
 def double_spin(lo, hi, value, step=1.0, decimals=3, suffix="") -> QDoubleSpinBox:

@@ -37,7 +37,7 @@ def _dataset_path(path) -> str | None:
 
 
 class _DropFilter(QObject):
-    """Application-wide: a drop of ctbench datasets on a napari viewer opens them with the ctbench reader."""
+    """On each viewer's canvas: a drop of ctbench datasets opens them with the ctbench reader."""
 
     def eventFilter(self, obj, event):  # noqa: N802 - Qt name
         if event.type() != QEvent.Drop:
@@ -70,6 +70,20 @@ def _viewer_of(widget):
 _DROP_FILTER: _DropFilter | None = None
 
 
+def _drop_targets(viewer) -> list:
+    """The widgets a drop on ``viewer``'s canvas is delivered to: napari's QtViewer (it accepts drops) and
+    the canvas widget inside it."""
+    qt_viewer = getattr(getattr(viewer, "window", None), "_qt_viewer", None)
+    if qt_viewer is None:
+        return []
+    targets = [qt_viewer]
+    try:
+        targets.append(qt_viewer.canvas.native)
+    except AttributeError:
+        pass
+    return targets
+
+
 def drop_filter() -> _DropFilter | None:
     """The application's ctbench drop filter (installed with the first ctbench widget)."""
     return _DROP_FILTER
@@ -84,7 +98,12 @@ class _Handler:
         app = QApplication.instance()
         if _DROP_FILTER is None and app is not None:
             _DROP_FILTER = _DropFilter(app)
-            app.installEventFilter(_DROP_FILTER)
+        # On the viewer's drop targets only, not application-wide: an application filter in Python takes
+        # every Qt event of every widget through Python and the GIL (thousands per action, each one waiting
+        # for a worker thread that holds the GIL), stalling the event loop while a solve runs.
+        if _DROP_FILTER is not None:
+            for target in _drop_targets(viewer):
+                target.installEventFilter(_DROP_FILTER)
 
     def _inserted(self, event) -> None:
         layer = event.value

@@ -69,6 +69,10 @@ def install(viewer) -> None:
 
     timer.timeout.connect(flush)
     real.layers.events.inserted.connect(inserted)
+    # Every widget installs the rule; the same moment warms up what the workbench will draw (warm_up.py).
+    from .warm_up import install as warm_up
+
+    warm_up(real)
 
 
 def apply(viewer, layer) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton,
+from qtpy.QtWidgets import (QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPushButton,
                             QSpinBox, QVBoxLayout, QWidget)
 
 from ctbench.workbench.design import ScanGeometry
@@ -12,7 +12,7 @@ from ctbench.workbench.design import ScanGeometry
 from .._layers import LayerError, geometry_of, is_trajectory_source, is_volume_candidate, sinogram_layer, volume_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents, start_worker
+from .common import LayerPicker, MessageLabel, ProgressBar, add_or_update, error_text, report_errors, scroll_contents, start_worker
 from .display import show_sinogram
 
 VIEW_BATCH = 8      # views per projection batch: the progress bar moves after each
@@ -50,7 +50,7 @@ class ProjectionWidget(QWidget):
         self.seed.setValue(0)
         self.seed.setToolTip("noise seed; -1 draws a fresh one each time")
         self.run_button = QPushButton("Simulate projections")
-        self.progress = QProgressBar()
+        self.progress = ProgressBar()      # never paints the canvas inside a slot
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
         self.progress.setFormat("%v / %m views")

@@ -8,7 +8,7 @@ import time
 import numpy as np
 from qtpy.QtCore import Qt, Signal
 from qtpy.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel, QListWidget,
-                            QListWidgetItem, QProgressBar, QPushButton, QSizePolicy, QSpinBox, QStackedWidget,
+                            QListWidgetItem, QPushButton, QSizePolicy, QSpinBox, QStackedWidget,
                             QVBoxLayout, QWidget)
 
 from ctbench.workbench.applicability import unusable_reason
@@ -18,7 +18,7 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import LayerPicker, MessageLabel, ParamForm, error_text, report_errors, scroll_contents
+from .common import LayerPicker, MessageLabel, ParamForm, ProgressBar, error_text, report_errors, scroll_contents
 from .compare import ComparePanel
 from .display import show_result
 from .estimate import EstimateLabel
@@ -95,7 +95,7 @@ class ReconstructionWidget(QWidget):
         self.run_button = QPushButton("Run")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setEnabled(False)
-        self.progress = QProgressBar()
+        self.progress = ProgressBar()      # never paints the canvas inside a slot
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
         self.progress.setFormat("")            # no numbers before the first run

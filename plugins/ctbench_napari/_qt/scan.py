@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QLineEdit, QProgressBar,
-                            QPushButton, QVBoxLayout, QWidget)
+from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGroupBox, QLineEdit, QPushButton,
+                            QVBoxLayout, QWidget)
 
 from ctbench.io import FORMATS, export_volume
 from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
@@ -27,7 +27,7 @@ from ctbench.io.scan import images_to_sinogram
 
 from .._layers import KEY, info, is_volume_candidate, kind_of, sinogram_layer
 from .._scan_io import scan_layer
-from .common import LayerPicker, MessageLabel, add_or_update, error_text, report_errors, scroll_contents
+from .common import LayerPicker, MessageLabel, ProgressBar, add_or_update, error_text, report_errors, scroll_contents
 from .common import double_spin as _spin
 from .common import int_spin as _ispin
 from .common import row_of as _row
@@ -157,7 +157,7 @@ class ScanImportWidget(QWidget):
         form.addRow("Config", _row(self.config_path, self.config_button))
         lay.addWidget(box)
 
-        self.progress = QProgressBar()
+        self.progress = ProgressBar()      # never paints the canvas inside a slot
         self.progress.setRange(0, 1)
         self.progress.hide()
         lay.addWidget(self.progress)
