@@ -257,7 +257,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
     _check_store(volume_store, p.volume_shape, "volume_store")
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
     _refuse_alias(volume_store, sinogram_store)
-    D = p.global_volume_shape[0]
+    D = p.grid.shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     with torch.no_grad():
         sino = None
@@ -265,7 +265,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
             z1 = min(z0 + nz, D)
             slab = volume_store.read((slice(z0, z1),) + tuple(slice(0, n) for n in p.volume_shape[1:])) \
                 if not p.is_2d else volume_store.read(tuple(slice(0, n) for n in p.volume_shape))
-            vol4 = slab.reshape(1, z1 - z0, *p.global_volume_shape[1:])
+            vol4 = slab.reshape(1, z1 - z0, *p.grid.shape[1:])
             rays = p._rays(trajectory, vol4.dtype, vol4.device)
             part = cell_project(vol4, p.grid, z0, rays, p._strategy.view_chunk, p._strategy.tile)
             sino = part if sino is None else sino + part
@@ -287,7 +287,7 @@ def cell_backproject_into(projector, sinogram_store, volume_store, trajectory=No
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
     _check_store(volume_store, p.volume_shape, "volume_store")
     _refuse_alias(volume_store, sinogram_store)
-    D = p.global_volume_shape[0]
+    D = p.grid.shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     step = p._strategy.view_chunk or p.n_views
     rest = tuple(slice(0, n) for n in p.projection_shape[1:])

@@ -175,3 +175,89 @@ class Partition:
         return preflight(error, metadata, process_group=self.process_group, world_size=self.world_size,
                          cache=self._preflight_cache if cache_key is not None else None,
                          cache_key=cache_key, revision=revision, mismatch=mismatch)
+
+
+class OwnedSlices(tuple):
+    """diffct's ``volume_slice``: one slice per axis of the caller's volume (what this rank owns).
+
+    ctbench's engine windows volumes into z-slabs and reads the slab's planes as
+    ``volume_slice.start``/``.stop``; those attributes give ``planes``, the owned planes of
+    ctbench's grid (for 3D the first slice; a 2D volume is one plane of the grid)."""
+
+    def __new__(cls, slices, planes):
+        obj = super().__new__(cls, slices)
+        obj.planes = planes
+        return obj
+
+    def __getnewargs__(self):
+        return tuple(self), self.planes
+
+    @property
+    def start(self):
+        return self.planes.start
+
+    @property
+    def stop(self):
+        return self.planes.stop
+
+    @property
+    def step(self):
+        return self.planes.step
+
+    def indices(self, length):
+        return self.planes.indices(length)
+
+
+def owned_slices(planes, grid_shape, is_2d) -> OwnedSlices:
+    """The diffct ``volume_slice`` for ctbench's owned ``planes`` of a grid ``(D, H, W)``."""
+    rest = tuple(slice(0, n) for n in grid_shape[1:])
+    return OwnedSlices(rest if is_2d else (planes, *rest), planes)
+
+
+def check_ownership(distributed, process_group, partition, partition_grid):
+    """diffct's checks of the ownership keywords, before any collective (diffct's messages)."""
+    if not isinstance(distributed, bool):
+        raise TypeError("distributed must be a bool")
+    if process_group is not None and not distributed:
+        raise ValueError("process_group requires distributed=True")
+    if not isinstance(partition, str) or partition not in PARTITIONS:
+        raise ValueError("partition must be 'views', 'space', or 'hybrid'")
+    if partition != "hybrid" and partition_grid is not None:
+        raise ValueError("partition_grid requires partition='hybrid'")
+    if partition_grid is not None and not _check_grid_value(partition_grid):
+        raise ValueError("partition_grid must contain positive (view_ranks, space_ranks) with product world_size")
+    if partition == "hybrid" and not distributed and partition_grid is not None and tuple(partition_grid) != (1, 1):
+        raise ValueError("partition_grid must contain positive (view_ranks, space_ranks) with product world_size")
+
+
+def default_grid(partition, partition_grid, process_group):
+    """diffct's default hybrid grid (the most square one with at least as many view ranks)."""
+    if partition != "hybrid" or partition_grid is not None or not (dist.is_available() and dist.is_initialized()):
+        return partition_grid  # (without a process group the core names the fix)
+    world = dist.get_world_size(process_group)
+    space = math.isqrt(world)
+    while world % space:
+        space -= 1
+    return (world // space, space)
+
+
+def agree_surface_request(trajectory, volume_shape, detector_shape, surface, backend, precision, schedule,
+                          process_group, partition, partition_grid, options) -> None:
+    """Every rank of a distributed curved-detector request compares what it asked for (shapes,
+    views, partition, spacings, beam, backend, precision, schedule, the surface parameters' layout
+    and, for a views partition, whether any geometry requires grad): a difference raises
+    ``ValueError`` on every rank, before anything else is collective."""
+    parts = tuple(trajectory) if isinstance(trajectory, (tuple, list)) else tuple(trajectory.tensors())
+    n_views = int(parts[0].shape[0]) if parts and isinstance(parts[0], torch.Tensor) else None
+    shape = tuple(volume_shape) if isinstance(volume_shape, (tuple, list, torch.Size)) else (volume_shape,)
+    ranks = Partition(shape, n_views, distributed=True, process_group=process_group, partition=partition,
+                      partition_grid=partition_grid)
+    params = tuple(getattr(surface, "parameters", ()) or ())
+    layout = tuple((tuple(p.shape), str(p.dtype)) if isinstance(p, torch.Tensor) else repr(type(p)) for p in params)
+    trainable = any(isinstance(t, torch.Tensor) and t.requires_grad for t in (*parts, *params))
+    metadata = (repr(tuple(detector_shape) if isinstance(detector_shape, (tuple, list)) else detector_shape),
+                options.get("beam"), repr(options.get("detector_spacing")), repr(options.get("voxel_spacing")),
+                backend, precision, schedule, layout, trainable if partition == "views" else None)
+    ranks.preflight(None, metadata, mismatch="distributed ranks must agree on the request metadata: detector, "
+                    "beam, spacing, backend, precision, schedule, surface parameter layout and (views partition) "
+                    "whether the geometry requires grad")

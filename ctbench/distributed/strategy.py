@@ -64,7 +64,7 @@ class DistributedStrategy:
         p.process_group = lay.group
         p.view_group, p.space_group = lay.view_group, lay.space_group
         p.view_slice = balanced_split(p.n_views, lay.view_world_size, lay.view_rank)
-        p.volume_slice = balanced_split(p.global_volume_shape[0], lay.space_world_size, lay.space_rank)
+        p.volume_slice = balanced_split(p.grid.shape[0], lay.space_world_size, lay.space_rank)
 
     # ---------------------------------------------------------------- helpers
     def _local_rays(self, rays: Rays) -> Rays:
@@ -84,8 +84,7 @@ class DistributedStrategy:
         if local.n_views == 0 or vol.shape[1] == 0:
             part = _EmptyLocal.apply((vol.shape[0], local.n_views, *p.detector_shape), vol, *local.tensors())
         else:
-            ex = p._executor(vol.device)
-            part = project_op(vol, *local.tensors(), ex, z0, local.cone, p.detector_shape)
+            part = self._local_project(vol, local, z0)
         return all_reduce_sum(part, lay.space_group)
 
     def backproject(self, sino4: torch.Tensor, rays: Rays) -> torch.Tensor:
@@ -93,12 +92,21 @@ class DistributedStrategy:
         local = self._local_rays(rays)
         z0, z1 = p.volume_slice.start, p.volume_slice.stop
         if local.n_views == 0 or z1 == z0:
-            part = _EmptyLocal.apply((sino4.shape[0], z1 - z0, *p.global_volume_shape[1:]), sino4,
+            part = _EmptyLocal.apply((sino4.shape[0], z1 - z0, *p.grid.shape[1:]), sino4,
                                      *local.tensors())
         else:
-            ex = p._executor(sino4.device)
-            part = backproject_op(sino4, *local.tensors(), ex, z0, z1, local.cone, p.detector_shape)
+            part = self._local_backproject(sino4, local, z0, z1)
         return all_reduce_sum(part, lay.view_group)
+
+    # The rank-local operator on this rank's views and slab (a subclass may run another model:
+    # ctbench.compat's cell model); the collectives around it are the same.
+    def _local_project(self, vol, local: Rays, z0: int):
+        ex = self.p._executor(vol.device)
+        return project_op(vol, *local.tensors(), ex, z0, local.cone, self.p.detector_shape)
+
+    def _local_backproject(self, sino4, local: Rays, z0: int, z1: int):
+        ex = self.p._executor(sino4.device)
+        return backproject_op(sino4, *local.tensors(), ex, z0, z1, local.cone, self.p.detector_shape)
 
     # --------------------------------------------------------- inner products
     # Volume tensors are split over the space group and replicated over the
