@@ -170,6 +170,11 @@ class Projector:
         nz = self.volume_slice.stop - self.volume_slice.start
         return (H, W) if self.is_2d else (nz, H, W)
 
+    def _slab_shape(self) -> tuple[int, int, int]:
+        """This process's part of the grid as the engine sees it: (planes, H, W)."""
+        D, H, W = self.grid.shape
+        return (self.volume_slice.stop - self.volume_slice.start, H, W)
+
     @property
     def local_volume_shape(self) -> tuple[int, ...]:
         return self.volume_shape
@@ -259,8 +264,7 @@ class Projector:
         """Line integrals of ``volume`` (*batch, *volume_shape) -> (*batch, *projection_shape)."""
         volume = self._check_input(volume, "volume", self.volume_shape)
         batch = volume.shape[:volume.ndim - len(self.volume_shape)]
-        nz = self.volume_slice.stop - self.volume_slice.start
-        vol4 = volume.reshape(math.prod(batch), nz, *self.grid.shape[1:])  # -1 is ambiguous for empty slabs
+        vol4 = volume.reshape(math.prod(batch), *self._slab_shape())  # -1 is ambiguous for empty slabs
         rays = self._rays(trajectory, volume.dtype, volume.device)
         sino = self._strategy.project(vol4, rays)
         return sino.reshape(*batch, *self.projection_shape)

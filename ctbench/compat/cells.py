@@ -36,9 +36,10 @@ def _boundaries(n: int, spacing: float, dtype, device):
     return (torch.arange(n + 1, dtype=torch.float64, device=device) - n / 2).mul(spacing).to(dtype)
 
 
-def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool):
-    """Cell indices (flat in the slab ``[z0, z1)``), lengths and validity of every piece of every
-    ray: ``(flat, length)`` of shape (R, P) with zero length where a piece is empty."""
+def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool, axis: int = 2):
+    """Cell indices (flat in the slab ``[z0, z1)`` of world axis ``axis``: 2 is z, 1 is y, the rows
+    of a 2D volume split over ranks), lengths and validity of every piece of every ray:
+    ``(flat, length)`` of shape (R, P) with zero length where a piece is empty."""
     dtype, device = origin.dtype, origin.device
     if segment and bool((direction == 0).all(dim=1).any()):  # (in the dtype the pixels were staged in)
         raise ValueError("source and detector pixels must differ")
@@ -77,14 +78,16 @@ def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool)
     mid = (0.5 * (t[:, 1:] + t[:, :-1])).detach()
     flat = torch.zeros(mid.shape, dtype=torch.long, device=device)
     valid = (length.detach() > 0) & hit[:, None]
-    strides = (1, grid.W, grid.W * grid.H)
+    local = list(sizes)
+    local[axis] = z1 - z0
+    strides = (1, local[0], local[0] * local[1])
     for a in range(3):
         o, d = origin[:, a, None].detach(), direction[:, a, None].detach()
         # a constant axis keeps the origin's coordinate exactly (no t*0 round-off)
         pos = torch.where(zero[:, a, None], o.expand_as(mid), o + mid * d)
         index = torch.searchsorted(edges[a], pos.contiguous(), right=True) - 1
         index = index.clamp(0, sizes[a] - 1)
-        if a == 2:
+        if a == axis:
             valid &= (index >= z0) & (index < z1)
             index = index - z0
         flat += index * strides[a]
@@ -127,20 +130,20 @@ def _batch_step(grid: VolumeGrid, batch: int) -> int:
     return max(1, min(batch, _BUDGET // (grid.W + grid.H + grid.D + 5)))
 
 
-def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None, tile=None):
+def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None, tile=None, axis: int = 2):
     """Cell-length projection of a slab ``volume`` (B, nz, H, W) starting at plane ``z0`` of
-    ``grid``: (B, n_views, U, V)."""
-    B, nz = volume.shape[:2]
+    ``grid`` (``axis=1``: rows ``(B, D, ny, W)`` from row ``z0``): (B, n_views, U, V)."""
+    B, nz = volume.shape[0], volume.shape[3 - axis]
     step = _batch_step(grid, B)
     if B > step:
-        return torch.cat([cell_project(volume[b:b + step], grid, z0, rays, view_chunk, tile)
+        return torch.cat([cell_project(volume[b:b + step], grid, z0, rays, view_chunk, tile, axis)
                           for b in range(0, B, step)])
     U, V = rays.detector_shape
     rays = _work(rays)
-    flat_vol = volume.reshape(B, nz * grid.H * grid.W)  # (explicit: B may be 0)
+    flat_vol = volume.reshape(B, math.prod(volume.shape[1:]))  # (explicit: B may be 0)
     out = volume.new_zeros((B, rays.n_views * U * V))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
-        flat, length = _cells(grid, z0, z0 + nz, origin, direction, rays.cone)
+        flat, length = _cells(grid, z0, z0 + nz, origin, direction, rays.cone, axis)
         if flat_vol.shape[1] == 0:  # an empty slab sees nothing (and keeps the geometry in the graph)
             value = volume.new_zeros((B, ray.numel())) + 0 * length.sum()
         else:
@@ -149,24 +152,28 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
     return out.reshape(B, rays.n_views, U, V)
 
 
-def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None):
-    """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)."""
+def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None,
+                     axis: int = 2):
+    """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)
+    (``axis=1``: (B, D, z1 - z0, W))."""
     B = sinogram.shape[0]
     step = _batch_step(grid, B)
     if B > step:
-        return torch.cat([cell_backproject(sinogram[b:b + step], grid, z0, z1, rays, view_chunk, tile)
+        return torch.cat([cell_backproject(sinogram[b:b + step], grid, z0, z1, rays, view_chunk, tile, axis)
                           for b in range(0, B, step)])
     rays = _work(rays)
+    shape = list(grid.shape)
+    shape[2 - axis] = z1 - z0
     values = sinogram.reshape(B, rays.n_views * rays.detector_shape[0] * rays.detector_shape[1])
-    total = sinogram.new_zeros((B, (z1 - z0) * grid.H * grid.W))
+    total = sinogram.new_zeros((B, math.prod(shape)))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
-        flat, length = _cells(grid, z0, z1, origin, direction, rays.cone)
+        flat, length = _cells(grid, z0, z1, origin, direction, rays.cone, axis)
         if total.shape[1] == 0:
             total = total + 0 * (values[:, ray].sum() * length.sum())
             continue
         contrib = values[:, ray, None] * length.to(sinogram.dtype)
         total = total.index_add(1, flat.reshape(-1), contrib.reshape(B, flat.numel()))
-    return total.reshape(B, z1 - z0, grid.H, grid.W)
+    return total.reshape(B, *shape)
 
 
 class CellStrategy:

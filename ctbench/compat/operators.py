@@ -35,7 +35,7 @@ import torch
 from ..projector import Projector as _CoreProjector
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
-from ._cell_ranks import CellDistributedStrategy
+from ._cell_ranks import CellDistributedStrategy, ranks_into
 from .distribution import agree_surface_request, check_ownership, default_grid, owned_slices
 from .geometry import TrajectoryTuple
 from .surfaces import SurfaceProjector
@@ -210,9 +210,31 @@ class Projector(_CoreProjector):
     # caller's volume and a 2D volume's global shape is (H, W); ctbench's engine reads the slab's
     # planes (volume_slice.start/.stop) and its grid (self.grid.shape), which keep their meaning
     @property
+    def _splits_2d_rows(self):  # diffct splits a 2D volume by rows; its cell model can (compat/_cell_ranks.py)
+        return self._cell_model
+
+    def _slab_shape(self):
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            return super()._slab_shape()
+        D, _, W = self.grid.shape
+        return (D, rows.stop - rows.start, W)
+
+    @property
+    def volume_shape(self):
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            return super().volume_shape
+        return (rows.stop - rows.start, self.grid.shape[2])
+
+    @property
     def volume_slice(self):
         planes = self.__dict__["_planes"]
-        return owned_slices(planes, self.grid.shape, self.is_2d) if self._AUTO_IS_DIFFCT else planes
+        if not self._AUTO_IS_DIFFCT:
+            return planes
+        slices = owned_slices(planes, self.grid.shape, self.is_2d)
+        rows = self.__dict__.get("_rows")
+        return slices if rows is None else type(slices)((rows, *slices[1:]), planes)
 
     @volume_slice.setter
     def volume_slice(self, planes):
@@ -284,6 +306,9 @@ class Projector(_CoreProjector):
     # diffct's *_into also take dense tensors (written in place); ctbench's engine returns its plan,
     # diffct's cell model the output (as diffct does)
     def project_into(self, volume_store, sinogram_store, *, trajectory=None, device=None):
+        if self._cell_model and self.options.get("distributed"):
+            return ranks_into(self, "project", _store(volume_store, "source"), _store(sinogram_store, "output"),
+                              trajectory)
         if self._cell_model:  # diffct's model streams itself
             cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"), trajectory)
             return sinogram_store
@@ -292,6 +317,9 @@ class Projector(_CoreProjector):
                                            device=device)
 
     def backproject_into(self, sinogram_store, volume_store, *, trajectory=None, device=None):
+        if self._cell_model and self.options.get("distributed"):
+            return ranks_into(self, "backproject", _store(sinogram_store, "source"), _store(volume_store, "output"),
+                              trajectory)
         if self._cell_model:
             cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"), trajectory)
             return volume_store

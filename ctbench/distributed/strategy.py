@@ -17,6 +17,8 @@ the backward collectives too.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..engine.base import Rays
@@ -51,7 +53,7 @@ class DistributedStrategy:
         self.p = projector
         self.layout = layout
         p, lay = projector, layout
-        if p.is_2d and lay.space_world_size > 1:
+        if p.is_2d and lay.space_world_size > 1 and not getattr(p, "_splits_2d_rows", False):
             raise ValueError("2D scans have a single volume plane and cannot be split into slabs: use "
                              "partition='views' (or a hybrid grid with space_ranks=1)")
         # What this rank owns (global, half-open); the Projector derives its
@@ -81,7 +83,7 @@ class DistributedStrategy:
         vol = copy_to_ranks(vol4, lay.view_group)
         local = self._local_rays(rays)
         z0 = p.volume_slice.start
-        if local.n_views == 0 or vol.shape[1] == 0:
+        if local.n_views == 0 or math.prod(vol.shape[1:]) == 0:
             part = _EmptyLocal.apply((vol.shape[0], local.n_views, *p.detector_shape), vol, *local.tensors())
         else:
             part = self._local_project(vol, local, z0)
@@ -91,8 +93,8 @@ class DistributedStrategy:
         p, lay = self.p, self.layout
         local = self._local_rays(rays)
         z0, z1 = p.volume_slice.start, p.volume_slice.stop
-        if local.n_views == 0 or z1 == z0:
-            part = _EmptyLocal.apply((sino4.shape[0], z1 - z0, *p.grid.shape[1:]), sino4,
+        if local.n_views == 0 or math.prod(p._slab_shape()) == 0:
+            part = _EmptyLocal.apply((sino4.shape[0], *p._slab_shape()), sino4,
                                      *local.tensors())
         else:
             part = self._local_backproject(sino4, local, z0, z1)
