@@ -214,12 +214,17 @@ def check_diffct_geometry(trajectory, beam: str, voxel_spacing, float32: bool) -
     orthogonal axes, a source apart from the detector centre that does not see the detector
     edge-on, and (float32 work) endpoints within diffct's range in voxels of the volume centre."""
     src, ctr, u, v = (t.detach().to(torch.float64) for t in trajectory.tensors())
-    axes = (src, u) if beam == "parallel" else ((u, v) if trajectory.ndim == 3 else (u,))
+    parallel3d = beam == "parallel" and trajectory.ndim == 3
+    # diffct's parallel3d: unit ray directions that may be oblique to the detector (u, v orthogonal)
+    axes = (src, u, v) if parallel3d else (src, u) if beam == "parallel" else ((u, v) if trajectory.ndim == 3 else (u,))
     for axis in axes:
         if not torch.isclose(axis.norm(dim=1), torch.ones(len(axis), dtype=axis.dtype), rtol=1e-4, atol=1e-4).all():
             raise ValueError("trajectory direction axes must be unit vectors")
-    if len(axes) == 2 and ((axes[0] * axes[1]).sum(dim=1).abs() > 1e-4).any():
+    pair = axes[1:] if parallel3d else axes
+    if len(pair) == 2 and ((pair[0] * pair[1]).sum(dim=1).abs() > 1e-4).any():
         raise ValueError("trajectory direction axes must be orthogonal")
+    if parallel3d and (torch.linalg.matrix_rank(torch.stack((src, u, v), dim=-1)) < 3).any():
+        raise ValueError("parallel3d rays must not be tangent to the detector plane")
     if beam == "parallel":
         return
     principal = ctr - src
