@@ -12,6 +12,7 @@ y): the rank owns ``rows`` (``projector._rows``) and the cell model restricts it
 
 from __future__ import annotations
 
+from ..distributed.collectives import copy_to_ranks
 from ..distributed.partition import balanced_split
 from ..distributed.strategy import DistributedStrategy
 import torch
@@ -32,6 +33,19 @@ class CellDistributedStrategy(DistributedStrategy):
         _, self.view_chunk, self.tile = check_chunk_options(
             projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
             projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+
+    def backproject(self, sino4, rays):
+        # diffct's rule: a backprojection's input is replicated over the space group and the gradient
+        # reaching it is the whole gradient on every rank (ctbench's own engine leaves the rank's share,
+        # docs/DISTRIBUTED.md); with trainable geometry every rank joins that sum, also one whose own
+        # sinogram needs no gradient
+        group = self.layout.space_group
+        if group is not None:
+            if (torch.is_grad_enabled() and not sino4.requires_grad
+                    and any(t.requires_grad for t in rays.tensors())):
+                sino4 = sino4.detach().requires_grad_()
+            sino4 = copy_to_ranks(sino4, group)
+        return super().backproject(sino4, rays)
 
     def _window(self, z0, z1):
         rows = self.p.__dict__.get("_rows")
