@@ -34,6 +34,13 @@ class CellDistributedStrategy(DistributedStrategy):
             projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
             projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
 
+    def project(self, vol4, rays):
+        # trainable geometry: every rank runs the backward, so every rank joins the view group's sum of
+        # volume cotangents, also one whose own data needs no gradient (else its peers wait; diffct's rule)
+        if self.layout.view_group is not None:
+            vol4 = _joining(vol4, rays)
+        return super().project(vol4, rays)
+
     def backproject(self, sino4, rays):
         # diffct's rule: a backprojection's input is replicated over the space group and the gradient
         # reaching it is the whole gradient on every rank (ctbench's own engine leaves the rank's share,
@@ -41,10 +48,7 @@ class CellDistributedStrategy(DistributedStrategy):
         # sinogram needs no gradient
         group = self.layout.space_group
         if group is not None:
-            if (torch.is_grad_enabled() and not sino4.requires_grad
-                    and any(t.requires_grad for t in rays.tensors())):
-                sino4 = sino4.detach().requires_grad_()
-            sino4 = copy_to_ranks(sino4, group)
+            sino4 = copy_to_ranks(_joining(sino4, rays), group)
         return super().backproject(sino4, rays)
 
     def _window(self, z0, z1):
@@ -58,6 +62,13 @@ class CellDistributedStrategy(DistributedStrategy):
     def _local_backproject(self, sino4, local, z0, z1):
         start, stop, axis = self._window(z0, z1)
         return cell_backproject(sino4, self.p.grid, start, stop, local, self.view_chunk, self.tile, axis)
+
+
+def _joining(data, rays):
+    """``data`` made part of the backward graph when the geometry requires grad and it does not."""
+    if torch.is_grad_enabled() and not data.requires_grad and any(t.requires_grad for t in rays.tensors()):
+        return data.detach().requires_grad_()
+    return data
 
 
 def ranks_into(projector, kind, source, output, trajectory=None):

@@ -80,11 +80,6 @@ class DistributedStrategy:
     # -------------------------------------------------------------- operators
     def project(self, vol4: torch.Tensor, rays: Rays) -> torch.Tensor:
         p, lay = self.p, self.layout
-        if (torch.is_grad_enabled() and not vol4.requires_grad and lay.view_group is not None
-                and any(t.requires_grad for t in rays.tensors())):
-            # trainable geometry: every rank runs the backward, so every rank must join the view group's
-            # sum of volume cotangents, also one whose own data needs no gradient (else its peers hang)
-            vol4 = vol4.detach().requires_grad_()
         vol = copy_to_ranks(vol4, lay.view_group)
         local = self._local_rays(rays)
         z0 = p.volume_slice.start
