@@ -334,8 +334,10 @@ def _ownership(diffct_face, devices, distributed, process_group, partition, part
     ctbench's top level passes what was given on (its core refuses a partition without ranks)."""
     out = {} if devices is None else {"devices": devices}
     if distributed:
+        # (diffct picks a default hybrid grid; ctbench's top level asks for partition_grid)
         out.update(distributed=True, process_group=process_group, partition=partition,
-                   partition_grid=default_grid(partition, partition_grid, process_group))
+                   partition_grid=default_grid(partition, partition_grid, process_group) if diffct_face
+                   else partition_grid)
     elif not diffct_face:
         if distributed is not False:
             out["distributed"] = distributed
