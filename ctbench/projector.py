@@ -139,7 +139,7 @@ class Projector:
             self.detector_spacing = _spacing(detector_spacing, "detector_spacing", 2)
 
         _check_detector_size(self.detector_shape)
-        self.grid = VolumeGrid(self.global_volume_shape, self.voxel_spacing)
+        self.grid = VolumeGrid((1, *vs) if self.is_2d else vs, self.voxel_spacing)
         self.backend_name = backend
         self.trajectory = self._check_trajectory(trajectory)
         # Window sizes are checked up front, not at the first call that plans windows.
@@ -149,7 +149,7 @@ class Projector:
         # Defaults of a single process; a strategy may narrow them (distributed ranks).
         self.rank, self.world_size = 0, 1
         self.view_slice = slice(0, self.n_views)
-        self.volume_slice = slice(0, self.global_volume_shape[0])
+        self.volume_slice = slice(0, self.grid.shape[0])
         self.partition = None
         self.partition_grid, self.view_world_size, self.space_world_size = (1, 1), 1, 1
         self.process_group = None
@@ -166,9 +166,14 @@ class Projector:
     @property
     def volume_shape(self) -> tuple[int, ...]:
         """Shape that project() takes and backproject() returns on this process."""
-        D, H, W = self.global_volume_shape
+        D, H, W = self.grid.shape  # (global_volume_shape is diffct's (H, W) for 2D on the diffct face)
         nz = self.volume_slice.stop - self.volume_slice.start
         return (H, W) if self.is_2d else (nz, H, W)
+
+    def _slab_shape(self) -> tuple[int, int, int]:
+        """This process's part of the grid as the engine sees it: (planes, H, W)."""
+        D, H, W = self.grid.shape
+        return (self.volume_slice.stop - self.volume_slice.start, H, W)
 
     @property
     def local_volume_shape(self) -> tuple[int, ...]:
@@ -259,8 +264,7 @@ class Projector:
         """Line integrals of ``volume`` (*batch, *volume_shape) -> (*batch, *projection_shape)."""
         volume = self._check_input(volume, "volume", self.volume_shape)
         batch = volume.shape[:volume.ndim - len(self.volume_shape)]
-        nz = self.volume_slice.stop - self.volume_slice.start
-        vol4 = volume.reshape(math.prod(batch), nz, *self.global_volume_shape[1:])  # -1 is ambiguous for empty slabs
+        vol4 = volume.reshape(math.prod(batch), *self._slab_shape())  # -1 is ambiguous for empty slabs
         rays = self._rays(trajectory, volume.dtype, volume.device)
         sino = self._strategy.project(vol4, rays)
         return sino.reshape(*batch, *self.projection_shape)

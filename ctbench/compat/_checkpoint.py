@@ -161,7 +161,7 @@ def load(resume, expected, iterations, shapes, limit, *, scalars=(), rank=0):
             raise ValueError(f"resume: checkpoint state {name!r} must be described by an object")
         try:
             store = NpyStore(folder / f"{name}.npy", mode="r")
-        except (OSError, ValueError, TypeError) as error:
+        except (OSError, ValueError, TypeError, EOFError) as error:  # (a zero-byte file: EOFError)
             raise ValueError(f"resume: checkpoint state {name}.npy is unreadable ({error})") from None
         if (list(store.shape) != list(shape) or spec.get("shape") != list(shape)
                 or spec.get("dtype") != str(store.dtype)):

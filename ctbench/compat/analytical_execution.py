@@ -114,7 +114,9 @@ class AnalyticalExecution:
                        None if isocenter is None else tuple(torch.as_tensor(isocenter).reshape(-1).tolist()))
         except _ERRORS as caught:
             error = caught
-        self.partition = Partition(tuple(volume_shape) if error is None else (), n_views, partition=partition)
+        # a request that failed its checks still meets the other ranks (empty shares) to raise together
+        self.partition = Partition(tuple(volume_shape) if error is None else (0,),
+                                   n_views if error is None else 0, partition=partition)
         self.partition.preflight(error, request)
 
     # ------------------------------------------------------------------ checks

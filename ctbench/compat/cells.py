@@ -36,9 +36,10 @@ def _boundaries(n: int, spacing: float, dtype, device):
     return (torch.arange(n + 1, dtype=torch.float64, device=device) - n / 2).mul(spacing).to(dtype)
 
 
-def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool):
-    """Cell indices (flat in the slab ``[z0, z1)``), lengths and validity of every piece of every
-    ray: ``(flat, length)`` of shape (R, P) with zero length where a piece is empty."""
+def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool, axis: int = 2):
+    """Cell indices (flat in the slab ``[z0, z1)`` of world axis ``axis``: 2 is z, 1 is y, the rows
+    of a 2D volume split over ranks), lengths and validity of every piece of every ray:
+    ``(flat, length)`` of shape (R, P) with zero length where a piece is empty."""
     dtype, device = origin.dtype, origin.device
     if segment and bool((direction == 0).all(dim=1).any()):  # (in the dtype the pixels were staged in)
         raise ValueError("source and detector pixels must differ")
@@ -77,14 +78,16 @@ def _cells(grid: VolumeGrid, z0: int, z1: int, origin, direction, segment: bool)
     mid = (0.5 * (t[:, 1:] + t[:, :-1])).detach()
     flat = torch.zeros(mid.shape, dtype=torch.long, device=device)
     valid = (length.detach() > 0) & hit[:, None]
-    strides = (1, grid.W, grid.W * grid.H)
+    local = list(sizes)
+    local[axis] = z1 - z0
+    strides = (1, local[0], local[0] * local[1])
     for a in range(3):
         o, d = origin[:, a, None].detach(), direction[:, a, None].detach()
         # a constant axis keeps the origin's coordinate exactly (no t*0 round-off)
         pos = torch.where(zero[:, a, None], o.expand_as(mid), o + mid * d)
         index = torch.searchsorted(edges[a], pos.contiguous(), right=True) - 1
         index = index.clamp(0, sizes[a] - 1)
-        if a == 2:
+        if a == axis:
             valid &= (index >= z0) & (index < z1)
             index = index - z0
         flat += index * strides[a]
@@ -132,20 +135,20 @@ def _batch_step(grid: VolumeGrid, batch: int) -> int:
     return max(1, min(batch, _BUDGET // (grid.W + grid.H + grid.D + 5)))
 
 
-def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None, tile=None):
+def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None, tile=None, axis: int = 2):
     """Cell-length projection of a slab ``volume`` (B, nz, H, W) starting at plane ``z0`` of
-    ``grid``: (B, n_views, U, V)."""
-    B, nz = volume.shape[:2]
+    ``grid`` (``axis=1``: rows ``(B, D, ny, W)`` from row ``z0``): (B, n_views, U, V)."""
+    B, nz = volume.shape[0], volume.shape[3 - axis]
     step = _batch_step(grid, B)
     if B > step:
-        return torch.cat([cell_project(volume[b:b + step], grid, z0, rays, view_chunk, tile)
+        return torch.cat([cell_project(volume[b:b + step], grid, z0, rays, view_chunk, tile, axis)
                           for b in range(0, B, step)])
     U, V = rays.detector_shape
     rays = _work(rays)
-    flat_vol = volume.reshape(B, nz * grid.H * grid.W)  # (explicit: B may be 0)
+    flat_vol = volume.reshape(B, math.prod(volume.shape[1:]))  # (explicit: B may be 0)
     out = volume.new_zeros((B, rays.n_views * U * V))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
-        flat, length = _cells(grid, z0, z0 + nz, origin, direction, rays.cone)
+        flat, length = _cells(grid, z0, z0 + nz, origin, direction, rays.cone, axis)
         if flat_vol.shape[1] == 0:  # an empty slab sees nothing (and keeps the geometry in the graph)
             value = volume.new_zeros((B, ray.numel())) + 0 * length.sum()
         else:
@@ -154,24 +157,28 @@ def cell_project(volume, grid: VolumeGrid, z0: int, rays: Rays, view_chunk=None,
     return out.reshape(B, rays.n_views, U, V)
 
 
-def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None):
-    """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)."""
+def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, view_chunk=None, tile=None,
+                     axis: int = 2):
+    """The transpose of :func:`cell_project`: (B, n_views, U, V) -> (B, z1 - z0, H, W)
+    (``axis=1``: (B, D, z1 - z0, W))."""
     B = sinogram.shape[0]
     step = _batch_step(grid, B)
     if B > step:
-        return torch.cat([cell_backproject(sinogram[b:b + step], grid, z0, z1, rays, view_chunk, tile)
+        return torch.cat([cell_backproject(sinogram[b:b + step], grid, z0, z1, rays, view_chunk, tile, axis)
                           for b in range(0, B, step)])
     rays = _work(rays)
+    shape = list(grid.shape)
+    shape[2 - axis] = z1 - z0
     values = sinogram.reshape(B, rays.n_views * rays.detector_shape[0] * rays.detector_shape[1])
-    total = sinogram.new_zeros((B, (z1 - z0) * grid.H * grid.W))
+    total = sinogram.new_zeros((B, math.prod(shape)))
     for ray, origin, direction in _groups(grid, rays, B, view_chunk, tile):
-        flat, length = _cells(grid, z0, z1, origin, direction, rays.cone)
+        flat, length = _cells(grid, z0, z1, origin, direction, rays.cone, axis)
         if total.shape[1] == 0:
             total = total + 0 * (values[:, ray].sum() * length.sum())
             continue
         contrib = values[:, ray, None] * length.to(sinogram.dtype)
         total = total.index_add(1, flat.reshape(-1), contrib.reshape(B, flat.numel()))
-    return total.reshape(B, z1 - z0, grid.H, grid.W)
+    return total.reshape(B, *shape)
 
 
 class CellStrategy:
@@ -212,12 +219,17 @@ def check_diffct_geometry(trajectory, beam: str, voxel_spacing, float32: bool) -
     orthogonal axes, a source apart from the detector centre that does not see the detector
     edge-on, and (float32 work) endpoints within diffct's range in voxels of the volume centre."""
     src, ctr, u, v = (t.detach().to(torch.float64) for t in trajectory.tensors())
-    axes = (src, u) if beam == "parallel" else ((u, v) if trajectory.ndim == 3 else (u,))
+    parallel3d = beam == "parallel" and trajectory.ndim == 3
+    # diffct's parallel3d: unit ray directions that may be oblique to the detector (u, v orthogonal)
+    axes = (src, u, v) if parallel3d else (src, u) if beam == "parallel" else ((u, v) if trajectory.ndim == 3 else (u,))
     for axis in axes:
         if not torch.isclose(axis.norm(dim=1), torch.ones(len(axis), dtype=axis.dtype), rtol=1e-4, atol=1e-4).all():
             raise ValueError("trajectory direction axes must be unit vectors")
-    if len(axes) == 2 and ((axes[0] * axes[1]).sum(dim=1).abs() > 1e-4).any():
+    pair = axes[1:] if parallel3d else axes
+    if len(pair) == 2 and ((pair[0] * pair[1]).sum(dim=1).abs() > 1e-4).any():
         raise ValueError("trajectory direction axes must be orthogonal")
+    if parallel3d and (torch.linalg.matrix_rank(torch.stack((src, u, v), dim=-1)) < 3).any():
+        raise ValueError("parallel3d rays must not be tangent to the detector plane")
     if beam == "parallel":
         return
     principal = ctr - src
@@ -270,7 +282,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
     _check_store(sinogram_store, p.projection_shape, "sinogram_store")
     _check_output_dtype(p, sinogram_store, "sinogram_store")
     _refuse_alias(volume_store, sinogram_store)
-    D = p.global_volume_shape[0]
+    D = p.grid.shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     with torch.no_grad():
         sino = None
@@ -278,7 +290,7 @@ def cell_project_into(projector, volume_store, sinogram_store, trajectory=None):
             z1 = min(z0 + nz, D)
             slab = volume_store.read((slice(z0, z1),) + tuple(slice(0, n) for n in p.volume_shape[1:])) \
                 if not p.is_2d else volume_store.read(tuple(slice(0, n) for n in p.volume_shape))
-            vol4 = slab.reshape(1, z1 - z0, *p.global_volume_shape[1:])
+            vol4 = slab.reshape(1, z1 - z0, *p.grid.shape[1:])
             rays = p._rays(trajectory, vol4.dtype, vol4.device)
             part = cell_project(vol4, p.grid, z0, rays, p._strategy.view_chunk, p._strategy.tile)
             sino = part if sino is None else sino + part
@@ -301,7 +313,7 @@ def cell_backproject_into(projector, sinogram_store, volume_store, trajectory=No
     _check_store(volume_store, p.volume_shape, "volume_store")
     _check_output_dtype(p, volume_store, "volume_store")
     _refuse_alias(volume_store, sinogram_store)
-    D = p.global_volume_shape[0]
+    D = p.grid.shape[0]
     nz = p.options.get("volume_chunk_shape") or D
     step = p._strategy.view_chunk or p.n_views
     rest = tuple(slice(0, n) for n in p.projection_shape[1:])

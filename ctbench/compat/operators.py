@@ -35,6 +35,8 @@ import torch
 from ..projector import Projector as _CoreProjector
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
+from ._cell_ranks import CellDistributedStrategy, ranks_into
+from .distribution import agree_surface_request, check_ownership, default_grid, owned_slices
 from .geometry import TrajectoryTuple
 from .surfaces import SurfaceProjector
 
@@ -141,9 +143,17 @@ class Projector(_CoreProjector):
 
     def __new__(cls, trajectory, volume_shape, detector_shape, *, detector_surface=None,
                 backend="auto", precision=_UNSET, schedule="auto", volume_chunk_shape=None,
-                native_volume_layout=False, **kwargs):
+                native_volume_layout=False, devices=None, distributed=False, process_group=None,
+                partition="views", partition_grid=None, **kwargs):
         precision = cls._precision(precision)
         if detector_surface is not None:  # (the top-level subclass too: compat/keywords.py)
+            if cls._AUTO_IS_DIFFCT:
+                check_ownership(distributed, process_group, partition, partition_grid)
+                if distributed:  # mismatched ranks fail together, before the refusal below
+                    agree_surface_request(trajectory, volume_shape, detector_shape, detector_surface, backend,
+                                          precision, schedule, process_group, partition, partition_grid, kwargs)
+            kwargs.update(_ownership(cls._AUTO_IS_DIFFCT, devices, distributed, process_group, partition,
+                                     partition_grid))
             core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                          volume_chunk_shape, native_volume_layout, kwargs)
             sp = SurfaceProjector(_promoted(trajectory), volume_shape, detector_shape, detector_surface=detector_surface,
@@ -157,8 +167,13 @@ class Projector(_CoreProjector):
 
     def __init__(self, trajectory, volume_shape, detector_shape, *, backend="auto", precision=_UNSET,
                  schedule="auto", volume_chunk_shape=None, native_volume_layout=False, detector_surface=None,
+                 devices=None, distributed=False, process_group=None, partition="views", partition_grid=None,
                  **options):
         precision = self._precision(precision)
+        if self._AUTO_IS_DIFFCT:
+            check_ownership(distributed, process_group, partition, partition_grid)
+        options.update(_ownership(self._AUTO_IS_DIFFCT, devices, distributed, process_group, partition,
+                                  partition_grid))
         core_backend, label, options = _core_options(volume_shape, backend, precision, schedule,
                                                      volume_chunk_shape, native_volume_layout, options)
         # diffct's portable backend named explicitly: diffct's cell model (compat/cells.py) on one process
@@ -185,8 +200,11 @@ class Projector(_CoreProjector):
         self.native_volume_layout = native_volume_layout
         self.volume_chunk_shape = volume_chunk_shape
         self.model = "cells" if self._cell_model else "joseph"
-        if self._cell_model:
-            self._strategy = CellStrategy(self)
+        if self._cell_model:  # the same ranks and collectives with diffct's local operator
+            self._strategy = (CellDistributedStrategy(self, self._strategy.layout) if distributed
+                              else CellStrategy(self))
+        if self._AUTO_IS_DIFFCT and not distributed:  # diffct names the partition of one process too
+            self.partition = partition
         self._built = True
 
     # diffct's process_group is read-only once the projector is built (the strategy sets it while building)
@@ -200,10 +218,54 @@ class Projector(_CoreProjector):
             raise AttributeError("process_group is read-only: it is fixed when the projector is built")
         self.__dict__["_process_group"] = value
 
+    # diffct's ownership attributes on the diffct face: volume_slice holds a slice per axis of the
+    # caller's volume and a 2D volume's global shape is (H, W); ctbench's engine reads the slab's
+    # planes (volume_slice.start/.stop) and its grid (self.grid.shape), which keep their meaning
+    @property
+    def _splits_2d_rows(self):  # diffct splits a 2D volume by rows; its cell model can (compat/_cell_ranks.py)
+        return self._cell_model
+
+    def _slab_shape(self):
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            return super()._slab_shape()
+        D, _, W = self.grid.shape
+        return (D, rows.stop - rows.start, W)
+
+    @property
+    def volume_shape(self):
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            return super().volume_shape
+        return (rows.stop - rows.start, self.grid.shape[2])
+
+    @property
+    def volume_slice(self):
+        planes = self.__dict__["_planes"]
+        if not self._AUTO_IS_DIFFCT:
+            return planes
+        slices = owned_slices(planes, self.grid.shape, self.is_2d)
+        rows = self.__dict__.get("_rows")
+        return slices if rows is None else type(slices)((rows, *slices[1:]), planes)
+
+    @volume_slice.setter
+    def volume_slice(self, planes):
+        self.__dict__["_planes"] = getattr(planes, "planes", planes)
+
+    @property
+    def global_volume_shape(self):
+        shape = self.__dict__["_grid_volume_shape"]
+        return shape[1:] if self._AUTO_IS_DIFFCT and self.is_2d else shape
+
+    @global_volume_shape.setter
+    def global_volume_shape(self, shape):
+        self.__dict__["_grid_volume_shape"] = tuple(shape)
+
     @classmethod
     def _uses_cells(cls, backend, label, options) -> bool:
         names = ("torch", "auto") if cls._AUTO_IS_DIFFCT else ("torch",)
-        return backend in names and label == "torch" and not any(options.get(k) for k in ("distributed", "devices"))
+        # (distributed ranks run it too: compat/_cell_ranks.py; devices= is ctbench's multi-device engine)
+        return backend in names and label == "torch" and not options.get("devices")
 
     @classmethod
     def _precision(cls, precision):
@@ -256,6 +318,9 @@ class Projector(_CoreProjector):
     # diffct's *_into also take dense tensors (written in place); ctbench's engine returns its plan,
     # diffct's cell model the output (as diffct does)
     def project_into(self, volume_store, sinogram_store, *, trajectory=None, device=None):
+        if self._cell_model and self.options.get("distributed"):
+            return ranks_into(self, "project", _store(volume_store, "source"), _store(sinogram_store, "output"),
+                              trajectory)
         if self._cell_model:  # diffct's model streams itself
             cell_project_into(self, _store(volume_store, "source"), _store(sinogram_store, "output"), trajectory)
             return sinogram_store
@@ -264,12 +329,35 @@ class Projector(_CoreProjector):
                                            device=device)
 
     def backproject_into(self, sinogram_store, volume_store, *, trajectory=None, device=None):
+        if self._cell_model and self.options.get("distributed"):
+            return ranks_into(self, "backproject", _store(sinogram_store, "source"), _store(volume_store, "output"),
+                              trajectory)
         if self._cell_model:
             cell_backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"), trajectory)
             return volume_store
         _no_override(trajectory)
         return _CoreProjector.backproject_into(self, _store(sinogram_store, "source"), _store(volume_store, "output"),
                                                device=device)
+
+
+def _ownership(diffct_face, devices, distributed, process_group, partition, partition_grid) -> dict:
+    """The ownership keywords for ctbench's core Projector: a distributed run gets them all; one
+    process on the diffct face keeps diffct's partition name for itself (nothing is split), and
+    ctbench's top level passes what was given on (its core refuses a partition without ranks)."""
+    out = {} if devices is None else {"devices": devices}
+    if distributed:
+        # (diffct picks a default hybrid grid; ctbench's top level asks for partition_grid)
+        out.update(distributed=True, process_group=process_group, partition=partition,
+                   partition_grid=default_grid(partition, partition_grid, process_group) if diffct_face
+                   else partition_grid)
+    elif not diffct_face:
+        if distributed is not False:
+            out["distributed"] = distributed
+        out.update({k: v for k, v in (("process_group", process_group), ("partition_grid", partition_grid))
+                    if v is not None})
+        if partition != "views":
+            out["partition"] = partition
+    return out
 
 
 def _no_override(trajectory):

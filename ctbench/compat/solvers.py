@@ -432,7 +432,9 @@ def cgls_into(operator, measurements, output, iterations, *, workspace, block_el
             raise TypeError(f"{name} must be a directory path, got {type(value).__name__}")
     if not hasattr(output, "write") and not isinstance(output, torch.Tensor):
         raise TypeError(f"output must be a block store or a tensor, got {type(output).__name__}")
-    if not _is_projector(operator):
+    # (a distributed ctbench Projector too: diffct's block CGLS over its rank-local stores, with global norms;
+    # ctbench's disk CGLS runs distributed through ctbench.solvers.disk_cgls)
+    if not _is_projector(operator) or getattr(operator, "options", {}).get("distributed"):
         from ._block_cgls import block_cgls
 
         k, history, converged, reason = block_cgls(

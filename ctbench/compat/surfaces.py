@@ -206,7 +206,10 @@ class SurfaceProjector:
     ``inner_projection`` and the shape attributes work; the block-store, planning and
     distributed options of the flat projector do not (they raise)."""
 
-    _UNSUPPORTED = {"devices", "distributed", "process_group", "partition", "partition_grid"}
+    _UNSUPPORTED = {"devices"}
+    # torchrun ranks: the flat projector and every per-pixel projector share the partition; the
+    # pixels of a rank's views are the per-pixel projector's views (_per_pixel)
+    _RANKS = ("distributed", "process_group", "partition", "partition_grid")
 
     def __init__(self, trajectory, volume_shape, detector_shape, *, detector_surface, beam=None, detector_spacing=1.0,
                  voxel_spacing=1.0, backend="auto", precision=None, projector=None, projector_options=None,
@@ -217,7 +220,7 @@ class SurfaceProjector:
         used = sorted(k for k in self._UNSUPPORTED if options.get(k) not in (None, False))
         if used:
             raise NotImplementedError(f"detector_surface= does not combine with {used} in ctbench; run one process "
-                                      "per device without a curved detector, or split the views yourself")
+                                      "per device (distributed=True) or without a curved detector")
         if projector is None:
             from ..projector import Projector as projector
 
@@ -301,10 +304,16 @@ class SurfaceProjector:
 
     def _per_pixel(self, pix):
         flat = self.flat
-        # of the flat projector's options only the memory bound applies to one-pixel views
-        return self._make(pix, flat.volume_shape, 1 if flat.is_2d else (1, 1), beam=flat.beam,
-                          voxel_spacing=self._voxel_spacing_arg,
-                          **{k: v for k, v in self._options.items() if k == "memory_budget"})
+        # of the flat projector's options only the memory bound and the ranks apply to one-pixel views
+        ranks = {k: v for k, v in self._options.items() if k in self._RANKS and v is not None}
+        distributed = bool(ranks.get("distributed"))
+        inner = self._make(pix, flat.global_volume_shape if distributed else flat.volume_shape,
+                           1 if flat.is_2d else (1, 1), beam=flat.beam, voxel_spacing=self._voxel_spacing_arg,
+                           **{k: v for k, v in self._options.items() if k == "memory_budget"}, **ranks)
+        if distributed:  # this rank's one-pixel views are the pixels of its flat views (same order)
+            per = flat.detector_shape[0] * flat.detector_shape[1]
+            inner.view_slice = slice(flat.view_slice.start * per, flat.view_slice.stop * per)
+        return inner
 
     def _cast(self, x):
         # diffct's precision= (set by compat.operators.Projector): compute and return in its dtype

@@ -17,6 +17,8 @@ the backward collectives too.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..engine.base import Rays
@@ -51,7 +53,7 @@ class DistributedStrategy:
         self.p = projector
         self.layout = layout
         p, lay = projector, layout
-        if p.is_2d and lay.space_world_size > 1:
+        if p.is_2d and lay.space_world_size > 1 and not getattr(p, "_splits_2d_rows", False):
             raise ValueError("2D scans have a single volume plane and cannot be split into slabs: use "
                              "partition='views' (or a hybrid grid with space_ranks=1)")
         # What this rank owns (global, half-open); the Projector derives its
@@ -64,7 +66,7 @@ class DistributedStrategy:
         p.process_group = lay.group
         p.view_group, p.space_group = lay.view_group, lay.space_group
         p.view_slice = balanced_split(p.n_views, lay.view_world_size, lay.view_rank)
-        p.volume_slice = balanced_split(p.global_volume_shape[0], lay.space_world_size, lay.space_rank)
+        p.volume_slice = balanced_split(p.grid.shape[0], lay.space_world_size, lay.space_rank)
 
     # ---------------------------------------------------------------- helpers
     def _local_rays(self, rays: Rays) -> Rays:
@@ -81,24 +83,32 @@ class DistributedStrategy:
         vol = copy_to_ranks(vol4, lay.view_group)
         local = self._local_rays(rays)
         z0 = p.volume_slice.start
-        if local.n_views == 0 or vol.shape[1] == 0:
+        if local.n_views == 0 or math.prod(vol.shape[1:]) == 0:
             part = _EmptyLocal.apply((vol.shape[0], local.n_views, *p.detector_shape), vol, *local.tensors())
         else:
-            ex = p._executor(vol.device)
-            part = project_op(vol, *local.tensors(), ex, z0, local.cone, p.detector_shape)
+            part = self._local_project(vol, local, z0)
         return all_reduce_sum(part, lay.space_group)
 
     def backproject(self, sino4: torch.Tensor, rays: Rays) -> torch.Tensor:
         p, lay = self.p, self.layout
         local = self._local_rays(rays)
         z0, z1 = p.volume_slice.start, p.volume_slice.stop
-        if local.n_views == 0 or z1 == z0:
-            part = _EmptyLocal.apply((sino4.shape[0], z1 - z0, *p.global_volume_shape[1:]), sino4,
+        if local.n_views == 0 or math.prod(p._slab_shape()) == 0:
+            part = _EmptyLocal.apply((sino4.shape[0], *p._slab_shape()), sino4,
                                      *local.tensors())
         else:
-            ex = p._executor(sino4.device)
-            part = backproject_op(sino4, *local.tensors(), ex, z0, z1, local.cone, p.detector_shape)
+            part = self._local_backproject(sino4, local, z0, z1)
         return all_reduce_sum(part, lay.view_group)
+
+    # The rank-local operator on this rank's views and slab (a subclass may run another model:
+    # ctbench.compat's cell model); the collectives around it are the same.
+    def _local_project(self, vol, local: Rays, z0: int):
+        ex = self.p._executor(vol.device)
+        return project_op(vol, *local.tensors(), ex, z0, local.cone, self.p.detector_shape)
+
+    def _local_backproject(self, sino4, local: Rays, z0: int, z1: int):
+        ex = self.p._executor(sino4.device)
+        return backproject_op(sino4, *local.tensors(), ex, z0, z1, local.cone, self.p.detector_shape)
 
     # --------------------------------------------------------- inner products
     # Volume tensors are split over the space group and replicated over the

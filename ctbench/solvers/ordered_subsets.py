@@ -113,7 +113,7 @@ def _subsets(P, n_subsets):
 
     if not isinstance(P, Projector):
         raise TypeError(f"ordered subsets need a ctbench Projector, got {type(P).__name__}")
-    if P.world_size > 1 or P.partition is not None:
+    if P.world_size > 1 or P.options.get("distributed"):  # (the diffct face names a partition on one process too)
         raise ValueError("ordered-subset solvers do not support distributed projectors; use sirt / tv_iterations")
     S = _check_subsets(n_subsets, P.n_views)
     if S == 1:
