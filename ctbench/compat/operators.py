@@ -36,6 +36,7 @@ from ..projector import Projector as _CoreProjector
 from .backend_choice import auto_label, warn_auto_fallback
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
+from .distributed_cells import DistributedCellStrategy
 from .geometry import TrajectoryTuple
 from .surfaces import SurfaceProjector
 
@@ -193,6 +194,10 @@ class Projector(_CoreProjector):
             warn_auto_fallback(precision, options)
         if self._cell_model:
             self._strategy = CellStrategy(self)
+        elif self._uses_cells(backend, label, {k: v for k, v in options.items() if k != "distributed"}) and \
+                options.get("distributed"):  # diffct's portable model on every rank (compat/distributed_cells.py)
+            self._strategy = DistributedCellStrategy(self, self._strategy.layout)
+            self.model = "cells"
         self._built = True
 
     # diffct's process_group is read-only once the projector is built (the strategy sets it while building)

@@ -84,8 +84,7 @@ class DistributedStrategy:
         if local.n_views == 0 or vol.shape[1] == 0:
             part = _EmptyLocal.apply((vol.shape[0], local.n_views, *p.detector_shape), vol, *local.tensors())
         else:
-            ex = p._executor(vol.device)
-            part = project_op(vol, *local.tensors(), ex, z0, local.cone, p.detector_shape)
+            part = self._local_project(vol, local, z0)
         return all_reduce_sum(part, lay.space_group)
 
     def backproject(self, sino4: torch.Tensor, rays: Rays) -> torch.Tensor:
@@ -96,9 +95,18 @@ class DistributedStrategy:
             part = _EmptyLocal.apply((sino4.shape[0], z1 - z0, *p.global_volume_shape[1:]), sino4,
                                      *local.tensors())
         else:
-            ex = p._executor(sino4.device)
-            part = backproject_op(sino4, *local.tensors(), ex, z0, z1, local.cone, p.detector_shape)
+            part = self._local_backproject(sino4, local, z0, z1)
         return all_reduce_sum(part, lay.view_group)
+
+    # the rank's own operator A_{V,s} (a subclass may run another ray model: compat/distributed_cells.py)
+    def _local_project(self, vol, local: Rays, z0: int) -> torch.Tensor:
+        p = self.p
+        return project_op(vol, *local.tensors(), p._executor(vol.device), z0, local.cone, p.detector_shape)
+
+    def _local_backproject(self, sino4, local: Rays, z0: int, z1: int) -> torch.Tensor:
+        p = self.p
+        return backproject_op(sino4, *local.tensors(), p._executor(sino4.device), z0, z1, local.cone,
+                              p.detector_shape)
 
     # --------------------------------------------------------- inner products
     # Volume tensors are split over the space group and replicated over the
