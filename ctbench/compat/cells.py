@@ -183,6 +183,14 @@ def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, v
     return total.reshape(B, z1 - z0, grid.H, grid.W)
 
 
+def cell_windows(projector):
+    """(view chunk | None, detector tile | None) of the user's chunk options, checked."""
+    _, view_chunk, tile = check_chunk_options(
+        projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
+        projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+    return view_chunk, tile
+
+
 class CellStrategy:
     """The one-process strategy of a diffct-face Projector with ``backend="torch"``: the cell
     model on the input's device (the core Projector's strategy interface), in the windows the
@@ -190,9 +198,7 @@ class CellStrategy:
 
     def __init__(self, projector):
         self.p = projector
-        _, self.view_chunk, self.tile = check_chunk_options(
-            projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
-            projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+        self.view_chunk, self.tile = cell_windows(projector)
 
     def _run(self, operation, data, rays, compute):
         # the diffct face: diffct's first-order-only geometry derivatives and its execution report

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from ..distributed.collectives import copy_to_ranks
 from ..distributed.strategy import DistributedStrategy
-from ..engine.plan import check_chunk_options
-from .cells import cell_backproject, cell_project
+from .cells import cell_backproject, cell_project, cell_windows
 from .first_order import first_order_rays
 
 __all__ = ["DistributedCellStrategy"]
@@ -29,9 +28,7 @@ class DistributedCellStrategy(DistributedStrategy):
 
     def __init__(self, projector, layout):
         super().__init__(projector, layout)
-        _, self.view_chunk, self.tile = check_chunk_options(
-            projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
-            projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+        self.view_chunk, self.tile = cell_windows(projector)
 
     def backproject(self, sino4, rays):
         if getattr(self.p, "_AUTO_IS_DIFFCT", False):  # diffct: the replicated input's gradient is summed
