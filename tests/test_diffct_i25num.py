@@ -259,3 +259,196 @@ def test_custom_trajectory_docstring_example_runs():
     assert runner.failures == 0 and runner.tries >= 3
     src = test.globs["src_pos"]
     assert torch.isfinite(src).all() and np.isclose(float(src[:, 2].abs().max()), 50.0, rtol=0.05)
+
+
+# ---------------------------------------------------------------- i25more: derivatives, stats, backend label, ranks
+
+def _small_cone(views=4):
+    a = torch.linspace(0, 2 * math.pi, views + 1, dtype=F64)[:-1] + 0.137
+    radial = torch.stack((a.cos(), a.sin(), torch.zeros_like(a)), 1)
+    u = torch.stack((-a.sin(), a.cos(), torch.zeros_like(a)), 1)
+    v = torch.tensor([[0.0, 0.0, 1.0]], dtype=F64).expand(views, 3).clone()
+    return (-30 * radial + 0.11, 20 * radial - 0.07, u, v)
+
+
+def _small_operator(module, **kw):
+    return module.Projector(_small_cone(), (4, 6, 5), (5, 4), beam="cone", detector_spacing=(0.95, 0.9),
+                            voxel_spacing=(0.9, 0.8, 0.85), backend="torch", precision="float64", **kw)
+
+
+@pytest.mark.parametrize("module", [cc, diffct], ids=["ctbench", "diffct"])
+def test_trajectory_second_derivative_and_forward_mode_raise_on_the_diffct_face(module):
+    op = _small_operator(module)
+    image = torch.rand((4, 6, 5), dtype=F64, generator=torch.Generator().manual_seed(1))
+    base = _small_cone()
+    source = base[0].clone().requires_grad_()
+    loss = (op.project(image, trajectory=(source, *base[1:])) ** 2).sum()
+    first, = torch.autograd.grad(loss, source, create_graph=True)
+    assert first.abs().max() > 0  # the first order is there
+    with pytest.raises(RuntimeError, match="(?i)second|not supported"):
+        torch.autograd.grad(first.square().sum(), source)
+    with pytest.raises(RuntimeError, match="(?i)forward|jvp|not supported"):
+        torch.func.jvp(lambda s: op.project(image, trajectory=(s, *base[1:])), (base[0].clone(),),
+                       (torch.ones_like(base[0]),))
+
+
+def test_first_order_trajectory_gradient_matches_diffct_and_data_transforms_still_work():
+    image = torch.rand((4, 6, 5), dtype=F64, generator=torch.Generator().manual_seed(2))
+    grads = []
+    for module in (cc, diffct):
+        base = _small_cone()
+        source = base[0].clone().requires_grad_()
+        op = _small_operator(module)
+        (op.project(image, trajectory=(source, *base[1:])) * 0.5).sum().backward()
+        grads.append(source.grad)
+    assert grads[1].abs().max() > 1e-6
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-9, atol=1e-12)
+    # forward mode and second order in the data are untouched (the projection is linear in it)
+    op = _small_operator(cc)
+    tangent = torch.rand_like(image)
+    out, jvp = torch.func.jvp(op.project, (image,), (tangent,))
+    torch.testing.assert_close(jvp, op.project(tangent), rtol=1e-12, atol=1e-12)
+
+
+def test_ctbench_top_level_keeps_true_second_derivatives_of_the_geometry():
+    import ctbench
+
+    base = _small_cone()
+    image = torch.rand((4, 6, 5), dtype=F64, generator=torch.Generator().manual_seed(3))
+    op = ctbench.Projector(base, (4, 6, 5), (5, 4), beam="cone", detector_spacing=(0.95, 0.9),
+                           voxel_spacing=(0.9, 0.8, 0.85), backend="torch", precision="float64")
+
+    def gradient(src, create_graph):
+        src = src if src.requires_grad else src.clone().requires_grad_()
+        loss = (op.project(image, trajectory=(src, *base[1:])) ** 2).sum()
+        return torch.autograd.grad(loss, src, create_graph=create_graph)[0]
+
+    source = base[0].clone().requires_grad_()
+    direction = torch.zeros_like(source)
+    direction[:, 0] = 1.0
+    hvp, = torch.autograd.grad((gradient(source, True) * direction).sum(), source)
+    step = 1e-5
+    finite = (gradient(base[0] + step * direction, False) - gradient(base[0] - step * direction, False)) / (2 * step)
+    torch.testing.assert_close((hvp * direction).sum(), (finite * direction).sum(), rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("surface", [False, True])
+def test_last_execution_stats_report_a_plan_that_reproduces_the_bits(surface):
+    kw = {}
+    if surface:
+        kw["detector_surface"] = cc.ParameterizedSurface(
+            lambda u, v, views, r: torch.stack((r * torch.sin(u / r), v + 0 * u, r * (torch.cos(u / r) - 1)), -1),
+            (torch.tensor(50.0, dtype=F64),))
+    op = _small_operator(cc, **kw)
+    assert op.last_execution_stats is None  # before any call, as diffct's
+    image = torch.rand((4, 6, 5), dtype=F64, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        first = op.project(image)
+    stats = op.last_execution_stats
+    assert stats["operation"] == "project" and stats["devices"] == ["cpu"] and stats["ray_tile_pairs"] >= 1
+    hints = dict(volume_chunk_shape=tuple(stats["chunk_shape"]), view_chunk_size=stats["view_chunk_size"],
+                 detector_chunk_shape=tuple(stats["detector_chunk_shape"]))
+    assert hints["volume_chunk_shape"] == (4, 6, 5) and len(hints["detector_chunk_shape"]) == 2
+    with torch.no_grad():
+        again = _small_operator(cc, **kw, **hints).project(image)
+    assert torch.equal(first, again)
+    op.backproject(first)
+    assert op.last_execution_stats["operation"] == "backproject"
+
+
+def test_last_execution_stats_count_the_ray_groups_of_explicit_chunks():
+    op = _small_operator(cc, view_chunk_size=3, detector_chunk_shape=(2, 4))
+    op.project(torch.ones((4, 6, 5), dtype=F64))
+    stats = op.last_execution_stats
+    assert (stats["view_chunk_size"], stats["detector_chunk_shape"]) == (3, (2, 4))
+    assert stats["ray_tile_pairs"] == math.ceil(4 / 3) * math.ceil(5 / 2)  # one volume tile: the cell model's
+
+
+_AUTO_CASES = [dict(precision="fast"), dict(precision="float32"), dict(precision="float64"),
+               dict(precision="fast", voxel_spacing=(1.0, 1.0, 2e4)), dict(precision="fast", beam="parallel3d")]
+
+
+@pytest.mark.parametrize("platform", ["nvidia", "rocm", "none"])
+@pytest.mark.parametrize("case", range(len(_AUTO_CASES)))
+def test_auto_backend_label_and_fallback_warning_follow_diffct(case, platform, monkeypatch):
+    import warnings
+
+    from diffct.backends import select_backend
+
+    from ctbench.compat.backend_choice import auto_label, warn_auto_fallback
+
+    options = dict(_AUTO_CASES[case])
+    precision = options.pop("precision")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: platform != "none")
+    monkeypatch.setattr(torch.version, "hip", "7.0-test" if platform == "rocm" else None)
+    expected = "torch" if options.get("beam") == "parallel3d" else \
+        select_backend("auto", precision, options.get("voxel_spacing", 1.0))
+    assert auto_label(precision, options) == expected
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        warn_auto_fallback(precision, options)
+    warned = [str(r.message) for r in records if issubclass(r.category, UserWarning)]
+    assert len(warned) == (1 if platform == "nvidia" and expected == "torch" else 0), warned
+    if warned and precision != "fast":
+        assert f"precision={precision!r}" in warned[0] and "backend='torch'" in warned[0]
+
+
+def test_auto_fallback_warns_once_per_projector_not_per_call(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.version, "hip", None)
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        op = cc.Projector(_small_cone(), (4, 6, 5), (5, 4), beam="cone", precision="float64")
+        op.backproject(op.project(torch.ones((4, 6, 5), dtype=F64)))
+    assert op.backend == "torch"
+    assert len([r for r in records if issubclass(r.category, UserWarning)]) == 1
+
+
+def _two_rank_worker(rank, rendezvous, results):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    for index, partition in enumerate(("views", "space")):
+        dist.init_process_group("gloo", init_method=f"{rendezvous}-{index}", rank=rank, world_size=2)
+        try:
+            reference = _small_operator(cc)
+            op = _small_operator(cc, distributed=True, partition=partition)
+            g = torch.Generator().manual_seed(9)
+            volume, sinogram = torch.rand((4, 6, 5), dtype=F64, generator=g), torch.rand((4, 5, 4), dtype=F64,
+                                                                                          generator=g)
+            local_sino = (sinogram[op.view_slice] if partition == "views" else sinogram).clone().requires_grad_()
+            adjoint = op.backproject(local_sino)
+            ((adjoint * volume[op.volume_slice]).sum() / op.view_world_size).backward()
+            want_sino_grad = reference.project(volume)
+            want_sino_grad = want_sino_grad[op.view_slice] if partition == "views" else want_sino_grad
+            local_volume = volume[op.volume_slice].clone()
+            torch.testing.assert_close(op.project(local_volume),
+                                       reference.project(volume)[op.view_slice] if partition == "views"
+                                       else reference.project(volume), rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(adjoint, reference.backproject(sinogram)[op.volume_slice], rtol=1e-10,
+                                       atol=1e-12)
+            # diffct's rule: a replicated backproject input gets the full (summed) gradient
+            torch.testing.assert_close(local_sino.grad, want_sino_grad, rtol=1e-10, atol=1e-12)
+            assert op.model == "cells"
+        finally:
+            dist.destroy_process_group()
+    results.put(rank)
+
+
+def test_two_rank_diffct_face_runs_the_cell_model_and_matches_one_process(tmp_path):
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    rendezvous = (tmp_path / "ranks").resolve().as_uri()
+    processes = [context.Process(target=_two_rank_worker, args=(rank, rendezvous, results)) for rank in range(2)]
+    for p in processes:
+        p.start()
+    for p in processes:
+        p.join(timeout=240)
+        if p.is_alive():
+            p.terminate()
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert sorted(results.get(timeout=5) for _ in range(2)) == [0, 1]

@@ -24,6 +24,8 @@ from ..engine.plan import check_chunk_options
 from ..engine.reference import pixel_rays
 from ..projector import check_frames
 from ..storage.completion import same_location, store_location
+from .cell_stats import record_cell_stats
+from .first_order import first_order_rays
 
 __all__ = ["cell_project", "cell_backproject", "CellStrategy", "check_cell_geometry", "check_diffct_geometry",
            "cell_project_into", "cell_backproject_into"]
@@ -107,14 +109,7 @@ def _groups(grid: VolumeGrid, rays: Rays, batch: int, view_chunk=None, tile=None
     user's ``view_chunk_size``/``detector_chunk_shape``, else whole views), narrowed further so
     that the ray-by-plane intermediates stay under the element budget."""
     U, V = rays.detector_shape
-    tu, tv = tile if tile is not None else (U, V)
-    planes = grid.W + grid.H + grid.D + 5
-    per_ray = planes * max(batch, 1)
-    rays_cap = max(1, _BUDGET // per_ray)
-    if tu * tv > rays_cap:  # one tile is already too many rays: thinner tiles, whole rows of v first
-        tv = max(1, min(tv, rays_cap))
-        tu = max(1, min(tu, rays_cap // tv))
-    step = max(1, min(view_chunk or rays.n_views, rays_cap // (tu * tv)))
+    step, tu, tv = group_plan(grid, rays.detector_shape, rays.n_views, batch, view_chunk, tile)
     index = torch.arange(rays.n_views * U * V, device=rays.source.device).reshape(rays.n_views, U, V)
     for v0 in range(0, rays.n_views, step):
         part = rays.views(v0, min(v0 + step, rays.n_views))
@@ -128,6 +123,20 @@ def _groups(grid: VolumeGrid, rays: Rays, batch: int, view_chunk=None, tile=None
                 else:
                     origin, direction = pixel_rays(part, t)
                 yield index[v0:v0 + part.n_views, t.u0:t.u1, t.v0:t.v1].reshape(-1), origin, direction
+
+
+def group_plan(grid: VolumeGrid, detector_shape, n_views: int, batch: int, view_chunk=None, tile=None):
+    """(views, tile u, tile v) of one ray group of :func:`_groups`: the user's chunks, narrowed so
+    that the ray-by-plane intermediates stay under the element budget."""
+    U, V = detector_shape
+    tu, tv = tile if tile is not None else (U, V)
+    planes = grid.W + grid.H + grid.D + 5
+    per_ray = planes * max(batch, 1)
+    rays_cap = max(1, _BUDGET // per_ray)
+    if tu * tv > rays_cap:  # one tile is already too many rays: thinner tiles, whole rows of v first
+        tv = max(1, min(tv, rays_cap))
+        tu = max(1, min(tu, rays_cap // tv))
+    return max(1, min(view_chunk or n_views, rays_cap // (tu * tv))), tu, tv
 
 
 def _batch_step(grid: VolumeGrid, batch: int) -> int:
@@ -181,6 +190,14 @@ def cell_backproject(sinogram, grid: VolumeGrid, z0: int, z1: int, rays: Rays, v
     return total.reshape(B, *shape)
 
 
+def cell_windows(projector):
+    """(view chunk | None, detector tile | None) of the user's chunk options, checked."""
+    _, view_chunk, tile = check_chunk_options(
+        projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
+        projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+    return view_chunk, tile
+
+
 class CellStrategy:
     """The one-process strategy of a diffct-face Projector with ``backend="torch"``: the cell
     model on the input's device (the core Projector's strategy interface), in the windows the
@@ -188,17 +205,30 @@ class CellStrategy:
 
     def __init__(self, projector):
         self.p = projector
-        _, self.view_chunk, self.tile = check_chunk_options(
-            projector.grid.shape, projector.detector_shape, projector.options.get("volume_chunk_shape"),
-            projector.options.get("view_chunk_size"), projector.options.get("detector_chunk_shape"))
+        self.view_chunk, self.tile = cell_windows(projector)
+
+    def _run(self, operation, data, rays, compute):
+        # the diffct face: diffct's first-order-only geometry derivatives and its execution report
+        # (None while a call runs and after a failed one, as diffct's)
+        if not getattr(self.p, "_AUTO_IS_DIFFCT", False):
+            return compute(rays)
+        self.p.last_execution_stats = None
+        out = compute(first_order_rays(rays))
+        B, step = data.shape[0], _batch_step(self.p.grid, data.shape[0])
+        plans = [group_plan(self.p.grid, rays.detector_shape, rays.n_views, min(step, B - b), self.view_chunk,
+                            self.tile) for b in range(0, max(B, 1), step)]  # one per batch split
+        record_cell_stats(self.p, operation, data, rays, plans)
+        return out
 
     def project(self, vol4, rays):
-        return cell_project(vol4, self.p.grid, self.p.volume_slice.start, rays, self.view_chunk, self.tile)
+        p = self.p
+        return self._run("project", vol4, rays, lambda r: cell_project(vol4, p.grid, p.volume_slice.start, r,
+                                                                       self.view_chunk, self.tile))
 
     def backproject(self, sino4, rays):
         p = self.p
-        return cell_backproject(sino4, p.grid, p.volume_slice.start, p.volume_slice.stop, rays, self.view_chunk,
-                                self.tile)
+        return self._run("backproject", sino4, rays, lambda r: cell_backproject(
+            sino4, p.grid, p.volume_slice.start, p.volume_slice.stop, r, self.view_chunk, self.tile))
 
     def inner_volume(self, a, b):
         return (a * b).sum()

@@ -33,6 +33,7 @@ import operator as _operator
 import torch
 
 from ..projector import Projector as _CoreProjector
+from .backend_choice import auto_label, warn_auto_fallback
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
 from ._cell_ranks import CellDistributedStrategy, ranks_into
@@ -89,7 +90,7 @@ def slab_planes(volume_chunk_shape, volume_shape):
     return max(1, min(D, (d * h * w) // (H * W)))
 
 
-def _backend(backend, precision):
+def _backend(backend, precision, options=None):
     if not isinstance(backend, str):
         raise ValueError(f"backend must be 'auto', 'numba', or 'torch' (or ctbench's 'cpu', 'cuda', 'reference'), "
                          f"got {backend!r}")
@@ -100,9 +101,8 @@ def _backend(backend, precision):
             raise RuntimeError("numba requires NVIDIA CUDA")
     core = BACKEND_ALIASES.get(backend, backend)
     if backend == "auto" or backend in BACKEND_ALIASES:
-        fast = precision in (None, "fast")
-        label = "numba" if backend == "numba" or (backend == "auto" and fast and torch.cuda.is_available()) \
-            else "torch"
+        native = backend == "auto" and auto_label(precision, options or {}) == "numba"  # diffct's rule
+        label = "numba" if backend == "numba" or native else "torch"
     else:
         label = backend
     return core, label
@@ -115,7 +115,7 @@ def _core_options(volume_shape, backend, precision, schedule, volume_chunk_shape
         raise ValueError("schedule must be 'auto', 'spatial', 'views', or 'window'")
     if not isinstance(native_volume_layout, bool):
         raise TypeError(f"native_volume_layout must be True or False, got {native_volume_layout!r}")
-    core_backend, label = _backend(backend, precision)
+    core_backend, label = _backend(backend, precision, options)
     vs = volume_shape if isinstance(volume_shape, (tuple, list, torch.Size)) else (volume_shape,)
     nz = slab_planes(volume_chunk_shape, tuple(vs))
     if nz is not None:
@@ -140,6 +140,7 @@ class Projector(_CoreProjector):
     ``detector_surface=`` it builds a :class:`~ctbench.compat.surfaces.SurfaceProjector`."""
 
     _AUTO_IS_DIFFCT = True  # backend="auto" means diffct's choice (its cell model off NVIDIA CUDA)
+    _QUIET_AUTO = False  # True on the inner projectors of a SurfaceProjector (its own construction warns)
 
     def __new__(cls, trajectory, volume_shape, detector_shape, *, detector_surface=None,
                 backend="auto", precision=_UNSET, schedule="auto", volume_chunk_shape=None,
@@ -162,6 +163,8 @@ class Projector(_CoreProjector):
                                                                         schedule=schedule))  # same model per pixel
             sp.__dict__.update(backend=label, precision=precision, schedule=schedule,
                                dtype=PRECISIONS.get(precision), native_volume_layout=native_volume_layout)
+            if cls._AUTO_IS_DIFFCT and backend == "auto" and label == "torch":
+                warn_auto_fallback(precision, options)
             return sp
         return object.__new__(cls)
 
@@ -200,6 +203,9 @@ class Projector(_CoreProjector):
         self.native_volume_layout = native_volume_layout
         self.volume_chunk_shape = volume_chunk_shape
         self.model = "cells" if self._cell_model else "joseph"
+        self.last_execution_stats = None  # diffct's report: the cell model's calls set it (compat/cell_stats.py)
+        if self._AUTO_IS_DIFFCT and not self._QUIET_AUTO and backend == "auto" and label == "torch":
+            warn_auto_fallback(precision, options)
         if self._cell_model:  # the same ranks and collectives with diffct's local operator
             self._strategy = (CellDistributedStrategy(self, self._strategy.layout) if distributed
                               else CellStrategy(self))

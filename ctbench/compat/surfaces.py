@@ -30,6 +30,7 @@ import torch
 
 from ..geometry import Trajectory
 from ..storage import check_store
+from .cell_stats import surface_stats
 
 __all__ = ["ParameterizedSurface", "SurfaceProjector"]
 
@@ -236,13 +237,15 @@ class SurfaceProjector:
         # a class may name the checks its ray model needs of one-pixel views (``_check_ray_geometry``):
         # its flat-detector rules (unit, orthogonal, facing axes) are about frames, which check_pixels covers
         check = getattr(projector, "_check_ray_geometry", None)
+        # (inner projectors: quiet about backend="auto", the surface projector's construction said it once)
         pixels = projector if check is None else type(f"SurfacePixels{projector.__name__}", (projector,),
-                                                       {"_check_trajectory": check})
+                                                       {"_check_trajectory": check, "_QUIET_AUTO": True})
         self._make = functools.partial(pixels, **(projector_options or {}))
         # the flat frames are only a reference for the pixels: their own detector plane may be edge-on
         # or cut the volume (the surface moves every pixel), so they are checked as frames only; the
         # rays themselves are checked by check_pixels and by the per-pixel projector
-        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": projector._check_frames})
+        frames = type(f"SurfaceFrames{projector.__name__}", (projector,), {"_check_trajectory": projector._check_frames,
+                                                                            "_QUIET_AUTO": True})
         self.flat = functools.partial(frames, **(projector_options or {}))(
             trajectory, volume_shape, detector_shape, beam=beam, detector_spacing=detector_spacing,
             voxel_spacing=voxel_spacing, **options)
@@ -256,6 +259,7 @@ class SurfaceProjector:
         pix = pixel_trajectory(self.flat.trajectory, off.detach(), work, "cpu", spacing_xyz=self._spacing_xyz(),
                                view_chunk_size=self._options.get("view_chunk_size"))
         self._per_pixel(pix)  # the per-pixel projector's own geometry rules, once now
+        self.last_execution_stats = None  # diffct's report of the last call (compat/cell_stats.py)
 
     def surface_offsets(self) -> torch.Tensor:
         """The surface's current local offsets ``(n_views or 1, *pixels, 3)``, sampled now and detached (what
@@ -325,17 +329,22 @@ class SurfaceProjector:
     def project(self, volume: torch.Tensor, trajectory=None) -> torch.Tensor:
         """Line integrals to the surface's pixels: ``(*batch, *volume_shape) -> (*batch, *projection_shape)``."""
         volume = self.flat._check_input(self._cast(volume), "volume", self.flat.volume_shape)
+        self.last_execution_stats = None
         inner = self._inner(trajectory, volume.dtype, volume.device)
         y = inner.project(volume)
+        self.last_execution_stats = surface_stats(self, getattr(inner, "last_execution_stats", None))
         batch = volume.shape[:volume.ndim - len(self.flat.volume_shape)]
         return y.reshape(*batch, *self.flat.projection_shape)
 
     def backproject(self, sinogram: torch.Tensor, trajectory=None) -> torch.Tensor:
         """The exact adjoint of :meth:`project`."""
         sinogram = self.flat._check_input(self._cast(sinogram), "sinogram", self.flat.projection_shape)
+        self.last_execution_stats = None
         inner = self._inner(trajectory, sinogram.dtype, sinogram.device)
         batch = sinogram.shape[:sinogram.ndim - len(self.flat.projection_shape)]
-        return inner.backproject(sinogram.reshape(*batch, *inner.projection_shape))
+        x = inner.backproject(sinogram.reshape(*batch, *inner.projection_shape))
+        self.last_execution_stats = surface_stats(self, getattr(inner, "last_execution_stats", None))
+        return x
 
     def _into(self, run, source, output, shapes, names, trajectory):
         src_shape, out_shape = shapes
