@@ -244,7 +244,9 @@ def interleaved(calls: dict, repeats: int, warmup: bool = True) -> tuple[dict, d
         t = times[name]
         i = int(np.argmin(t))
         stats[name] = {"seconds": t[i], "median_s": float(np.median(t)), "cpu_s": cpus[name][i],
-                       "times": [_round(x) for x in t], "warmup_s": _round(warm[name]) if name in warm else None}
+                       "cpu_median_s": float(np.median(cpus[name])), "times": [_round(x) for x in t],
+                       "cpu_times": [_round(x) for x in cpus[name]],
+                       "warmup_s": _round(warm[name]) if name in warm else None}
     return stats, outs
 
 
@@ -811,24 +813,6 @@ def parse_list(text: str, name: str, cast, allowed=None) -> list:
     return out
 
 
-def flat_round_robin(calls: dict, repeats: int) -> dict:
-    """``calls``: {(N, op, threads): fn}.  One warm-up call per key, then ``repeats`` rounds that call every
-    key once in turn (sizes, ops and thread counts interleaved as peers are), so that a busy spell of the
-    shared machine slows every size alike instead of whichever ran during it.  Per key: wall and process CPU
-    seconds of every call."""
-    for fn in calls.values():
-        fn()
-    wall = {k: [] for k in calls}
-    cpu = {k: [] for k in calls}
-    for _ in range(max(1, repeats)):
-        for k, fn in calls.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            wall[k].append(time.perf_counter() - t0)
-            cpu[k].append(time.process_time() - c0)
-    return {k: {"times": wall[k], "cpu_times": cpu[k]} for k in calls}
-
-
 def _threaded(t: int, fn):
     def call():
         torch.set_num_threads(t)
@@ -852,24 +836,24 @@ def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict, ops
         for op in ops:
             for t in thread_counts:
                 calls[(n, op, t)] = _threaded(t, fns[op])
-    stats = flat_round_robin(calls, repeats)
+    # every (N, op, threads) in turn, one warm-up call each (a busy spell then slows every size alike)
+    stats, _ = interleaved(calls, repeats)
     paths = kernel_paths()["active"]
     rates: dict[tuple, list] = {}
     for (n, op, t), st in stats.items():
         projector, volume, samples = cases[n]
         times, cpus = st["times"], st["cpu_times"]
-        i = int(np.argmin(times))
-        med, cpu_med = float(np.median(times)), float(np.median(cpus))
+        med, cpu_med = st["median_s"], st["cpu_median_s"]
         rate_med = samples["samples"] / med
         rate_cpu = samples["samples"] / cpu_med * t if cpu_med > 0 else math.nan  # all threads' work, per wall-s
         rates.setdefault((op, t), []).append((n, rate_med, rate_cpu))
-        timing = {"seconds": times[i], "median_s": med, "cpu_s": cpus[i]}
+        timing = {"seconds": st["seconds"], "median_s": med, "cpu_s": st["cpu_s"]}
         emit(kind="flat_cost", workload=f"flat N={n} {t}-thread", op=op, impl="ctbench-cpu", N=n,
-             threads=t, n_views=W1["n_views"], seconds=times[i],
+             threads=t, n_views=W1["n_views"], seconds=st["seconds"],
              volume_shape=list(projector.volume_shape), detector_shape=list(projector.detector_shape),
              dtype="float32", **machine, paths=paths,
-             min_s=_round(times[i]), median_s=_round(med), cpu_s=_round(cpus[i]), cpu_median_s=_round(cpu_med),
-             n_calls=len(times), times=[_round(x) for x in times], cpu_times=[_round(x) for x in cpus],
+             min_s=_round(st["seconds"]), median_s=_round(med), cpu_s=_round(st["cpu_s"]), cpu_median_s=_round(cpu_med),
+             n_calls=len(times), times=times, cpu_times=cpus,
              samples_per_s_median=_round(rate_med),
              # per thread, from the median call's CPU seconds (a crowded machine inflates wall time, not CPU-s)
              samples_per_cpu_s=_round(rate_cpu / t),

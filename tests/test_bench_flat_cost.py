@@ -15,11 +15,12 @@ import bench_projector as bp  # noqa: E402
 def test_round_robin_warms_each_case_then_interleaves_them_call_by_call():
     order = []
     calls = {k: (lambda k=k: order.append(k)) for k in [(8, "forward", 1), (8, "back", 1), (12, "forward", 1)]}
-    stats = bp.flat_round_robin(calls, repeats=3)
+    stats, _ = bp.interleaved(calls, repeats=3)
     keys = list(calls)
     assert order == keys + keys * 3  # one warm-up each, then A B C A B C ...
     for k in keys:
         assert len(stats[k]["times"]) == 3 and len(stats[k]["cpu_times"]) == 3
+        assert stats[k]["cpu_median_s"] >= 0
 
 
 def test_parse_list_names_the_option_on_bad_input():
