@@ -160,10 +160,19 @@ def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
     assert doc["library_sha256"] == info["sha256"] and doc["paths"] == known and doc["choice"] == choice
     assert choice == cpu_paths.fastest(doc["timings_s"])
     # reused: a choice planted in the (trusted, matching) file is what comes back, unmeasured
-    planted = {"forward": known["forward"][-1], "back": known["back"][-1]}
+    ranked = cpu_joseph_paths.candidates("forward", known["forward"])
+    planted = {"forward": ranked[-1], "back": known["back"][-1]}
     doc["choice"] = planted
     files[0].write_text(json.dumps(doc))
     assert cpu_joseph_paths.measured_choice(lib, info) == (planted, "cache")
+    # a cached forward choice the measurement no longer ranks (a view-by-view path, chosen before only
+    # the -bands paths were ranked) is measured again and the file replaced
+    stale = next(n for n in known["forward"] if n not in ranked)
+    doc["choice"] = {**planted, "forward": stale}
+    files[0].write_text(json.dumps(doc))
+    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    assert source == "measured" and choice["forward"] in ranked
+    assert json.loads(files[0].read_text())["choice"] == choice
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not json", "other library", "other cpu", "unknown path",
