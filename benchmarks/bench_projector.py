@@ -36,11 +36,13 @@ Kernel paths (issue 24).  The header records the Joseph library's paths (offered
 fastest on this CPU, active: ``ctbench.engine.cpu_joseph_paths``).  After each W1 row set, the AVX2
 forward lanes are timed forced by ``CTBENCH_CPU_PATH`` on an AVX-512 CPU, labelled "forced AVX2 on
 an AVX-512 CPU: not the speed of an AVX2-only core" (``--all-paths``: every forward and back path),
-with their RTK ratio in CPU seconds.  ``--flat-cost`` runs only the flat-cost sweep: forward and back
-on W1's geometry at N = 64 .. 320 (N^3 volume, N x N detector, 180 views), interleaved, at all
-threads and 1 thread; one ``flat_cost`` line per (N, op, threads) with min and median of
-``--repeats`` calls and the rate (samples/s), then ``flat_cost_summary`` lines with the rate's
-min/max over N (goal >= 0.8); written as bench ``projector_flat_cost`` to
+with their RTK ratio in CPU seconds.  ``--flat-cost`` runs only the flat-cost sweep: ``--flat-ops``
+(default forward and back) on W1's geometry at ``--flat-sizes`` (default N = 64 .. 320: N^3 volume,
+N x N detector, 180 views) and ``--flat-threads`` (default all threads and 1), every (N, op, threads)
+interleaved call by call (one warm-up each, then ``--repeats`` rounds); one ``flat_cost`` line per
+(N, op, threads) with every call's wall and CPU seconds and the rates (samples/s) from the median
+wall time and the median CPU seconds, then ``flat_cost_summary`` lines per (op, threads) with the
+rate's min/max over N from both (goal >= 0.8); written as bench ``projector_flat_cost`` to
 ``results/bench_projector_flat_cost.jsonl`` unless ``--out`` says otherwise.
 
 Output: JSON lines on stdout, appended to ``--out``; one header line with the
@@ -242,7 +244,9 @@ def interleaved(calls: dict, repeats: int, warmup: bool = True) -> tuple[dict, d
         t = times[name]
         i = int(np.argmin(t))
         stats[name] = {"seconds": t[i], "median_s": float(np.median(t)), "cpu_s": cpus[name][i],
-                       "times": [_round(x) for x in t], "warmup_s": _round(warm[name]) if name in warm else None}
+                       "cpu_median_s": float(np.median(cpus[name])), "times": [_round(x) for x in t],
+                       "cpu_times": [_round(x) for x in cpus[name]],
+                       "warmup_s": _round(warm[name]) if name in warm else None}
     return stats, outs
 
 
@@ -786,44 +790,90 @@ def run_paths(emit, projector: Projector, volume, workload: str, repeats: int, s
                  **path_note(n, simd), timing="paths interleaved call by call (CTBENCH_CPU_PATH)")
 
 
-def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict):
-    """Rate (ray samples/s) of forward and back over N^3 volumes (W1's geometry: 180 views, N x N detector)
-    at each thread count; a summary line per (op, threads) with min/max of the median rates."""
+FLAT_OPS = ("forward", "back")
+
+
+def parse_list(text: str, name: str, cast, allowed=None) -> list:
+    """A comma-separated option (``--flat-sizes`` ...) as a list; a clear error names the option."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise SystemExit(f"{name}: expected a comma-separated list, got {text!r}")
+    out = []
+    for x in items:
+        try:
+            v = cast(x)
+        except ValueError:
+            raise SystemExit(f"{name}: {x!r} is not a valid entry (expected {cast.__name__})") from None
+        if allowed is not None and v not in allowed:
+            raise SystemExit(f"{name}: {x!r} is not one of {', '.join(map(str, allowed))}")
+        if isinstance(v, int) and v < 1:
+            raise SystemExit(f"{name}: {x!r} must be >= 1")
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _threaded(t: int, fn):
+    def call():
+        torch.set_num_threads(t)
+        return fn()
+    return call
+
+
+def run_flat_cost(emit, sizes, thread_counts, repeats: int, bandwidth: dict, ops=FLAT_OPS):
+    """Rate (ray samples/s) of ``ops`` over N^3 volumes (W1's geometry: 180 views, N x N detector) at each
+    thread count, every (N, op, threads) interleaved call by call; a summary line per (op, threads) with the
+    rate's min/max over N from the median wall times and from the median CPU seconds."""
     machine = {"cpu": cpu_model(), "simd": cpu_flags()}
-    rates: dict[tuple, list] = {}
+    cases, calls = {}, {}
     for n in sizes:
         projector = w1_projector("cpu", scale=n / W1["volume_shape"][0])
         volume = smooth_volume(projector.volume_shape, W1["dtype"])
-        samples = ray_plane_samples(projector)
-        for t in thread_counts:
-            torch.set_num_threads(t)
-            sino = projector.project(volume)
-            stats, _ = interleaved({"forward": lambda: projector.project(volume),
-                                    "back": lambda: projector.backproject(sino)}, repeats)
-            for op in ("forward", "back"):
-                st = stats[op]
-                rate_med = samples["samples"] / st["median_s"]
-                rate_cpu = samples["samples"] / st["cpu_s"] if st["cpu_s"] > 0 else math.nan
-                rates.setdefault((op, t), []).append((n, rate_med, rate_cpu))
-                emit(kind="flat_cost", workload=f"flat N={n} {t}-thread", op=op, impl="ctbench-cpu", N=n,
-                     threads=t, n_views=W1["n_views"], seconds=st["seconds"],
-                     volume_shape=list(projector.volume_shape), detector_shape=list(projector.detector_shape),
-                     dtype="float32", **machine, paths=kernel_paths()["active"],
-                     min_s=_round(st["seconds"]), median_s=_round(st["median_s"]), cpu_s=_round(st["cpu_s"]),
-                     n_calls=len(st["times"]), times=st["times"],
-                     samples_per_s_median=_round(rate_med),
-                     samples_per_cpu_s=_round(rate_cpu / t),  # per thread, from the fastest call's CPU time
-                     **throughput(st, samples, volume.element_size(), op, bandwidth), loadavg=os.getloadavg())
+        sino = projector.project(volume) if "back" in ops else None
+        cases[n] = (projector, volume, ray_plane_samples(projector))
+        fns = {"forward": lambda p=projector, v=volume: p.project(v),
+               "back": lambda p=projector, s=sino: p.backproject(s)}
+        for op in ops:
+            for t in thread_counts:
+                calls[(n, op, t)] = _threaded(t, fns[op])
+    # every (N, op, threads) in turn, one warm-up call each (a busy spell then slows every size alike)
+    stats, _ = interleaved(calls, repeats)
+    paths = kernel_paths()["active"]
+    rates: dict[tuple, list] = {}
+    for (n, op, t), st in stats.items():
+        projector, volume, samples = cases[n]
+        times, cpus = st["times"], st["cpu_times"]
+        med, cpu_med = st["median_s"], st["cpu_median_s"]
+        rate_med = samples["samples"] / med
+        rate_cpu = samples["samples"] / cpu_med * t if cpu_med > 0 else math.nan  # all threads' work, per wall-s
+        rates.setdefault((op, t), []).append((n, rate_med, rate_cpu))
+        timing = {"seconds": st["seconds"], "median_s": med, "cpu_s": st["cpu_s"]}
+        emit(kind="flat_cost", workload=f"flat N={n} {t}-thread", op=op, impl="ctbench-cpu", N=n,
+             threads=t, n_views=W1["n_views"], seconds=st["seconds"],
+             volume_shape=list(projector.volume_shape), detector_shape=list(projector.detector_shape),
+             dtype="float32", **machine, paths=paths,
+             min_s=_round(st["seconds"]), median_s=_round(med), cpu_s=_round(st["cpu_s"]), cpu_median_s=_round(cpu_med),
+             n_calls=len(times), times=times, cpu_times=cpus,
+             samples_per_s_median=_round(rate_med),
+             # per thread, from the median call's CPU seconds (a crowded machine inflates wall time, not CPU-s)
+             samples_per_cpu_s=_round(rate_cpu / t),
+             **throughput(timing, samples, volume.element_size(), op, bandwidth), loadavg=os.getloadavg(),
+             timing="sizes, ops and threads interleaved call by call")
+    summaries = []
     for (op, t), rs in rates.items():
         vals = [r for _, r, _ in rs]
-        ratio = min(vals) / max(vals)
         cpu_vals = [c for _, _, c in rs]
-        emit(kind="flat_cost_summary", workload=f"flat-cost {t}-thread", op=op, impl="ctbench-cpu",
-             ratio="rate min/max over N", value=_round(ratio), threads=t, sizes=[n for n, _, _ in rs],
-             # the same from CPU seconds: steadier on a shared machine, where wall time counts waiting
-             cpu_min_over_max=_round(min(cpu_vals) / max(cpu_vals)),
-             samples_per_s_median=[_round(v) for v in vals], min_over_max=_round(ratio), goal=FLAT_GOAL,
-             meets_goal=ratio >= FLAT_GOAL, **machine, loadavg=os.getloadavg())
+        ratio = min(vals) / max(vals)
+        cpu_ratio = min(cpu_vals) / max(cpu_vals)
+        summaries.append(emit(
+            kind="flat_cost_summary", workload=f"flat-cost {t}-thread", op=op, impl="ctbench-cpu",
+            ratio="rate min/max over N", value=_round(ratio), threads=t, sizes=[n for n, _, _ in rs],
+            # the same from CPU seconds: steadier on a shared machine, where wall time counts waiting
+            cpu_min_over_max=_round(cpu_ratio), value_cpu_s=_round(cpu_ratio),
+            samples_per_s_median=[_round(v) for v in vals], samples_per_cpu_s=[_round(c / t) for c in cpu_vals],
+            min_over_max=_round(ratio), goal=FLAT_GOAL, meets_goal=ratio >= FLAT_GOAL,
+            meets_goal_cpu_s=cpu_ratio >= FLAT_GOAL, paths=paths, **machine, loadavg=os.getloadavg()))
+    return summaries
 
 
 # ------------------------------------------------------------------ main
@@ -847,9 +897,14 @@ def parse_args(argv=None):
     p.add_argument("--det-2d", type=int, default=768)
     p.add_argument("--bandwidth-mib", type=int, default=512, help="array size of the DRAM streaming loop")
     p.add_argument("--flat-cost", action="store_true", help="only the flat-cost sweep: forward and back rates "
-                   "over N^3 volumes (--flat-sizes) at 1 and all threads, then exit")
+                   "over N^3 volumes (--flat-sizes), sizes, ops and threads interleaved call by call, then exit")
     p.add_argument("--flat-sizes", type=str, default=",".join(map(str, FLAT_SIZES)),
                    help="comma-separated N of the flat-cost sweep (default: %(default)s)")
+    p.add_argument("--flat-ops", type=str, default=",".join(FLAT_OPS),
+                   help="comma-separated ops of the flat-cost sweep: forward, back (default: %(default)s)")
+    p.add_argument("--flat-threads", type=str, default=None,
+                   help="comma-separated thread counts of the flat-cost sweep (default: all threads and 1, "
+                        "or all threads only with --skip-1thread)")
     p.add_argument("--all-paths", action="store_true", help="time every forward and back path on W1 (forced "
                    "by CTBENCH_CPU_PATH); by default only the AVX2 forward paths on an AVX-512 CPU")
     p.add_argument("--skip-paths", action="store_true", help="skip the forced-path rows")
@@ -871,10 +926,12 @@ def main(argv=None) -> int:
                   "float64 from the geometry); forward touches 4 voxels/sample, back reads+writes 4",
          kernel_paths=kernel_paths())
     if args.flat_cost:
-        sizes = [int(x) for x in args.flat_sizes.split(",") if x.strip()]
+        sizes = parse_list(args.flat_sizes, "--flat-sizes", int)
+        ops = parse_list(args.flat_ops, "--flat-ops", str, FLAT_OPS)
+        counts = (parse_list(args.flat_threads, "--flat-threads", int) if args.flat_threads else
+                  [threads] + ([1] if threads > 1 and not args.skip_1thread else []))
         bandwidth = {"dram": stream_bandwidth(args.bandwidth_mib << 20)}
-        counts = [threads] + ([1] if threads > 1 and not args.skip_1thread else [])
-        run_flat_cost(emit, sizes, counts, args.repeats, bandwidth)
+        run_flat_cost(emit, sizes, counts, args.repeats, bandwidth, ops)
         torch.set_num_threads(threads)
         return 0
 

@@ -28,17 +28,30 @@ struct ForwardPath {
   const char* name;
   bool lanes;               // SIMD lanes (else scalar beams)
   ct::fwd::LaneKind kind;   // which lane loop
+  bool bands;               // detector rows in bands, all views per band (forward_band_rows)
 };
+// The -bands paths trace the same rays in another order (bitwise the same output); listed first so
+// that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
+// load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
-    {"avx512-gather", true, ct::fwd::LaneKind::Avx512Gather},
-    {"avx512-loads", true, ct::fwd::LaneKind::Avx512Loads},
+    {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
-    {"avx2-gather", true, ct::fwd::LaneKind::Avx2Gather},
-    {"avx2-loads", true, ct::fwd::LaneKind::Avx2Loads},
+    {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
 #endif
-    {"beams", false, ct::fwd::LaneKind::Avx2Gather},
+#if defined(__AVX512F__)
+    {"avx512-gather", true, ct::fwd::LaneKind::Avx512Gather, false},
+    {"avx512-loads-bands", true, ct::fwd::LaneKind::Avx512Loads, true},
+    {"avx512-loads", true, ct::fwd::LaneKind::Avx512Loads, false},
+#endif
+#if defined(__AVX2__)
+    {"avx2-gather", true, ct::fwd::LaneKind::Avx2Gather, false},
+    {"avx2-loads-bands", true, ct::fwd::LaneKind::Avx2Loads, true},
+    {"avx2-loads", true, ct::fwd::LaneKind::Avx2Loads, false},
+#endif
+    {"beams-bands", false, ct::fwd::LaneKind::Avx2Gather, true},
+    {"beams", false, ct::fwd::LaneKind::Avx2Gather, false},
 };
 constexpr int kNumForwardPaths = (int)(sizeof(kForwardPaths) / sizeof(kForwardPaths[0]));
 
@@ -179,10 +192,14 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const ForwardPath& path = kForwardPaths[current_path(0)];
   const bool use_lanes = lanes && path.lanes && slab < (i64(1) << 31) - 1;
   const int group = use_lanes ? kGroup : kBeam;
+  // Row order: view by view, or (bands) detector rows in bands of `band` rows, all views per band: a
+  // band's rays stay in a z-range of the volume that the cache then keeps across the views, instead of
+  // the whole volume streaming through it once per view.  Each ray is traced as before.
+  const int band = path.bands ? ct::fwd::forward_band_rows((i64)vw.H * vw.W * (i64)sizeof(real), n_outer) : 0;
 #pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
-    const int k = (int)(row / n_outer);
-    const int outer = (int)(row % n_outer);
+    int k, outer;
+    ct::fwd::row_view_and_outer(row, dw.n_views, n_outer, band, k, outer);
     for (int inner0 = 0; inner0 < n_inner; inner0 += group) {
       const int cnt = std::min(group, n_inner - inner0);
       ct::Ray<real> r[kGroup];

@@ -45,6 +45,30 @@ constexpr int kForwardLanes = 0;
 #define CT_SIMD_PREFETCH 0
 #endif
 
+// Detector rows per band of the -bands paths: about 2 MiB (the L2 of current cores) of volume planes,
+// 4 to 8 rows (1 thread, W1's geometry scaled, load 12-14: 8 rows best at N = 128-256, 4-5 at N = 320;
+// 1 or 2 rows lose 10-25%, 32 rows 5-10% at N = 128).
+inline int forward_band_rows(i64 plane_bytes, int n_outer) {
+  const i64 target = i64(2) << 20;
+  const i64 rows = plane_bytes > 0 ? target / plane_bytes : 8;
+  return (int)std::max<i64>(1, std::min<i64>({i64(8), std::max<i64>(4, rows), (i64)std::max(1, n_outer)}));
+}
+
+// Row `row` of the forward's loop as (view k, outer detector index): view-major when band <= 0, else
+// band-major (rows [b*band, (b+1)*band) of every view, then the next band; the last band may be short).
+inline void row_view_and_outer(i64 row, int n_views, int n_outer, int band, int& k, int& outer) {
+  if (band <= 0) {
+    k = (int)(row / n_outer);
+    outer = (int)(row % n_outer);
+    return;
+  }
+  const i64 per_band = (i64)n_views * band;
+  const i64 b = row / per_band, rem = row % per_band;
+  const int rows = (int)std::min<i64>(band, (i64)n_outer - b * band);
+  k = (int)(rem / rows);
+  outer = (int)(b * band + rem % rows);
+}
+
 // Ray state of one lane group (structure of arrays) and the strides it shares.
 struct LaneGroup {
   alignas(64) float Ab[16], Bb[16], Ac[16], Bc[16];

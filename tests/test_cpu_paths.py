@@ -48,12 +48,13 @@ CASES = [((14, 24, 22), (37, 21)), ((6, 64, 64), (72, 16)), ((20, 128, 128), (12
 
 
 def test_library_lists_its_paths(known):
-    assert "beams" in known["forward"] and "blocked" in known["back"]
+    assert "beams" in known["forward"] and "beams-bands" in known["forward"] and "blocked" in known["back"]
     assert len(set(known["forward"])) == len(known["forward"]) and len(set(known["back"])) == len(known["back"])
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     if " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native":
         # an AVX-512 build also has the AVX2 lanes (forced AVX2 on an AVX-512 CPU)
         assert {"avx512-gather", "avx512-loads", "avx2-gather", "avx2-loads"} <= set(known["forward"])
+        assert known["forward"][0] == "avx512-gather-bands"  # the build's default
 
 
 @pytest.mark.parametrize("shape,det", CASES)
@@ -69,6 +70,31 @@ def test_every_forward_path_matches_reference(known, monkeypatch, shape, det):
         err = (p32.double() - want).abs()
         assert bool((err <= 1e-5 * want.abs() + 1e-6 * float(want.abs().max())).all()), name
         assert cpu_joseph_paths.active_paths(cpu_build.load_cpu_library("joseph"))["forward"] == name
+
+
+@pytest.mark.parametrize("shape,det", CASES)
+def test_banded_forward_paths_trace_the_same_rays_bitwise(known, monkeypatch, shape, det):
+    """The -bands paths change only the order of the detector rows (bands of rows, all views per band;
+    the last band short where the rows do not divide): each ray's value is bitwise its view-by-view
+    path's, in float32 and float64, at 1 and 2 threads, and for a detector tile."""
+    banded = [n for n in known["forward"] if n.endswith("-bands")]
+    assert banded and all(n.removesuffix("-bands") in known["forward"] for n in banded)
+    cpu, _ = _case(shape, det)
+    x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(3), dtype=F64)
+    try:
+        for name in banded:
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                for xx in (x, x.float()):
+                    monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name.removesuffix('-bands')}")
+                    want = cpu.project(xx)
+                    monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+                    got = cpu.project(xx)
+                    assert bool((want != 0).any()) and torch.equal(got, want), (name, threads, xx.dtype)
+                    # per item the same as in the batch
+                    assert torch.equal(cpu.project(xx[1]), got[1]), (name, threads)
+    finally:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
 @pytest.mark.parametrize("shape,det", CASES)
@@ -109,7 +135,11 @@ def test_measure_times_every_path(lib, known):
     t = cpu_joseph_paths.measure(lib, repeats=1)
     assert set(t) == {"forward", "back"}
     for op in t:
-        assert list(t[op]) == known[op] and all(0 < s < 5 for s in t[op].values())
+        assert list(t[op]) == cpu_joseph_paths.candidates(op, known[op]) and all(0 < s < 5 for s in t[op].values())
+    # forward: only the -bands paths are ranked (their view-by-view twins trace the same rays, and the
+    # measurement's in-cache slab cannot show what the bands pay for); back: every path
+    assert list(t["forward"]) == [n for n in known["forward"] if n.endswith("-bands")]
+    assert list(t["back"]) == known["back"]
     assert cpu_paths.fastest({"back": {"a": 2.0, "b": 1.0, "c": 1.0}}) == {"back": "b"}
     # within the margin of the first (default) path, the default stays
     assert cpu_paths.fastest({"back": {"a": 1.0, "b": 0.97}, "forward": {"x": 1.0, "y": 0.9}}) == \
@@ -130,10 +160,19 @@ def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
     assert doc["library_sha256"] == info["sha256"] and doc["paths"] == known and doc["choice"] == choice
     assert choice == cpu_paths.fastest(doc["timings_s"])
     # reused: a choice planted in the (trusted, matching) file is what comes back, unmeasured
-    planted = {"forward": known["forward"][-1], "back": known["back"][-1]}
+    ranked = cpu_joseph_paths.candidates("forward", known["forward"])
+    planted = {"forward": ranked[-1], "back": known["back"][-1]}
     doc["choice"] = planted
     files[0].write_text(json.dumps(doc))
     assert cpu_joseph_paths.measured_choice(lib, info) == (planted, "cache")
+    # a cached forward choice the measurement no longer ranks (a view-by-view path, chosen before only
+    # the -bands paths were ranked) is measured again and the file replaced
+    stale = next(n for n in known["forward"] if n not in ranked)
+    doc["choice"] = {**planted, "forward": stale}
+    files[0].write_text(json.dumps(doc))
+    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    assert source == "measured" and choice["forward"] in ranked
+    assert json.loads(files[0].read_text())["choice"] == choice
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not json", "other library", "other cpu", "unknown path",

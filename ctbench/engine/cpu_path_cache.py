@@ -26,10 +26,12 @@ def choice_location(lib_info: dict) -> tuple[Path | None, str]:
 
 
 def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
-                       measure: Callable[[], dict[str, dict[str, float]]], problem: str) -> tuple[dict[str, str], str]:
+                       measure: Callable[[], dict[str, dict[str, float]]], problem: str,
+                       accept: Callable[[dict[str, str]], bool] | None = None) -> tuple[dict[str, str], str]:
     """``(choice, where from)``: the cached choice for this library and CPU, or ``measure()``'s
     (seconds by operation and path) fastest, then cached.  ``where from`` is ``"cache"``,
-    ``"measured"`` or ``"measured (not cached: why)"``."""
+    ``"measured"`` or ``"measured (not cached: why)"``.  ``accept``: whether a cached choice is one the
+    measurement can still make (a choice made under older rules is then measured again and replaced)."""
     why = "the library's SHA-256 is unknown"
     try:
         folder, sha = choice_location(lib_info)
@@ -39,7 +41,7 @@ def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
     path = cpu_paths.choice_file(folder, family, sha) if folder is not None else None
     if path is not None:
         choice, _problem = cpu_paths.read_choice(path, family, sha, cpu, known)
-        if choice is not None:
+        if choice is not None and (accept is None or accept(choice)):
             return choice, "cache"
     timings = measure()
     choice = cpu_paths.fastest(timings)
