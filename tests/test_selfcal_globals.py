@@ -33,13 +33,18 @@ def _run(scan, truth, free, known=False):
 
 
 def test_axis_tilt_recovered_from_an_unknown_object(scan):
+    """The tilt comes back within its (robust) uncertainty; offset_v, which an unknown object imitates and which
+    traded with the tilt (0.795 deg and offset_v 0.47 px for truth 1.0 deg and 0 px before), is held and
+    reported not identifiable."""
     rows, res = _run(scan, {"offset_u": 1.3, "axis_tilt": 1.0}, ("offset_u", "offset_v", "axis_tilt"))
     tilt = rows["axis_tilt"]
     assert tilt.status == "estimated"
-    assert abs(tilt.value - 1.0) < 0.25
+    assert abs(tilt.value - 1.0) < min(0.25, 3 * tilt.uncertainty)
     assert 0 < tilt.uncertainty < SPECS["axis_tilt"].resolution and tilt.identifiability > 0.5
     assert abs(rows["offset_u"].value - 1.3) < 0.1
-    assert "offset_u/axis_tilt" in res.correlations and "offset_v/axis_tilt" in res.correlations
+    assert rows["offset_v"].status == "not identifiable" and rows["offset_v"].value is None
+    assert any(n.startswith("offset_v: not identifiable from an unknown object") for n in res.notes)
+    assert "offset_u/axis_tilt" in res.correlations
 
 
 def test_pitch_yaw_and_sdd_recovered_with_a_known_object(scan):
