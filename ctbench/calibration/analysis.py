@@ -17,7 +17,10 @@ over ``[r_k..., shift columns]`` (plus the shift prior) then gives
   neighbouring views (:func:`sandwich`), never below the white-noise figure
   ``sqrt(s2 (H^-1)_kk)`` (``s2`` the residual variance per pixel; kept as
   ``noise_sigma``): the residual is mostly model error, correlated within a view
-  and between neighbouring views, which the white-noise figure ignores;
+  and between neighbouring views, which the white-noise figure ignores; with
+  ``discretisation`` (the final analysis, on a coarser grid than the estimate's)
+  the Gauss-Newton step that grid would still take is added in quadrature: how
+  far the answer moves with the discretisation;
 - correlations ``(H^-1)_ab / sqrt((H^-1)_aa (H^-1)_bb)`` between global parameters.
 """
 
@@ -48,6 +51,8 @@ class Analysis:
     residual_sigma: float = 0.0
     correlation: dict = field(default_factory=dict)       # {(a, b): corr} between global parameters
     noise_sigma: dict = field(default_factory=dict)       # s2 (H^-1)_kk alone: white, independent residuals
+    robust_sigma: dict = field(default_factory=dict)      # the sandwich over view blocks (at least noise_sigma)
+    step: dict = field(default_factory=dict)              # the Gauss-Newton step this grid would still take
 
 
 def deformation_directions(x: torch.Tensor, spacing):
@@ -119,7 +124,10 @@ def sandwich(Hinv: torch.Tensor, scores: torch.Tensor, n_blocks: int = N_BLOCKS)
     return (G / (G - 1)) * (Hinv @ (g.T @ g) @ Hinv)
 
 
-def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_object: bool = False) -> Analysis:
+def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_object: bool = False,
+            discretisation: bool = False) -> Analysis:
+    """``discretisation``: the estimate came from a finer grid than ``P``'s; add the step this grid would still
+    take to the uncertainty (in quadrature)."""
     names = est.active
     with torch.no_grad():
         r = P.project(x) - y
@@ -144,6 +152,13 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_obj
     Hinv = torch.linalg.pinv(Hz, hermitian=True, rtol=1e-12) if Hz.numel() else Hz
     scores = view_scores(r, reduced, cols_s, B if est.s.numel() else None)
     cov = sandwich(Hinv, scores) if Hz.numel() else Hz
+    # Where this grid's minimum lies: the linearised step from the estimate.  Analysed on another grid than the
+    # one that made the estimate, it is how far the answer moves with the discretisation (model error that the
+    # residuals' spread cannot show when it is alike in every view).
+    grad = scores.sum(0)
+    if est.s.numel():
+        grad[kg:] += lam * (B.T @ (Dm.T @ (Dm @ est.s)))
+    step = -(Hinv @ grad) if Hz.numel() else grad
     out = Analysis(names, residual_sigma=math.sqrt(s2))
     for i, k in enumerate(names):
         hk = float(Hinv[i, i])
@@ -154,7 +169,9 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_obj
             continue
         out.identifiability[k] = min(1.0, 1.0 / math.sqrt(raw[i] * hk))
         out.noise_sigma[k] = math.sqrt(s2 * hk)
-        out.sigma[k] = max(out.noise_sigma[k], math.sqrt(max(float(cov[i, i]), 0.0)))
+        out.robust_sigma[k] = max(out.noise_sigma[k], math.sqrt(max(float(cov[i, i]), 0.0)))
+        out.step[k] = float(step[i])
+        out.sigma[k] = math.hypot(out.robust_sigma[k], out.step[k] if discretisation else 0.0)
     for a in range(kg):
         for b in range(a + 1, kg):
             den = math.sqrt(max(float(Hinv[a, a]) * float(Hinv[b, b]), 0.0))

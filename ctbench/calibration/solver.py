@@ -446,7 +446,8 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
         cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
         analysis = analyse(P, xa, level.sinogram, est, cols_g, cols_s, B, smoothness,
-                           difference_operator(est.n, len(est.shift_names)), known_object=known is not None)
+                           difference_operator(est.n, len(est.shift_names)), known_object=known is not None,
+                           discretisation=len(levels) > 1)
         # An estimate whose uncertainty exceeds what the parameter is for says nothing: report it as such and
         # leave the geometry at the start for it, instead of a confident-looking wrong value.
         for k in est.active:
