@@ -61,8 +61,9 @@ def test_uncertainty_covers_the_error_of_an_unknown_object():
 
 @pytest.mark.slow
 @pytest.mark.xfail(reason="not met yet (issue 26): with axis_tilt free the chiral phantom's tilt came back 0.21 +/- "
-                          "0.21 deg for 1.0 (3.7 sd), and roll or tilt of 4 of the 9 freed parameters were held as "
-                          "not identifiable (uncertainty above the resolution)", strict=True)
+                          "0.21 deg for 1.0 (3.7 sd), and 4 of the 9 freed parameters were held as not identifiable "
+                          "(measured before the 2-sd hold rule, which keeps more of them; not rerun since)",
+                   strict=False)
 def test_uncertainty_covers_the_error_of_an_unknown_object_with_axis_tilt():
     _check_rule(*_ratios(OBJECTS, *TILT, known=False))
 
