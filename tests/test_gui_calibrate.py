@@ -69,6 +69,63 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     save_widget_screenshot(w, "calibrate_widget")   # tests/screenshots; docs/images/calibrate_widget.png is a copy
 
 
+def test_known_object_layer_frees_pitch_and_sdd(make_napari_viewer):
+    """Known object in the Calibrate step: with the object's volume chosen as a layer, a detector pitch and a
+    source-detector distance error (which an unknown object imitates) are calibrated and recovered; without it
+    the same run reports them not identifiable.  Tolerances: tests/test_selfcal_globals.py's (0.4 deg, 1 mm)."""
+    from napari.layers import Layer
+    from qtpy.QtTest import QTest
+
+    P, ells = cone_scan(size=48, views=60, det=48, seed=3)
+    truth = {"offset_u": 1.3, "pitch": 2.0, "sdd": 15.0}
+    y, _ = misaligned(P, ells, truth, seed=4)
+    geo = ScanGeometry(P.trajectory, P.detector_shape, P.detector_spacing, P.global_volume_shape,
+                       P.voxel_spacing)
+    viewer = make_napari_viewer()
+    viewer.add_layer(Layer.create(*sinogram_layer(y.numpy(), geo, "pitched scan")))
+    obj = object_volume(ells, P).numpy().astype(np.float32)
+    _, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Calibrate")
+    w.sinogram.select("pitched scan")
+    for name, box in w.checks.items():
+        box.setChecked(name in ("offset_u", "pitch", "sdd"))
+    w.coarse_iters.setValue(6)
+    w.fine_iters.setValue(3)
+    results = []
+    w.finished.connect(results.append)
+    # ticked without a volume: a clear message, no run
+    w.use_known.setChecked(True)
+    assert w.known.isEnabled() and w.known.layer() is None
+    w.run()
+    assert w.message.level == "error" and "no volume layer is chosen" in w.message.text() and not w.running
+    # a volume on another grid is refused by name
+    viewer.add_image(obj[:, :, :-2], name="cropped object", scale=P.voxel_spacing)
+    w.known.select("cropped object")
+    w.run()
+    assert w.message.level == "error" and "known object 'cropped object' has shape" in w.message.text()
+    viewer.add_image(obj, name="object", scale=P.voxel_spacing,
+                     translate=[-(n - 1) / 2 * d for n, d in zip(obj.shape, P.voxel_spacing)])
+    w.known.select("object")
+    QTest.mouseClick(w.run_button, Qt.LeftButton)
+    assert w.message.level != "error", w.message.text()
+    wait_for(lambda: not w.running, timeout=600)
+    assert w.message.level != "error", w.message.text()
+    assert w.known.layer().name == "object"          # the before/after layers did not take the choice
+    rows = {p.name: p for p in results[-1].parameters}
+    print(results[-1].table())
+    assert rows["pitch"].status == "estimated" and abs(rows["pitch"].value - 2.0) < 0.4
+    assert rows["sdd"].status == "estimated" and abs(rows["sdd"].value - 15.0) < 1.0
+    assert abs(rows["offset_u"].value - 1.3) < 0.05
+    status = {w.table.item(r, 0).text().split(" ")[0]: w.table.item(r, 4).text() for r in range(w.table.rowCount())}
+    assert status["pitch"] == "estimated" and status["sdd"] == "estimated"
+    save_widget_screenshot(w, "calibrate_known_object")  # docs/images/calibrate_known_object.png is a copy
+    # the same scan with Known object unticked: pitch and sdd cannot be told from an unknown object
+    w.use_known.setChecked(False)
+    QTest.mouseClick(w.run_button, Qt.LeftButton)
+    wait_for(lambda: not w.running, timeout=600)
+    rows = {p.name: p for p in results[-1].parameters}
+    assert rows["pitch"].status == "not identifiable" and rows["sdd"].status == "not identifiable"
+
+
 def test_calibrate_widget_reports_bad_input(make_napari_viewer):
     from napari.layers import Layer
 

@@ -33,13 +33,30 @@ def _run(scan, truth, free, known=False):
 
 
 def test_axis_tilt_recovered_from_an_unknown_object(scan):
+    """offset_v, which an unknown object imitates and which traded with the tilt (0.795 deg and offset_v 0.47 px
+    for truth 1.0 deg and 0 px before), is held and reported not identifiable; the tilt then comes back within
+    0.25 deg and within 3 of its honest standard deviations (measured 0.9105 +/- 0.585 deg).  That sd exceeds the
+    tilt's 0.5 deg resolution and the estimate is within 2 sd of the start, so the tilt is held and reported
+    "not determined by this scan" with the estimate in the note (either outcome is accepted; a confident value
+    outside 3 sd is not)."""
+    import re
+
     rows, res = _run(scan, {"offset_u": 1.3, "axis_tilt": 1.0}, ("offset_u", "offset_v", "axis_tilt"))
     tilt = rows["axis_tilt"]
-    assert tilt.status == "estimated"
-    assert abs(tilt.value - 1.0) < 0.25
-    assert 0 < tilt.uncertainty < SPECS["axis_tilt"].resolution and tilt.identifiability > 0.5
+    if tilt.status == "estimated":
+        value, sd = tilt.value, tilt.uncertainty
+        assert sd < SPECS["axis_tilt"].resolution or abs(value) >= 2 * sd
+    else:
+        assert tilt.status == "not identifiable" and tilt.value is None
+        [note] = [n for n in res.notes if n.startswith("axis_tilt: not determined by this scan")]
+        found = re.search(r"estimate (\S+) has a 1-sd uncertainty of (\S+) deg", note)
+        value, sd = float(found.group(1)), float(found.group(2))
+        assert sd > SPECS["axis_tilt"].resolution and abs(value) < 2 * sd
+    assert abs(value - 1.0) < min(0.25, 3 * sd)
+    assert tilt.identifiability > 0.5
     assert abs(rows["offset_u"].value - 1.3) < 0.1
-    assert "offset_u/axis_tilt" in res.correlations and "offset_v/axis_tilt" in res.correlations
+    assert rows["offset_v"].status == "not identifiable" and rows["offset_v"].value is None
+    assert any(n.startswith("offset_v: not identifiable from an unknown object") for n in res.notes)
 
 
 def test_pitch_yaw_and_sdd_recovered_with_a_known_object(scan):
@@ -100,7 +117,8 @@ def test_known_object_is_checked(scan):
 def test_yaw_of_an_unknown_object_is_partly_recovered_on_a_wide_cone():
     """A detector yaw is only partly identifiable from an unknown object (about half its signature is a radial
     bulge of the object): on a wide cone (SID 300, SDD 600, 23 degree half cone) a 3 degree yaw comes back with
-    its sign, about 20% short (measured 2.34 +/- 0.15 deg; the noise figure understates the model error).
+    its sign, about 20% short (measured 2.34 +/- 0.15 deg with the white-noise figure, which understated the model
+    error; 2.381 +/- 0.57 deg with the robust uncertainty and offset_v held).
     The tolerance is that bias, not the noise: 0.8 deg."""
     from ctbench import Projector, circular_trajectory_3d
     from ctbench.calibration.simulate import random_object
@@ -112,5 +130,7 @@ def test_yaw_of_an_unknown_object_is_partly_recovered_on_a_wide_cone():
     yaw = rows["yaw"]
     assert yaw.status == "estimated" and 0.3 < yaw.identifiability < 0.7
     assert abs(yaw.value - 3.0) < 0.8
-    assert 0 < yaw.uncertainty < SPECS["yaw"].resolution
+    # the robust uncertainty (measured 2.381 +/- 0.57 deg) covers the bias; it exceeds the 0.5 deg resolution, but
+    # the estimate is more than 2 sd from the start, so it is kept
+    assert 0 < yaw.uncertainty and abs(yaw.value - 3.0) < 3 * yaw.uncertainty and abs(yaw.value) >= 2 * yaw.uncertainty
     assert abs(rows["offset_u"].value - 1.3) < 0.1

@@ -446,17 +446,19 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             xa = cgls(P, level.sinogram, n_inner, x0=resample_volume(x, P.volume_shape).to(dtype)).volume
         cols_g, cols_s = _jacobian(level, est, P, xa, dtype)
         analysis = analyse(P, xa, level.sinogram, est, cols_g, cols_s, B, smoothness,
-                           difference_operator(est.n, len(est.shift_names)), known_object=known is not None)
-        # An estimate whose uncertainty exceeds what the parameter is for says nothing: report it as such and
-        # leave the geometry at the start for it, instead of a confident-looking wrong value.
+                           difference_operator(est.n, len(est.shift_names)), known_object=known is not None,
+                           discretisation=len(levels) > 1)
+        # An estimate whose uncertainty exceeds what the parameter is for, and which the data do not tell from
+        # the start (within 2 sd), says nothing: report it as such and leave the geometry at the start for it,
+        # instead of a confident-looking wrong value.  One far from the start keeps its value and its honest sd.
         for k in est.active:
             sd = analysis.sigma.get(k)
-            if sd is None or sd > SPECS[k].resolution:
+            if sd is None or (sd > SPECS[k].resolution and abs(est.g[k] - float(start.get(k, 0.0))) < 2 * sd):
                 est.held.add(k)
                 held_ident[k] = analysis.identifiability.get(k, 0.0)
                 notes.append(f"{k}: not determined by this scan (its estimate {est.g[k]:.4g} has a 1-sd uncertainty "
                              f"of {'?' if sd is None else f'{sd:.3g}'} {SPECS[k].unit}, above the "
-                             f"{SPECS[k].resolution:g} {SPECS[k].unit} that would make it useful"
+                             f"{SPECS[k].resolution:g} {SPECS[k].unit} that would make it useful, and it is within 2 sd of its start"
                              + (f": {WHY_WEAK[k]}" if k in WHY_WEAK else "") + "); held at its start value")
                 est.g[k] = float(start.get(k, 0.0))
     else:

@@ -17,7 +17,8 @@ from qtpy.QtWidgets import (QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBo
 from ctbench.calibration import ALL, SPECS, calibrate_iterations
 from ctbench.workbench.design import ScanGeometry
 
-from .._layers import KEY, LayerError, has_geometry, is_sinogram, sinogram_of, volume_layer
+from .._layers import (KEY, LayerError, has_geometry, info, is_sinogram, is_volume_candidate, sinogram_of,
+                       volume_layer, volume_of)
 from .common import LayerPicker, MessageLabel, report_errors
 from .compare import ComparePanel
 from .plot import ResidualPlot
@@ -33,13 +34,38 @@ def _misfit(P, x, y) -> float:
         return float((P.project(x) - y).double().square().sum() / y.double().square().sum())
 
 
-def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel):
+def _is_known_candidate(layer) -> bool:
+    """3D image layers, except this widget's own before/after reconstructions (they must not take the choice)."""
+    recon = info(layer).get("recon")
+    return is_volume_candidate(layer) and layer.data.ndim == 3 and not (isinstance(recon, dict) and
+                                                                        "calibration" in recon)
+
+
+def known_object_of(layer, geo: ScanGeometry) -> torch.Tensor:
+    """A known-object layer as the calibration's ``known_object``: a volume on the scan's reconstruction grid
+    (its shape and voxel size); LayerError naming the layer and what was expected otherwise."""
+    data, scale = volume_of(layer)
+    want = tuple(int(n) for n in geo.volume_shape)
+    if data.shape != want:
+        raise LayerError(f"known object '{layer.name}' has shape {data.shape}; the scan's volume grid is {want} "
+                         "(z, y, x): give the object on that grid")
+    spacing = tuple(float(d) for d in geo.voxel_spacing)
+    if any(abs(a - b) > 1e-3 * b for a, b in zip(scale, spacing)):
+        raise LayerError(f"known object '{layer.name}' has voxels of {tuple(round(a, 6) for a in scale)} mm (its "
+                         f"layer scale); the scan's grid has {tuple(round(b, 6) for b in spacing)} mm: the voxel "
+                         "size fixes the absolute scale, so it must be the grid's")
+    if not np.isfinite(data).all():
+        raise LayerError(f"known object '{layer.name}' has non-finite values")
+    return torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
+
+
+def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
     """Worker generator: calibration states, then ("result", result, before, after)."""
     from ctbench.solvers import cgls
 
     P = geo.projector(backend="cpu")
     y = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
-    gen = calibrate_iterations(P, y, free, levels=(2, 1), n_outer=n_outer, cancel=cancel)
+    gen = calibrate_iterations(P, y, free, levels=(2, 1), n_outer=n_outer, known_object=known, cancel=cancel)
     while True:
         try:
             state = next(gen)
@@ -94,6 +120,19 @@ class CalibrateWidget(QWidget):
             grid.addWidget(box, i // 3, i % 3)
         params = QGroupBox("Free parameters")
         params.setLayout(grid)
+        # A known object (a calibration phantom, a reference scan on the same grid) fixes the absolute scale:
+        # only then can pitch, sdd and offset_v be calibrated.  Opt-in: a new image layer must not switch it on.
+        self.use_known = QCheckBox("Known object")
+        self.use_known.setToolTip("reproject this volume instead of reconstructing: the object is known (its "
+                                  "voxel size fixes the scale), so offset_v, pitch and sdd become identifiable")
+        self.known = LayerPicker(napari_viewer, _is_known_candidate)
+        self.known.setToolTip("an image layer on the scan's volume grid (shape and voxel size), e.g. a phantom or "
+                              "a reference reconstruction opened from a TIFF, HDF5 or zarr file")
+        self.known.setEnabled(False)
+        self.use_known.toggled.connect(self.known.setEnabled)
+        known_row = QHBoxLayout()
+        known_row.addWidget(self.use_known)
+        known_row.addWidget(self.known, 1)
         self.coarse_iters = QSpinBox()
         self.coarse_iters.setRange(1, 50)
         self.coarse_iters.setValue(8)
@@ -119,6 +158,7 @@ class CalibrateWidget(QWidget):
         form.addRow("Sinogram", self.sinogram)
         form.addRow("Outer iterations, binned x2", self.coarse_iters)
         form.addRow("Outer iterations, full", self.fine_iters)
+        form.addRow(known_row)
         buttons = QHBoxLayout()
         for b in (self.run_button, self.cancel_button, self.apply_button):
             buttons.addWidget(b)
@@ -166,9 +206,16 @@ class CalibrateWidget(QWidget):
             raise LayerError("calibration needs a 3D scan (a detector with rows); this layer is 2D")
         free = self.free()
         n_outer = (self.coarse_iters.value(), self.fine_iters.value())
+        known = None
+        if self.use_known.isChecked():
+            obj = self.known.layer()
+            if obj is None:
+                raise LayerError("Known object is ticked but no volume layer is chosen: open the object's volume "
+                                 "(on the scan's grid) as an image layer, or untick Known object")
+            known = known_object_of(obj, geo)
         # Argument errors (too few views, no structure) surface here, on the GUI thread, before any work.
         calibrate_iterations(geo.projector(backend="cpu"), torch.from_numpy(np.ascontiguousarray(sino)), free,
-                             levels=(2, 1), n_outer=n_outer).close()
+                             levels=(2, 1), n_outer=n_outer, known_object=known).close()
         self._target = layer
         self.result = None
         self.plot.clear()
@@ -178,8 +225,9 @@ class CalibrateWidget(QWidget):
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.apply_button.setEnabled(False)
-        self.message.note(f"calibrating {', '.join(free)} …")
-        self.runner.start(lambda cancel: _events(geo, sino, free, n_outer, cancel))
+        self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
+                                                              is not None else "") + " …")
+        self.runner.start(lambda cancel: _events(geo, sino, free, n_outer, cancel, known))
 
     def _event(self, ev) -> None:
         kind = ev[0]

@@ -1,0 +1,75 @@
+"""The calibration's uncertainties are honest (issue 26): over several simulated scans the true error of every
+estimated parameter is within 3 reported standard deviations, and the figure is not uselessly large.
+
+Each scan: an object the calibration does not know (random ellipsoid clusters, and the chiral phantom), exact
+line integrals through the true geometry, Poisson noise (2x10^4 photons); 48^3 voxels, 48^2 detector, 60 views.
+
+Rule (also in docs/CALIBRATION.md): over all (scan, estimated parameter) pairs, at most one in eight may have
+|error| > 3 sd; none may exceed 5 sd; at least two thirds of the freed parameters must come back estimated
+(not "not identifiable"); and not every |error| / sd may be below 0.05 (an sd that large says nothing).
+Before the robust covariance the white-noise figure put axis tilt, pitch and sdd 2-4 sd from the truth.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ctbench.calibration import calibrate
+from ctbench.calibration.simulate import object_volume, random_object
+from ctbench.phantoms import chiral_ellipsoids
+from selfcal_scans import cone_scan, misaligned
+
+OPTS = dict(levels=(2, 1), n_outer=(6, 3))
+UNKNOWN = ({"offset_u": 1.3, "roll": 0.5}, ("offset_u", "roll"))
+TILT = ({"offset_u": 1.3, "roll": 0.5, "axis_tilt": 1.0}, ("offset_u", "roll", "axis_tilt"))
+OBJECTS = [("ellipsoids seed 3", random_object(0.4 * 256, seed=3), 4),
+           ("ellipsoids seed 7", random_object(0.4 * 256, seed=7), 8),
+           ("chiral phantom", [e.scaled(0.4 * 256) for e in chiral_ellipsoids()], 5)]
+KNOWN = ({"offset_u": 1.3, "pitch": 2.0, "yaw": -1.5, "sdd": 15.0}, ("offset_u", "offset_v", "pitch", "yaw", "sdd"))
+
+
+def _ratios(objects, truth, free, known):
+    """|error| / sd of every estimated parameter, and how many were freed."""
+    out, n_free = [], 0
+    for label, ells, seed in objects:
+        P, _ = cone_scan(size=48, views=60, det=48, seed=1)
+        y, _ = misaligned(P, ells, truth, seed=seed)
+        res = calibrate(P, y, free, known_object=object_volume(ells, P).float() if known else None, **OPTS)
+        print(label, "\n" + res.table())
+        for p in res.parameters:
+            n_free += 1
+            if p.value is not None:
+                err = p.value - truth.get(p.name, 0.0)
+                assert p.uncertainty > 0, p.name
+                out.append((label, p.name, abs(err) / p.uncertainty))
+    return out, n_free
+
+
+def _check_rule(ratios, n_free):
+    print([(a, b, round(z, 2)) for a, b, z in ratios])
+    z = [r[2] for r in ratios]
+    assert len(z) >= 2 * n_free / 3, f"only {len(z)} of {n_free} freed parameters estimated"
+    assert sum(v > 3 for v in z) <= len(z) / 8, ratios
+    assert max(z) <= 5, ratios
+    assert max(z) >= 0.05, ratios
+
+
+@pytest.mark.slow
+def test_uncertainty_covers_the_error_of_an_unknown_object():
+    _check_rule(*_ratios(OBJECTS, *UNKNOWN, known=False))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="not met yet (issue 26): with axis_tilt free the chiral phantom's tilt came back 0.21 +/- "
+                          "0.21 deg for 1.0 (3.7 sd; 1 of the 7 estimated, above the 1 in 8 allowed); the tilts of "
+                          "the two random objects are held as not determined (sd above 0.5 deg)",
+                   strict=False)
+def test_uncertainty_covers_the_error_of_an_unknown_object_with_axis_tilt():
+    _check_rule(*_ratios(OBJECTS, *TILT, known=False))
+
+
+@pytest.mark.slow
+def test_uncertainty_covers_the_error_with_a_known_object():
+    objects = [("ellipsoids seed 3", random_object(0.4 * 256, seed=3), 4),
+               ("ellipsoids seed 5", random_object(0.4 * 256, seed=5), 6)]
+    _check_rule(*_ratios(objects, *KNOWN, known=True))
