@@ -10,12 +10,8 @@ from ctbench_napari._testing import wait_for
 pytestmark = pytest.mark.gui
 
 
-def test_the_start_up_sample_is_computed_off_the_gui_thread(make_napari_viewer, monkeypatch):
-    import napari
-
-    import ctbench_napari
-    from ctbench_napari import _samples
-
+def _spy_on_sample_projection(_samples, monkeypatch):
+    """Empty the sample caches and record the thread of every sample projection (the list returned)."""
     _samples._sample_sinogram.cache_clear()
     _samples._phantom_array.cache_clear()
     monkeypatch.setattr(_samples, "_READY", set())
@@ -26,6 +22,16 @@ def test_the_start_up_sample_is_computed_off_the_gui_thread(make_napari_viewer, 
         threads.append(threading.current_thread())
         return real(*args, **kwargs)
     monkeypatch.setattr(_samples, "phantom_sinogram", spying)
+    return threads
+
+
+def test_the_start_up_sample_is_computed_off_the_gui_thread(make_napari_viewer, monkeypatch):
+    import napari
+
+    import ctbench_napari
+    from ctbench_napari import _samples
+
+    threads = _spy_on_sample_projection(_samples, monkeypatch)
     monkeypatch.setattr(napari, "Viewer", make_napari_viewer)
     monkeypatch.setattr(napari, "run", lambda *a, **k: None)
     viewer = ctbench_napari.launch("phantom_scan")
@@ -161,16 +167,8 @@ def test_open_sample_during_the_warm_up_waits_in_the_warm_up_thread_then_fills_t
     viewer = make_napari_viewer()
     viewer.window._qt_window._ctbench_workbench = True        # as ctbench gui opens it (samples are staged)
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
-    _samples._sample_sinogram.cache_clear()
-    _samples._phantom_array.cache_clear()
-    monkeypatch.setattr(_samples, "_READY", set())
-    threads = []
     real = _samples.phantom_sinogram
-
-    def spying(*args, **kwargs):
-        threads.append(threading.current_thread())
-        return real(*args, **kwargs)
-    monkeypatch.setattr(_samples, "phantom_sinogram", spying)
+    threads = _spy_on_sample_projection(_samples, monkeypatch)
     gate = threading.Event()
     real_warm_up = _samples.warm_up
 
