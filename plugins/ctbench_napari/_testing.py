@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -34,14 +35,25 @@ def assert_not_blank(image: np.ndarray, *, min_std: float = 8.0, min_colours: in
 
 
 def qimage_to_array(qimage) -> np.ndarray:
-    """An RGBA uint8 array of a QImage (e.g. ``widget.grab().toImage()``)."""
+    """An RGBA uint8 array of a QImage (e.g. ``widget.grab().toImage()``).
+
+    The 32-bit formats a grab gives are reordered here in numpy: Qt's ``convertToFormat`` splits a
+    large image over the global QThreadPool and waits for it while PyQt holds the GIL, so with the
+    pool's threads running Python workers (the comparison panel's metrics, say) it deadlocks."""
     from qtpy.QtGui import QImage
 
-    img = qimage.convertToFormat(QImage.Format_RGBA8888)
+    fmt = qimage.format()
+    argb = fmt in (QImage.Format_RGB32, QImage.Format_ARGB32, QImage.Format_ARGB32_Premultiplied)
+    img = qimage if argb or fmt == QImage.Format_RGBA8888 else qimage.convertToFormat(QImage.Format_RGBA8888)
     w, h = img.width(), img.height()
     ptr = img.constBits()
     ptr.setsize(img.sizeInBytes() if hasattr(img, "sizeInBytes") else img.byteCount())
     arr = np.frombuffer(ptr, np.uint8).reshape(h, img.bytesPerLine() // 4, 4)[:, :w]
+    if argb:  # 0xAARRGGBB words: B, G, R, A bytes on a little-endian machine
+        order = [2, 1, 0, 3] if sys.byteorder == "little" else [1, 2, 3, 0]
+        arr = arr[..., order]
+        if fmt == QImage.Format_RGB32:
+            arr[..., 3] = 255
     return arr.copy()
 
 
