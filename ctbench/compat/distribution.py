@@ -139,10 +139,7 @@ class Partition:
         if partition != "hybrid" and partition_grid is not None:
             raise ValueError("partition_grid requires partition='hybrid'")
         if partition == "hybrid" and partition_grid is None:
-            space = math.isqrt(self.world_size)
-            while self.world_size % space:
-                space -= 1
-            partition_grid = (self.world_size // space, space)
+            partition_grid = _square_grid(self.world_size)
         if partition == "hybrid" and (not _check_grid_value(partition_grid)
                                       or math.prod(partition_grid) != self.world_size):
             raise ValueError("partition_grid must contain positive (view_ranks, space_ranks) with product world_size")
@@ -234,7 +231,11 @@ def default_grid(partition, partition_grid, process_group):
     """diffct's default hybrid grid (the most square one with at least as many view ranks)."""
     if partition != "hybrid" or partition_grid is not None or not (dist.is_available() and dist.is_initialized()):
         return partition_grid  # (without a process group the core names the fix)
-    world = dist.get_world_size(process_group)
+    return _square_grid(dist.get_world_size(process_group))
+
+
+def _square_grid(world: int) -> tuple[int, int]:
+    """The most square ``(view_ranks, space_ranks)`` grid of ``world`` ranks, view ranks the larger."""
     space = math.isqrt(world)
     while world % space:
         space -= 1

@@ -33,7 +33,7 @@ import operator as _operator
 import torch
 
 from ..projector import Projector as _CoreProjector
-from .backend_choice import auto_label, warn_auto_fallback
+from .backend_choice import auto_label, nvidia_cuda, warn_auto_fallback
 from .cells import (CellStrategy, cell_backproject_into, cell_project_into, check_cell_geometry,
                     check_diffct_geometry)
 from ._cell_ranks import CellDistributedStrategy, ranks_into
@@ -97,7 +97,7 @@ def _backend(backend, precision, options=None):
     if backend == "numba":
         if precision not in (None, "fast"):
             raise ValueError("numba requires precision='fast' and views/space partition")
-        if not (torch.cuda.is_available() and torch.version.hip is None):
+        if not nvidia_cuda():
             raise RuntimeError("numba requires NVIDIA CUDA")
     core = BACKEND_ALIASES.get(backend, backend)
     if backend == "auto" or backend in BACKEND_ALIASES:
