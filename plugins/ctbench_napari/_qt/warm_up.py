@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from .common import Steps, log
+from .common import Steps, log, unwrap
 
 # What napari's scale bar writes: a length ("0.5", "20", "1e+03") and its unit ("pixel", "mm", "µm", ...).
 SCALE_BAR_GLYPHS = "ÅÉÑŐjgpqy0123456789.e+- ixlmµnk"   # the first nine: vispy measures every line by them
@@ -31,8 +31,8 @@ _COLORMAP_THREAD = None
 
 def install(viewer) -> None:
     """Warm up what ``viewer`` will draw (once per viewer; glyphs already loaded are skipped)."""
-    real = getattr(viewer, "__wrapped__", viewer)
-    window = getattr(getattr(real, "window", None), "_qt_window", None)
+    real = unwrap(viewer)
+    window = _qt_window(real)
     if window is None or getattr(window, "_ctbench_warm_up", None) is not None:
         return
     from qtpy.QtCore import QObject
@@ -50,9 +50,7 @@ def install(viewer) -> None:
 
 def pending(viewer) -> int:
     """Warm-up steps not yet run on the GUI thread for ``viewer`` (0 when done or never installed)."""
-    real = getattr(viewer, "__wrapped__", viewer)
-    window = getattr(getattr(real, "window", None), "_qt_window", None)
-    steps = getattr(window, "_ctbench_warm_up", None)
+    steps = getattr(_qt_window(unwrap(viewer)), "_ctbench_warm_up", None)
     return steps.pending if steps is not None else 0
 
 
@@ -63,6 +61,10 @@ def colormaps_ready(timeout: float | None = None) -> bool:
         return False
     t.join(timeout)
     return not t.is_alive()
+
+
+def _qt_window(viewer):
+    return getattr(getattr(viewer, "window", None), "_qt_window", None)
 
 
 def _glyph_step(font, char: str):
