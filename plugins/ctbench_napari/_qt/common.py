@@ -139,6 +139,11 @@ def unwrap(obj):
     return getattr(obj, "__wrapped__", obj)
 
 
+def qt_window(viewer):
+    """The Qt main window of ``viewer`` (a proxy is unwrapped), or None (no window: a headless viewer)."""
+    return getattr(getattr(unwrap(viewer), "window", None), "_qt_window", None)
+
+
 def same_layer(a, b) -> bool:
     """Identity of layers, seen through napari's proxies."""
     return a is not None and b is not None and unwrap(a) is unwrap(b)

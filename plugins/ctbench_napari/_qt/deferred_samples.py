@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._layers import KEY
-from .common import add_or_update, is_deleted, log
+from .common import add_or_update, is_deleted, log, qt_window
 
 POLL_MS = 50
 
@@ -34,7 +34,7 @@ def fill_when_ready(viewer, ready, make) -> None:
 
     import weakref
 
-    window = getattr(getattr(viewer, "window", None), "_qt_window", None)
+    window = qt_window(viewer)
     if window is None:
         raise RuntimeError("no napari window to add the sample to")
     timer = QTimer(window)       # dies with the window: never fills a closed viewer

@@ -22,7 +22,7 @@ import weakref
 from qtpy.QtCore import QTimer
 
 from .._layers import kind_of
-from .common import is_deleted
+from .common import is_deleted, qt_window
 from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, show_frame
 
 _INSTALLED: dict = {}
@@ -40,10 +40,10 @@ def install(viewer) -> None:
     pending: list = []
     # A timer owned by the viewer's window: it dies with the window, so a flush never runs on a closed
     # viewer (its canvas is gone; drawing on it would crash).
-    qt_window = getattr(getattr(real, "window", None), "_qt_window", None)
-    timer = QTimer(qt_window)
-    wref = weakref.ref(qt_window) if qt_window is not None else None    # never keep the window alive
-    del qt_window
+    window = qt_window(real)
+    timer = QTimer(window)
+    wref = weakref.ref(window) if window is not None else None    # never keep the window alive
+    del window
     timer.setSingleShot(True)
     timer.setInterval(0)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 
-from .common import Steps, log, unwrap
+from .common import Steps, log, qt_window, unwrap
 
 # What napari's scale bar writes: a length ("0.5", "20", "1e+03") and its unit ("pixel", "mm", "µm", ...).
 SCALE_BAR_GLYPHS = "ÅÉÑŐjgpqy0123456789.e+- ixlmµnk"   # the first nine: vispy measures every line by them
@@ -32,7 +32,7 @@ _COLORMAP_THREAD = None
 def install(viewer) -> None:
     """Warm up what ``viewer`` will draw (once per viewer; glyphs already loaded are skipped)."""
     real = unwrap(viewer)
-    window = _qt_window(real)
+    window = qt_window(real)
     if window is None or getattr(window, "_ctbench_warm_up", None) is not None:
         return
     from qtpy.QtCore import QObject
@@ -50,7 +50,7 @@ def install(viewer) -> None:
 
 def pending(viewer) -> int:
     """Warm-up steps not yet run on the GUI thread for ``viewer`` (0 when done or never installed)."""
-    steps = getattr(_qt_window(unwrap(viewer)), "_ctbench_warm_up", None)
+    steps = getattr(qt_window(viewer), "_ctbench_warm_up", None)
     return steps.pending if steps is not None else 0
 
 
@@ -61,10 +61,6 @@ def colormaps_ready(timeout: float | None = None) -> bool:
         return False
     t.join(timeout)
     return not t.is_alive()
-
-
-def _qt_window(viewer):
-    return getattr(getattr(viewer, "window", None), "_qt_window", None)
 
 
 def _glyph_step(font, char: str):
