@@ -115,7 +115,7 @@ def test_known_object_layer_frees_pitch_and_sdd(make_napari_viewer):
     assert rows["pitch"].status == "estimated" and abs(rows["pitch"].value - 2.0) < 0.4
     assert rows["sdd"].status == "estimated" and abs(rows["sdd"].value - 15.0) < 1.0
     assert abs(rows["offset_u"].value - 1.3) < 0.05
-    status = {w.table.item(r, 0).text().split(" ")[0]: w.table.item(r, 4).text() for r in range(w.table.rowCount())}
+    status = {w.table.item(r, 0).text().split(" ")[0]: w.table.item(r, 5).text() for r in range(w.table.rowCount())}
     assert status["pitch"] == "estimated" and status["sdd"] == "estimated"
     save_widget_screenshot(w, "calibrate_known_object")  # docs/images/calibrate_known_object.png is a copy
     # the same scan with Known object unticked: pitch and sdd cannot be told from an unknown object
