@@ -98,6 +98,21 @@ def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=No
     yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
 
 
+class CalibrationFailed(Exception):
+    """An error raised inside the calibration worker, re-raised under a type superqt passes on.
+
+    superqt's generator workers take any RuntimeError (torch's out-of-memory and shape errors are
+    RuntimeErrors) for a deleted worker and end silently, without ``errored`` or ``finished``: the panel
+    would wait forever with Cancel lit.  Raised as this, it reaches ``Runner.failed`` and the message."""
+
+
+def _guarded(events):
+    try:
+        yield from events
+    except RuntimeError as e:
+        raise CalibrationFailed(str(e) or type(e).__name__) from e
+
+
 def open_calibrate(viewer, layer) -> "CalibrateWidget":
     """Show the Calibrate dock widget (one per viewer) with ``layer`` picked: Scan import's Calibrate step."""
     if layer is None or layer not in viewer.layers:
@@ -107,6 +122,7 @@ def open_calibrate(viewer, layer) -> "CalibrateWidget":
     from .. import PLUGIN
 
     dock, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Calibrate", tabify=True)
+    dock.setWindowTitle("Calibrate")     # the tab reads like the others (launch names its docks so)
     dock.show()
     dock.raise_()
     w.sinogram.select(layer.name)
@@ -244,7 +260,7 @@ class CalibrateWidget(QWidget):
         self.apply_button.setEnabled(False)
         self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
                                                               is not None else "") + " …")
-        self.runner.start(lambda cancel: _events(geo, sino, free, n_outer, cancel, known))
+        self.runner.start(lambda cancel: _guarded(_events(geo, sino, free, n_outer, cancel, known)))
 
     def _event(self, ev) -> None:
         kind = ev[0]

@@ -156,7 +156,8 @@ class ConvergencePlot(QWidget):
         for v in xvals:
             t = f"{v:.0f}"
             w = fm.horizontalAdvance(t) + 4
-            xticks.append(Tick(v, t, QRectF(px(v) - w / 2, box.bottom() + 3, w, line)))
+            # kept clear of the lowest y label (which ends 4 px left of the axes)
+            xticks.append(Tick(v, t, QRectF(max(px(v) - w / 2, box.left() - 3), box.bottom() + 3, w, line)))
         lay = PlotLayout(box, log, lo, hi, x0, x1, yticks, xticks, ylabel,
                          QRectF(0, box.top(), line, box.height()),
                          QRectF(box.left(), box.bottom() + 3 + line, box.width(), line),
