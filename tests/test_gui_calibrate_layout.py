@@ -223,9 +223,10 @@ def test_convergence_plot_redraws_every_step_without_growing_the_window(make_nap
             w.scroll_area.widget().sizeHint()) == sizes
 
 
-def test_worker_errors_and_structureless_scans_reach_the_user(make_napari_viewer, monkeypatch):
-    """A scan with no structure is refused before any work; an error inside the worker (here the before/after
-    reconstruction) ends the run with the error in the panel's message, and the panel is ready again."""
+def test_worker_errors_cancel_and_structureless_scans_reach_the_user(make_napari_viewer, monkeypatch):
+    """A scan with no structure is refused by the worker's data checks before any work; an error inside the
+    worker (here the before/after reconstruction) ends the run with the error in the panel's message, and the
+    panel is ready again; a cancelled run shows its estimate so far without reconstructing."""
     from napari.layers import Layer
 
     import ctbench.solvers
@@ -247,13 +248,30 @@ def test_worker_errors_and_structureless_scans_reach_the_user(make_napari_viewer
     w.fine_iters.setValue(1)
     w.sinogram.select("empty scan")
     w.run()
-    assert w.message.level == "error" and "no structure" in w.message.text() and not w.running
+    wait_for(lambda: not w.running, timeout=60)
+    assert w.message.level == "error" and "the scan has no structure" in w.message.text()
+    assert w.table.item(0, 5).text() == "failed" and not w.plot.points
+    assert w.run_button.isEnabled() and not w.apply_button.isEnabled()
+    w.sinogram.select("scan")
+    w.coarse_iters.setValue(30)
+    n_layers = len(viewer.layers)
+    results = []
+    w.finished.connect(results.append)
+    cancel_at_once = [True]
+    w.runner.event.connect(lambda ev: w.runner.cancel() if cancel_at_once[0] and ev[0] == "state" else None)
+    w.run()
+    wait_for(lambda: not w.running, timeout=120)
+    [res] = results
+    assert res.stopped == "cancelled" and len(w.plot.points) < 30
+    assert w.message.text().startswith("cancelled after") and len(viewer.layers) == n_layers
+    assert w.table.item(0, 0).text() == "offset_u [px]" and w.table.item(0, 2).text() != "…"
+    cancel_at_once[0] = False
+    w.coarse_iters.setValue(1)
 
     def broken_cgls(*_a, **_k):
         raise RuntimeError("out of memory while reconstructing")
 
     monkeypatch.setattr(ctbench.solvers, "cgls", broken_cgls)
-    w.sinogram.select("scan")
     w.run()
     assert w.message.level != "error", w.message.text()
     wait_for(lambda: not w.running, timeout=120)

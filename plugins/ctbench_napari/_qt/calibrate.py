@@ -15,7 +15,7 @@ from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ctbench.calibration import ALL, SPECS, calibrate_iterations
-from ctbench.calibration.parameters import GLOBAL, STAGE
+from ctbench.calibration.parameters import GLOBAL, STAGE, check_free
 from ctbench.workbench.design import ScanGeometry
 
 from .._layers import (KEY, LayerError, has_geometry, info, is_sinogram, is_volume_candidate, sinogram_of,
@@ -74,11 +74,13 @@ def known_object_of(layer, geo: ScanGeometry) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
 
 
-def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
-    """Worker generator: calibration states, then ("result", result, before, after)."""
+def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
+    """Worker generator: calibration states, then ("result", result, before, after, geometry, misfit).
+
+    The data checks (finite values, structure) run here, off the GUI thread: they read the whole sinogram.
+    A cancelled run skips the before/after reconstructions (before and after are None)."""
     from ctbench.solvers import cgls
 
-    P = geo.projector(backend="cpu")
     y = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
     gen = calibrate_iterations(P, y, free, levels=(2, 1), n_outer=n_outer, known_object=known, cancel=cancel)
     while True:
@@ -88,10 +90,13 @@ def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=No
             result = stop.value
             break
         yield ("state", state)
-    yield ("status", "reconstructing before and after")
-    before = cgls(P, y, RECON_ITERATIONS).volume
     cal_geo = ScanGeometry(result.trajectory.to(dtype=torch.float32), geo.detector_shape, geo.detector_spacing,
                            geo.volume_shape, geo.voxel_spacing)
+    if result.stopped != "completed":
+        yield ("result", result, None, None, cal_geo, None)
+        return
+    yield ("status", "reconstructing before and after")
+    before = cgls(P, y, RECON_ITERATIONS).volume
     Q = cal_geo.projector(backend="cpu")
     after = cgls(Q, y, RECON_ITERATIONS).volume
     misfit = {"before": _misfit(P, before, y), "after": _misfit(Q, after, y)}
@@ -204,7 +209,7 @@ class CalibrateWidget(QWidget):
         scroll_contents(self)       # the comparison below makes the panel tall: it scrolls, the window fits
         self.runner = LocalRunner(self)
         self.runner.event.connect(self._event)
-        self.runner.failed.connect(lambda e: self.message.error(f"calibration failed: {e}"))
+        self.runner.failed.connect(self._failed)
         self.runner.done.connect(self._done)
         self.steps = Steps(self)    # the result reaches the screen one step per event-loop turn
         self.run_button.clicked.connect(lambda: self.run())
@@ -245,9 +250,10 @@ class CalibrateWidget(QWidget):
                 raise LayerError("Known object is ticked but no volume layer is chosen: open the object's volume "
                                  "(on the scan's grid) as an image layer, or untick Known object")
             known = known_object_of(obj, geo)
-        # Argument errors (too few views, no structure) surface here, on the GUI thread, before any work.
-        calibrate_iterations(geo.projector(backend="cpu"), torch.from_numpy(np.ascontiguousarray(sino)), free,
-                             levels=(2, 1), n_outer=n_outer, known_object=known).close()
+        # Parameter errors (too few views for a parameter, sdd in a parallel beam) surface here at once; the
+        # checks that read the whole sinogram (finite, structure) run in the worker and come back as its error.
+        P = geo.projector(backend="cpu")
+        check_free(free, beam=P.beam, n_views=P.n_views)
         self._target = layer
         self.result = None
         self.steps.cancel()
@@ -260,7 +266,7 @@ class CalibrateWidget(QWidget):
         self.apply_button.setEnabled(False)
         self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
                                                               is not None else "") + " …")
-        self.runner.start(lambda cancel: _guarded(_events(geo, sino, free, n_outer, cancel, known)))
+        self.runner.start(lambda cancel: _guarded(_events(P, geo, sino, free, n_outer, cancel, known)))
 
     def _event(self, ev) -> None:
         kind = ev[0]
@@ -276,6 +282,14 @@ class CalibrateWidget(QWidget):
         elif kind == "result":
             _, res, before, after, cal_geo, misfit = ev
             self.result, self.calibrated_geometry, self.misfit = res, cal_geo, misfit
+            if before is None:          # cancelled: the estimate so far, no reconstructions
+                self.table.show_result(res)
+                self.apply_button.setEnabled(True)
+                self.message.note(f"{res.stopped} after {len(res.loss_history)} steps: the table holds the "
+                                  "estimate so far (parameters whose stage was not reached are held at their "
+                                  "start); Apply to layer stores it")
+                self.finished.emit(res)
+                return
             self.progress.setValue(self.progress.maximum())
             # One step per turn: a new layer builds its shaders when first drawn (software OpenGL: a long frame
             # each), so the table, each layer and the comparison land in separate frames.
@@ -286,6 +300,10 @@ class CalibrateWidget(QWidget):
                             functools.partial(self._show_result, res, misfit)],
                            on_error=lambda e: (self.message.error(f"showing the calibration failed: {e}"),
                                                self._done()))
+
+    def _failed(self, e) -> None:
+        self.table.stop_run("failed")
+        self.message.error(f"calibration failed: {e}")
 
     def _show_result(self, res, misfit) -> None:
         self.apply_button.setEnabled(True)

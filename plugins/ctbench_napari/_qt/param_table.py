@@ -82,6 +82,14 @@ class ParameterTable(QTableWidget):
                 continue
             self.item(r, 2).setText(_num(v, 4))
 
+    def stop_run(self, status: str) -> None:
+        """The run ended without a result (an error): the rows still "running" say so."""
+        for r in range(self.rowCount()):
+            item = self.item(r, len(HEADERS) - 1)
+            if item.text() == "running":
+                item.setText(status)
+        self.rows_fit()
+
     def show_result(self, res) -> None:
         """The calibration's parameter table, with its notes as the status tooltips."""
         self.setRowCount(0)
