@@ -62,6 +62,9 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     assert w.message.level != "error", w.message.text()
     assert w.message.text().startswith("completed: the reconstruction's reprojection misfit falls")
     assert len(inserted) == 2 and inserted[0] < inserted[1], inserted       # before, after: separate turns
+    wait_for(lambda: not w.comparison.busy, timeout=60)
+    assert w.layers["before"].visible and w.layers["after"].visible    # shown by the comparison, in 2D
+    assert viewer.dims.ndisplay == 2 and not layer.visible
     [res] = results
     assert abs(res.value("offset_u") - 3.6) < 0.15
     assert w.table.rowCount() == 1 and w.table.item(0, 0).text().startswith("offset_u")

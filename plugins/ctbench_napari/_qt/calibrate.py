@@ -321,9 +321,10 @@ class CalibrateWidget(QWidget):
     def _add_volume(self, key, vol, cal_geo) -> None:
         from napari.layers import Layer
 
+        # Added hidden: the comparison shows the layers one per turn (a first draw builds shaders), in 2D.
         data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{self._target.name} {key} calibration",
                                    extra={"recon": {"algorithm": "cgls", "n_iter": RECON_ITERATIONS,
-                                                    "calibration": key}})
+                                                    "calibration": key}}, visible=False)
         old = self.layers.get(key)
         if old is not None and old in self.viewer.layers:
             self.viewer.layers.remove(old)
