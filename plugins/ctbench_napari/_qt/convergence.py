@@ -50,6 +50,11 @@ class PlotLayout:
     title_rect: QRectF = field(default_factory=QRectF)
     stages: list[tuple[float, str, QRectF]] = field(default_factory=list)   # (boundary x, name, name's box)
 
+    def at(self, iteration: float, y: float) -> QPointF:
+        """Widget coordinates of a point (``y`` as on the axis: log10 of the misfit on a log axis)."""
+        return QPointF(self.box.left() + (iteration - self.x0) / (self.x1 - self.x0) * self.box.width(),
+                       self.box.bottom() - (y - self.lo) / ((self.hi - self.lo) or 1.0) * self.box.height())
+
 
 def log_ticks(lo: float, hi: float) -> list[float]:
     """Tick values for a log axis over [lo, hi] (values, not logs): decades, or 1-2-5 steps in a short range."""
@@ -142,32 +147,25 @@ class ConvergencePlot(QWidget):
         top = 2 * line + 6
         right = max(10, fm.horizontalAdvance(f"{int(x1)}") // 2 + 4)   # the last x label stays inside
         box = QRectF(left, top, max(self.width() - left - right, 1), BOX_HEIGHT)
-
-        def px(x):
-            return box.left() + (x - x0) / (x1 - x0) * box.width()
-
-        def py(y):
-            return box.bottom() - (y - lo) / ((hi - lo) or 1.0) * box.height()
-
-        yticks = [Tick(v if not log else 10.0 ** v, t, QRectF(line + 4, py(v) - line / 2, label_w + 2, line))
-                  for v, t in ys]
-        xvals = [t for t in nice_ticks(x0, x1, 6) if float(t).is_integer()] or [x0, x1]
-        xticks = []
-        for v in xvals:
+        lay = PlotLayout(box, log, lo, hi, x0, x1, ylabel=ylabel,
+                         ylabel_rect=QRectF(0, box.top(), line, box.height()),
+                         xlabel_rect=QRectF(box.left(), box.bottom() + 3 + line, box.width(), line),
+                         title_rect=QRectF(4, 0, self.width() - 8, line + 2))
+        for v, t in ys:
+            y = lay.at(x0, v).y()
+            lay.yticks.append(Tick(10.0 ** v if log else v, t, QRectF(line + 4, y - line / 2, label_w + 2, line)))
+        for v in [t for t in nice_ticks(x0, x1, 6) if float(t).is_integer()] or [x0, x1]:
             t = f"{v:.0f}"
             w = fm.horizontalAdvance(t) + 4
+            x = lay.at(v, lo).x()
             # kept clear of the lowest y label (which ends 4 px left of the axes)
-            xticks.append(Tick(v, t, QRectF(max(px(v) - w / 2, box.left() - 3), box.bottom() + 3, w, line)))
-        lay = PlotLayout(box, log, lo, hi, x0, x1, yticks, xticks, ylabel,
-                         QRectF(0, box.top(), line, box.height()),
-                         QRectF(box.left(), box.bottom() + 3 + line, box.width(), line),
-                         QRectF(4, 0, self.width() - 8, line + 2))
+            lay.xticks.append(Tick(v, t, QRectF(max(x - w / 2, box.left() - 3), box.bottom() + 3, w, line)))
         # Stages: a dashed line half-way between the last iteration of one stage and the first of the next,
         # and the stage's name centred over its span in the band between the title and the axes.
         starts = self.stage_starts
         for k, (first, name) in enumerate(starts):
-            a = box.left() if k == 0 else px(first - 0.5)
-            b = box.right() if k + 1 == len(starts) else px(starts[k + 1][0] - 0.5)
+            a = box.left() if k == 0 else lay.at(first - 0.5, lo).x()
+            b = box.right() if k + 1 == len(starts) else lay.at(starts[k + 1][0] - 0.5, lo).x()
             text = fm.elidedText(name, Qt.ElideRight, int(max(b - a - 4, 0)))
             lay.stages.append((a, text, QRectF(a + 2, line + 3, max(b - a - 4, 0), line)))
         return lay
@@ -190,10 +188,6 @@ class ConvergencePlot(QWidget):
         p.drawRect(box)
         faint = QColor(fg)
         faint.setAlpha(60)
-
-        def pt(x, y):
-            return QPointF(box.left() + (x - lay.x0) / (lay.x1 - lay.x0) * box.width(),
-                           box.bottom() - (y - lay.lo) / ((lay.hi - lay.lo) or 1.0) * box.height())
 
         for t in lay.yticks:
             y = t.rect.center().y()
@@ -223,7 +217,7 @@ class ConvergencePlot(QWidget):
             p.drawText(rect, Qt.AlignHCenter | Qt.AlignVCenter, name)
         p.setPen(QPen(QColor(CURVE), 2))
         ys = [math.log10(v) if lay.log else v for _, v in self.points]
-        pts = [pt(i, y) for (i, _), y in zip(self.points, ys)]
+        pts = [lay.at(i, y) for (i, _), y in zip(self.points, ys)]
         if len(pts) == 1:
             p.setBrush(QColor(CURVE))
             p.drawEllipse(pts[0], 2.5, 2.5)
