@@ -131,6 +131,11 @@ def test_workbench_with_the_calibrate_step_fits_1080_pixels(make_napari_viewer, 
         assert 0 < bottom <= view.height(), (type(part).__name__, bottom, view.height())
     assert_table_shows_every_row(w.table)
     assert window.height() <= 1080
+    hint = window.minimumSizeHint()                 # and a 1366x768 laptop: the panel scrolls there
+    assert hint.width() <= 1366 and hint.height() <= 768, (hint.width(), hint.height())
+    window.resize(1366, 768)
+    _turns(5)
+    assert window.height() <= 768 and w.scroll_area.verticalScrollBar().maximum() > 0
 
 
 SERIES = {
