@@ -258,15 +258,22 @@ def test_worker_errors_cancel_and_structureless_scans_reach_the_user(make_napari
     assert w.table.item(0, 5).text() == "failed" and not w.plot.points
     assert w.run_button.isEnabled() and not w.apply_button.isEnabled()
     w.sinogram.select("scan")
-    w.coarse_iters.setValue(30)
-    n_layers = len(viewer.layers)
     results = []
     w.finished.connect(results.append)
+    w.run()
+    w.run()                                   # a second press while it runs: told, and the run goes on
+    assert w.running and w.message.level == "error" and "a calibration is running" in w.message.text()
+    assert w.table.item(0, 5).text() == "running"
+    wait_for(lambda: not w.running, timeout=120)
+    assert w.message.level != "error", w.message.text()
+    assert [r.stopped for r in results] == ["completed"]
+    n_layers = len(viewer.layers)             # with its before/after layers
+    w.coarse_iters.setValue(30)
     cancel_at_once = [True]
     w.runner.event.connect(lambda ev: w.runner.cancel() if cancel_at_once[0] and ev[0] == "state" else None)
     w.run()
     wait_for(lambda: not w.running, timeout=120)
-    [res] = results
+    res = results[-1]
     assert res.stopped == "cancelled" and len(w.plot.points) < 30
     assert w.message.text().startswith("cancelled after") and len(viewer.layers) == n_layers
     assert w.table.item(0, 0).text() == "offset_u [px]" and w.table.item(0, 2).text() != "…"

@@ -235,6 +235,8 @@ class CalibrateWidget(QWidget):
 
     @report_errors
     def run(self, *_) -> None:
+        if self.running:        # before anything is reset: the running calibration keeps its table and plot
+            raise LayerError("a calibration is running: wait for it to finish or press Cancel")
         layer = self.sinogram.layer()
         if layer is None:
             raise LayerError("pick a sinogram layer with a ctbench geometry first")
