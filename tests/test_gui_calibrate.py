@@ -16,8 +16,16 @@ from ctbench_napari import PLUGIN
 from ctbench_napari._layers import sinogram_layer
 from ctbench_napari._testing import save_widget_screenshot, wait_for
 from selfcal_scans import cone_scan, misaligned
+from test_gui_calibrate_layout import assert_table_shows_every_row, assert_ticks_fit
 
 pytestmark = pytest.mark.gui
+
+
+def _settle() -> None:
+    """A few event-loop turns: plots that grew with their curves get their new height before a screenshot."""
+    from qtpy.QtWidgets import QApplication
+    for _ in range(4):
+        QApplication.processEvents()
 
 
 def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
@@ -38,15 +46,33 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     w.fine_iters.setValue(2)
     results = []
     w.finished.connect(results.append)
+    # The result reaches the screen in steps: count event-loop turns, and note the turn each new layer came in.
+    from qtpy.QtCore import QTimer
+    turns, inserted = [0], []
+    ticker = QTimer()
+    ticker.timeout.connect(lambda: turns.__setitem__(0, turns[0] + 1))
+    ticker.start(0)
+    viewer.layers.events.inserted.connect(lambda e: inserted.append(turns[0]))
     QTest.mouseClick(w.run_button, Qt.LeftButton)
     assert w.message.level != "error", w.message.text()
     assert w.cancel_button.isEnabled()
+    assert [w.table.item(0, c).text() for c in (0, 5)] == ["offset_u [px]", "running"]   # the row at once
     wait_for(lambda: not w.running, timeout=300)
+    ticker.stop()
     assert w.message.level != "error", w.message.text()
+    assert w.message.text().startswith("completed: the reconstruction's reprojection misfit falls")
+    assert len(inserted) == 2 and inserted[0] < inserted[1], inserted       # before, after: separate turns
+    wait_for(lambda: not w.comparison.busy, timeout=60)
+    assert w.layers["before"].visible and w.layers["after"].visible    # shown by the comparison, in 2D
+    assert viewer.dims.ndisplay == 2 and not layer.visible
     [res] = results
     assert abs(res.value("offset_u") - 3.6) < 0.15
     assert w.table.rowCount() == 1 and w.table.item(0, 0).text().startswith("offset_u")
-    assert len(w.plot.points) >= 2
+    assert w.table.item(0, 2).text() == f"{res.value('offset_u'):.4g}"
+    assert_table_shows_every_row(w.table)
+    assert len(w.plot.points) == len(res.loss_history) >= 2              # one point per progress step
+    assert [n for _, n in w.plot.stage_starts] == ["binned ×2", "full resolution"]
+    assert_ticks_fit(w.plot)
     # the after-image fits the data better and is closer to the object (RMSE against it, measured here and
     # by the comparison panel with the object as its reference)
     assert w.misfit["after"] < 0.7 * w.misfit["before"]
@@ -66,7 +92,9 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     w.apply()
     applied = ScanGeometry.from_dict(layer.metadata["ctbench"]["geometry"])
     torch.testing.assert_close(applied.trajectory.detector_center, res.trajectory.detector_center.float())
-    save_widget_screenshot(w, "calibrate_widget")   # tests/screenshots; docs/images/calibrate_widget.png is a copy
+    wait_for(lambda: not w.comparison.busy, timeout=60)
+    _settle()
+    save_widget_screenshot(w.scroll_area.widget(), "calibrate_widget")   # the whole panel; docs/images has a copy
 
 
 def test_known_object_layer_frees_pitch_and_sdd(make_napari_viewer):
@@ -115,9 +143,15 @@ def test_known_object_layer_frees_pitch_and_sdd(make_napari_viewer):
     assert rows["pitch"].status == "estimated" and abs(rows["pitch"].value - 2.0) < 0.4
     assert rows["sdd"].status == "estimated" and abs(rows["sdd"].value - 15.0) < 1.0
     assert abs(rows["offset_u"].value - 1.3) < 0.05
-    status = {w.table.item(r, 0).text().split(" ")[0]: w.table.item(r, 4).text() for r in range(w.table.rowCount())}
+    status = {w.table.item(r, 0).text().split(" ")[0]: w.table.item(r, 5).text() for r in range(w.table.rowCount())}
     assert status["pitch"] == "estimated" and status["sdd"] == "estimated"
-    save_widget_screenshot(w, "calibrate_known_object")  # docs/images/calibrate_known_object.png is a copy
+    assert w.table.rowCount() == 3
+    assert_table_shows_every_row(w.table)
+    assert_ticks_fit(w.plot)        # the misfit moves little here: a linear axis, its exponent in the label
+    assert [n for _, n in w.plot.stage_starts][0] == "binned ×2"
+    wait_for(lambda: not w.comparison.busy, timeout=60)
+    _settle()
+    save_widget_screenshot(w.scroll_area.widget(), "calibrate_known_object")  # docs/images has a copy
     # the same scan with Known object unticked: pitch and sdd cannot be told from an unknown object
     w.use_known.setChecked(False)
     QTest.mouseClick(w.run_button, Qt.LeftButton)
@@ -224,7 +258,8 @@ def test_scan_import_calibrate_step_sharpens_a_misaligned_sample(make_napari_vie
     w.comparison.reference.select(w.layers["before"].name)
     w.comparison.compare(layers=[w.layers["after"]])
     wait_for(lambda: not w.comparison.busy, timeout=120)
-    save_widget_screenshot(w, "calibrate_from_scan_import", DOC)
+    _settle()
+    save_widget_screenshot(w.scroll_area.widget(), "calibrate_from_scan_import", DOC)
     for layer in viewer.layers:
         layer.visible = layer.name in (w.layers["before"].name, w.layers["after"].name)
     # the comparison panel lays them out side by side (before is its reference)

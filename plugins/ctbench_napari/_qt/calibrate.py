@@ -7,21 +7,23 @@ after in the comparison panel, and apply the calibrated geometry to the layer.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from qtpy.QtCore import Signal
-from qtpy.QtWidgets import (QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView,
-                            QProgressBar, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                            QWidget)
+from qtpy.QtWidgets import QCheckBox, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ctbench.calibration import ALL, SPECS, calibrate_iterations
+from ctbench.calibration.parameters import GLOBAL, STAGE, check_free
 from ctbench.workbench.design import ScanGeometry
 
 from .._layers import (KEY, LayerError, has_geometry, info, is_sinogram, is_volume_candidate, sinogram_of,
                        volume_layer, volume_of)
-from .common import LayerPicker, MessageLabel, report_errors
+from .common import LayerPicker, MessageLabel, ProgressBar, Steps, report_errors, scroll_contents
 from .compare import ComparePanel
-from .plot import ResidualPlot
+from .convergence import ConvergencePlot
+from .param_table import ParameterTable
 from .runner import LocalRunner
 
 DEFAULT_FREE = ("offset_u", "roll", "shift_u", "shift_v")
@@ -32,6 +34,19 @@ def _misfit(P, x, y) -> float:
     """Relative reprojection misfit |P x - y|^2 / |y|^2: a figure that needs no phantom."""
     with torch.no_grad():
         return float((P.project(x) - y).double().square().sum() / y.double().square().sum())
+
+
+def planned_steps(free, n_outer) -> int:
+    """Outer iterations the solver plans: every parameter stage at the coarsest level, then one pass per finer
+    level (ctbench.calibration.solver's schedule); a level that converges early ends sooner."""
+    stages = {STAGE.get(k, 0) for k in free if k in GLOBAL} | {0}
+    return n_outer[0] * len(stages) + sum(n_outer[1:])
+
+
+def stage_name(binning: int, stage: int) -> str:
+    """The convergence plot's name for a level and parameter stage (the misfit jumps where they change)."""
+    where = f"binned ×{binning}" if binning > 1 else "full resolution"
+    return where + {0: "", 1: " + tilts", 2: " + tilts, sdd"}.get(stage, f" + stage {stage}")
 
 
 def _is_known_candidate(layer) -> bool:
@@ -59,11 +74,13 @@ def known_object_of(layer, geo: ScanGeometry) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
 
 
-def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
-    """Worker generator: calibration states, then ("result", result, before, after)."""
+def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
+    """Worker generator: calibration states, then ("result", result, before, after, geometry, misfit).
+
+    The data checks (finite values, structure) run here, off the GUI thread: they read the whole sinogram.
+    A cancelled run skips the before/after reconstructions (before and after are None)."""
     from ctbench.solvers import cgls
 
-    P = geo.projector(backend="cpu")
     y = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
     gen = calibrate_iterations(P, y, free, levels=(2, 1), n_outer=n_outer, known_object=known, cancel=cancel)
     while True:
@@ -73,14 +90,32 @@ def _events(geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=No
             result = stop.value
             break
         yield ("state", state)
-    yield ("status", "reconstructing before and after")
-    before = cgls(P, y, RECON_ITERATIONS).volume
     cal_geo = ScanGeometry(result.trajectory.to(dtype=torch.float32), geo.detector_shape, geo.detector_spacing,
                            geo.volume_shape, geo.voxel_spacing)
+    if result.stopped != "completed":
+        yield ("result", result, None, None, cal_geo, None)
+        return
+    yield ("status", "reconstructing before and after")
+    before = cgls(P, y, RECON_ITERATIONS).volume
     Q = cal_geo.projector(backend="cpu")
     after = cgls(Q, y, RECON_ITERATIONS).volume
     misfit = {"before": _misfit(P, before, y), "after": _misfit(Q, after, y)}
     yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
+
+
+class CalibrationFailed(Exception):
+    """An error raised inside the calibration worker, re-raised under a type superqt passes on.
+
+    superqt's generator workers take any RuntimeError (torch's out-of-memory and shape errors are
+    RuntimeErrors) for a deleted worker and end silently, without ``errored`` or ``finished``: the panel
+    would wait forever with Cancel lit.  Raised as this, it reaches ``Runner.failed`` and the message."""
+
+
+def _guarded(events):
+    try:
+        yield from events
+    except RuntimeError as e:
+        raise CalibrationFailed(str(e) or type(e).__name__) from e
 
 
 def open_calibrate(viewer, layer) -> "CalibrateWidget":
@@ -92,6 +127,7 @@ def open_calibrate(viewer, layer) -> "CalibrateWidget":
     from .. import PLUGIN
 
     dock, w = viewer.window.add_plugin_dock_widget(PLUGIN, "Calibrate", tabify=True)
+    dock.setWindowTitle("Calibrate")     # the tab reads like the others (launch names its docks so)
     dock.show()
     dock.raise_()
     w.sinogram.select(layer.name)
@@ -145,14 +181,12 @@ class CalibrateWidget(QWidget):
         self.apply_button = QPushButton("Apply to layer")
         self.apply_button.setToolTip("replace the sinogram layer's geometry with the calibrated one")
         self.apply_button.setEnabled(False)
-        self.progress = QProgressBar()
-        self.plot = ResidualPlot()
-        self.plot.title = "relative misfit |Ax - y|^2 / |y|^2"
-        self.table = QTableWidget(0, 5)
-        self.table.setHorizontalHeaderLabels(["parameter", "value", "± 1 sd", "identifiability", "status"])
-        self.table.verticalHeader().setVisible(False)
-        self.table.setMaximumHeight(170)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self.progress = ProgressBar()
+        self.progress.setFormat("step %v of %m")
+        self.plot = ConvergencePlot()
+        self.plot.setToolTip("the misfit after each outer iteration; dashed lines: a new level (binning) or "
+                             "parameter stage, where the misfit is measured anew")
+        self.table = ParameterTable()
         self.comparison = ComparePanel(napari_viewer, self)
         form = QFormLayout()
         form.addRow("Sinogram", self.sinogram)
@@ -168,14 +202,16 @@ class CalibrateWidget(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.message)
-        layout.addWidget(self.plot)
         layout.addWidget(self.table)
+        layout.addWidget(self.plot)
         layout.addWidget(self.comparison)
         layout.addStretch(1)
+        scroll_contents(self)       # the comparison below makes the panel tall: it scrolls, the window fits
         self.runner = LocalRunner(self)
         self.runner.event.connect(self._event)
-        self.runner.failed.connect(lambda e: self.message.error(f"calibration failed: {e}"))
+        self.runner.failed.connect(self._failed)
         self.runner.done.connect(self._done)
+        self.steps = Steps(self)    # the result reaches the screen one step per event-loop turn
         self.run_button.clicked.connect(lambda: self.run())
         self.cancel_button.clicked.connect(lambda: self.runner.cancel())
         self.apply_button.clicked.connect(lambda: self.apply())
@@ -187,7 +223,8 @@ class CalibrateWidget(QWidget):
     # ------------------------------------------------------------ actions
     @property
     def running(self) -> bool:
-        return self.runner.running
+        """A calibration in progress, or its result still being shown."""
+        return self.runner.running or self.steps.pending > 0
 
     def free(self) -> tuple[str, ...]:
         return tuple(n for n, b in self.checks.items() if b.isChecked())
@@ -198,6 +235,8 @@ class CalibrateWidget(QWidget):
 
     @report_errors
     def run(self, *_) -> None:
+        if self.running:        # before anything is reset: the running calibration keeps its table and plot
+            raise LayerError("a calibration is running: wait for it to finish or press Cancel")
         layer = self.sinogram.layer()
         if layer is None:
             raise LayerError("pick a sinogram layer with a ctbench geometry first")
@@ -213,27 +252,30 @@ class CalibrateWidget(QWidget):
                 raise LayerError("Known object is ticked but no volume layer is chosen: open the object's volume "
                                  "(on the scan's grid) as an image layer, or untick Known object")
             known = known_object_of(obj, geo)
-        # Argument errors (too few views, no structure) surface here, on the GUI thread, before any work.
-        calibrate_iterations(geo.projector(backend="cpu"), torch.from_numpy(np.ascontiguousarray(sino)), free,
-                             levels=(2, 1), n_outer=n_outer, known_object=known).close()
+        # Parameter errors (too few views for a parameter, sdd in a parallel beam) surface here at once; the
+        # checks that read the whole sinogram (finite, structure) run in the worker and come back as its error.
+        P = geo.projector(backend="cpu")
+        check_free(free, beam=P.beam, n_views=P.n_views)
         self._target = layer
         self.result = None
+        self.steps.cancel()
         self.plot.clear()
-        self.table.setRowCount(0)
-        self.progress.setRange(0, sum(n_outer))
+        self.table.start_run(free)
+        self.progress.setRange(0, planned_steps(free, n_outer))
         self.progress.setValue(0)
         self.run_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.apply_button.setEnabled(False)
         self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
                                                               is not None else "") + " …")
-        self.runner.start(lambda cancel: _events(geo, sino, free, n_outer, cancel, known))
+        self.runner.start(lambda cancel: _guarded(_events(P, geo, sino, free, n_outer, cancel, known)))
 
     def _event(self, ev) -> None:
         kind = ev[0]
         if kind == "state":
             s = ev[1]
-            self.plot.add(s.iteration, s.loss)
+            self.plot.add(s.iteration, s.loss, stage_name(s.binning, s.extra.get("stage", 0)))
+            self.table.show_state(s.parameters, s.shifts)
             self.progress.setValue(min(self.progress.maximum(), s.iteration))
             vals = ", ".join(f"{k} {v:.3g}" for k, v in s.parameters.items())
             self.message.note(f"step {s.iteration} (binning {s.binning}): misfit {s.loss:.3g}; {vals}")
@@ -242,43 +284,53 @@ class CalibrateWidget(QWidget):
         elif kind == "result":
             _, res, before, after, cal_geo, misfit = ev
             self.result, self.calibrated_geometry, self.misfit = res, cal_geo, misfit
-            self._fill_table(res)
-            self._add_volumes(before, after, cal_geo)
-            self.apply_button.setEnabled(True)
-            self.message.note(f"{res.stopped}: the reconstruction's reprojection misfit falls from "
-                              f"{misfit['before']:.3g} (nominal geometry) to {misfit['after']:.3g} (calibrated)"
-                              + ("; " + res.notes[0] if res.notes else ""))
-            self.finished.emit(res)
+            if before is None:          # cancelled: the estimate so far, no reconstructions
+                self.table.show_result(res)
+                self.apply_button.setEnabled(True)
+                self.message.note(f"{res.stopped} after {len(res.loss_history)} steps: the table holds the "
+                                  "estimate so far (parameters whose stage was not reached are held at their "
+                                  "start); Apply to layer stores it")
+                self.finished.emit(res)
+                return
+            self.progress.setValue(self.progress.maximum())
+            # One step per turn: a new layer builds its shaders when first drawn (software OpenGL: a long frame
+            # each), so the table, each layer and the comparison land in separate frames.
+            self.steps.run([functools.partial(self.table.show_result, res),
+                            functools.partial(self._add_volume, "before", before, cal_geo),
+                            functools.partial(self._add_volume, "after", after, cal_geo),
+                            lambda: self.comparison.compare(layers=self.checked_results()),
+                            functools.partial(self._show_result, res, misfit)],
+                           on_error=lambda e: (self.message.error(f"showing the calibration failed: {e}"),
+                                               self._done()))
+
+    def _failed(self, e) -> None:
+        self.table.stop_run("failed")
+        self.message.error(f"calibration failed: {e}")
+
+    def _show_result(self, res, misfit) -> None:
+        self.apply_button.setEnabled(True)
+        self.message.note(f"{res.stopped}: the reconstruction's reprojection misfit falls from "
+                          f"{misfit['before']:.3g} (nominal geometry) to {misfit['after']:.3g} (calibrated)"
+                          + ("; " + res.notes[0] if res.notes else ""))
+        self._done()
+        self.finished.emit(res)
 
     def _done(self) -> None:
-        self.run_button.setEnabled(True)
-        self.cancel_button.setEnabled(False)
+        """The worker ended (or the result is shown): the buttons are ready again once both are over."""
+        self.cancel_button.setEnabled(self.runner.running)
+        self.run_button.setEnabled(not self.running)
 
-    def _fill_table(self, res) -> None:
-        self.table.setRowCount(0)
-        for p in res.parameters:
-            r = self.table.rowCount()
-            self.table.insertRow(r)
-            cells = (f"{p.name}{' (rms)' if p.per_view else ''} [{p.unit}]",
-                     "-" if p.value is None else f"{p.value:.4g}",
-                     "-" if p.uncertainty is None else f"{p.uncertainty:.2g}",
-                     "-" if p.identifiability is None else f"{p.identifiability:.2f}", p.status)
-            for c, text in enumerate(cells):
-                self.table.setItem(r, c, QTableWidgetItem(text))
-
-    def _add_volumes(self, before, after, cal_geo) -> None:
+    def _add_volume(self, key, vol, cal_geo) -> None:
         from napari.layers import Layer
 
-        name = self._target.name
-        for key, vol in (("before", before), ("after", after)):
-            data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{name} {key} calibration",
-                                       extra={"recon": {"algorithm": "cgls", "n_iter": RECON_ITERATIONS,
-                                                        "calibration": key}})
-            old = self.layers.get(key)
-            if old is not None and old in self.viewer.layers:
-                self.viewer.layers.remove(old)
-            self.layers[key] = self.viewer.add_layer(Layer.create(data, kw, "image"))
-        self.comparison.compare(layers=self.checked_results())
+        # Added hidden: the comparison shows the layers one per turn (a first draw builds shaders), in 2D.
+        data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{self._target.name} {key} calibration",
+                                   extra={"recon": {"algorithm": "cgls", "n_iter": RECON_ITERATIONS,
+                                                    "calibration": key}}, visible=False)
+        old = self.layers.get(key)
+        if old is not None and old in self.viewer.layers:
+            self.viewer.layers.remove(old)
+        self.layers[key] = self.viewer.add_layer(Layer.create(data, kw, "image"))
 
     @report_errors
     def apply(self, *_) -> None:
