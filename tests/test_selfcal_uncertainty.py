@@ -15,14 +15,12 @@ and the two random objects' 1.078 and 1.414 deg (sd 0.62, 0.74: held as not dete
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from ctbench.calibration import calibrate
 from ctbench.calibration.simulate import object_volume, random_object
 from ctbench.phantoms import chiral_ellipsoids
-from selfcal_scans import cone_scan, misaligned
+from selfcal_scans import cone_scan, estimate_of, misaligned
 
 OPTS = dict(levels=(2, 1), n_outer=(6, 3))
 UNKNOWN = ({"offset_u": 1.3, "roll": 0.5}, ("offset_u", "roll"))
@@ -31,19 +29,6 @@ OBJECTS = [("ellipsoids seed 3", random_object(0.4 * 256, seed=3), 4),
            ("ellipsoids seed 7", random_object(0.4 * 256, seed=7), 8),
            ("chiral phantom", [e.scaled(0.4 * 256) for e in chiral_ellipsoids()], 5)]
 KNOWN = ({"offset_u": 1.3, "pitch": 2.0, "yaw": -1.5, "sdd": 15.0}, ("offset_u", "offset_v", "pitch", "yaw", "sdd"))
-
-
-def _tilts(res):
-    """(value, sd) of the axis tilt whether estimated or held as not determined (then from its note), or None."""
-    for p in res.parameters:
-        if p.name == "axis_tilt" and p.value is not None:
-            return p.value, p.uncertainty
-    for n in res.notes:
-        found = re.match(r"axis_tilt: not determined by this scan \(its estimate (\S+) has a 1-sd uncertainty of (\S+) ",
-                         n)
-        if found:
-            return float(found.group(1)), float(found.group(2))
-    return None
 
 
 def _ratios(objects, truth, free, known, tilts=None):
@@ -55,7 +40,7 @@ def _ratios(objects, truth, free, known, tilts=None):
         res = calibrate(P, y, free, known_object=object_volume(ells, P).float() if known else None, **OPTS)
         print(label, "\n" + res.table())
         if tilts is not None:
-            tilts.append((label, _tilts(res)))
+            tilts.append((label, estimate_of(res, "axis_tilt")))
         for p in res.parameters:
             n_free += 1
             if p.value is not None:
