@@ -9,7 +9,9 @@ Alternates two steps, coarse to fine (binned detector and volume first):
   through :class:`~ctbench.calibration.model.GeometryModel`); the Gauss-Newton
   curvature from central finite differences of the projection, one projection
   pair per global parameter and one pair per shift component for all views at
-  once (a view's shift only changes that view).
+  once (a view's shift only changes that view).  ``axis_tilt``, which the
+  volume would take back from a volume-held step, steps on the reduced
+  problem instead (the volume follows the geometry: :mod:`ctbench.calibration.varpro`).
 
 Per-view shifts ``s`` live in the complement of their gauge (a fixed object
 translation, and the mean shift when the detector offset is free), and a
