@@ -10,6 +10,8 @@ gradient (the part of the residual that the volume can still fit says nothing
 about the geometry), and judges a trial step by the misfit after the volume
 has followed it (a few warm-started CGLS iterations), not with the volume held.
 The reduction is the identifiability analysis's (:func:`~ctbench.calibration.analysis.reduce_columns`).
+It is one joint step with the other parameters (their columns stay as they are); while a parameter of
+:data:`VARPRO` is active the whole trial is judged with the volume followed, and that volume is kept.
 """
 
 from __future__ import annotations
