@@ -29,3 +29,18 @@ def misaligned(P, ells, values, walk_rms=0.0, photons=2e4, seed=2):
 
 def rms(t) -> float:
     return float(torch.as_tensor(t, dtype=torch.float64).square().mean().sqrt())
+
+
+def estimate_of(res, name):
+    """(value, 1-sd) of a global parameter: from the table when estimated, from its note when held as "not
+    determined by this scan" (the note keeps the estimate); None when neither."""
+    import re
+
+    for p in res.parameters:
+        if p.name == name and p.value is not None:
+            return p.value, p.uncertainty
+    for n in res.notes:
+        found = re.match(rf"{name}: not determined by this scan \(its estimate (\S+) has a 1-sd uncertainty of (\S+) ", n)
+        if found:
+            return float(found.group(1)), float(found.group(2))
+    return None

@@ -13,7 +13,7 @@ import torch
 
 from ctbench.calibration import SPECS, calibrate
 from ctbench.calibration.simulate import object_volume
-from selfcal_scans import cone_scan, misaligned
+from selfcal_scans import cone_scan, estimate_of, misaligned
 
 OPTS = dict(levels=(2, 1), n_outer=(6, 3))
 
@@ -35,22 +35,20 @@ def _run(scan, truth, free, known=False):
 def test_axis_tilt_recovered_from_an_unknown_object(scan):
     """offset_v, which an unknown object imitates and which traded with the tilt (0.795 deg and offset_v 0.47 px
     for truth 1.0 deg and 0 px before), is held and reported not identifiable; the tilt then comes back within
-    0.25 deg and within 3 of its honest standard deviations (measured 0.9105 +/- 0.585 deg).  That sd exceeds the
+    0.25 deg and within 3 of its honest standard deviations (measured 1.099 +/- 0.599 deg with the variable-projection
+    step; 0.9105 +/- 0.585 deg with the volume held in the geometry step).  That sd exceeds the
     tilt's 0.5 deg resolution and the estimate is within 2 sd of the start, so the tilt is held and reported
     "not determined by this scan" with the estimate in the note (either outcome is accepted; a confident value
     outside 3 sd is not)."""
-    import re
-
     rows, res = _run(scan, {"offset_u": 1.3, "axis_tilt": 1.0}, ("offset_u", "offset_v", "axis_tilt"))
     tilt = rows["axis_tilt"]
+    found = estimate_of(res, "axis_tilt")      # a held tilt's estimate comes from its "not determined" note
+    assert found is not None
+    value, sd = found
     if tilt.status == "estimated":
-        value, sd = tilt.value, tilt.uncertainty
         assert sd < SPECS["axis_tilt"].resolution or abs(value) >= 2 * sd
     else:
         assert tilt.status == "not identifiable" and tilt.value is None
-        [note] = [n for n in res.notes if n.startswith("axis_tilt: not determined by this scan")]
-        found = re.search(r"estimate (\S+) has a 1-sd uncertainty of (\S+) deg", note)
-        value, sd = float(found.group(1)), float(found.group(2))
         assert sd > SPECS["axis_tilt"].resolution and abs(value) < 2 * sd
     assert abs(value - 1.0) < min(0.25, 3 * sd)
     assert tilt.identifiability > 0.5

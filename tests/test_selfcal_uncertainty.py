@@ -8,6 +8,9 @@ Rule (also in docs/CALIBRATION.md): over all (scan, estimated parameter) pairs, 
 |error| > 3 sd; none may exceed 5 sd; at least two thirds of the freed parameters must come back estimated
 (not "not identifiable"); and not every |error| / sd may be below 0.05 (an sd that large says nothing).
 Before the robust covariance the white-noise figure put axis tilt, pitch and sdd 2-4 sd from the truth.
+With axis tilt free, the chiral phantom's tilt came back 0.21 +/- 0.21 deg for 1.0 (3.7 sd) while the geometry step
+held the volume; with the variable-projection step (ctbench/calibration/varpro.py) it is 1.064 +/- 0.33 deg (0.2 sd),
+and the two random objects' 1.078 and 1.414 deg (sd 0.62, 0.74: held as not determined).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pytest
 from ctbench.calibration import calibrate
 from ctbench.calibration.simulate import object_volume, random_object
 from ctbench.phantoms import chiral_ellipsoids
-from selfcal_scans import cone_scan, misaligned
+from selfcal_scans import cone_scan, estimate_of, misaligned
 
 OPTS = dict(levels=(2, 1), n_outer=(6, 3))
 UNKNOWN = ({"offset_u": 1.3, "roll": 0.5}, ("offset_u", "roll"))
@@ -28,14 +31,16 @@ OBJECTS = [("ellipsoids seed 3", random_object(0.4 * 256, seed=3), 4),
 KNOWN = ({"offset_u": 1.3, "pitch": 2.0, "yaw": -1.5, "sdd": 15.0}, ("offset_u", "offset_v", "pitch", "yaw", "sdd"))
 
 
-def _ratios(objects, truth, free, known):
-    """|error| / sd of every estimated parameter, and how many were freed."""
+def _ratios(objects, truth, free, known, tilts=None):
+    """|error| / sd of every estimated parameter, and how many were freed; ``tilts`` collects the axis tilts."""
     out, n_free = [], 0
     for label, ells, seed in objects:
         P, _ = cone_scan(size=48, views=60, det=48, seed=1)
         y, _ = misaligned(P, ells, truth, seed=seed)
         res = calibrate(P, y, free, known_object=object_volume(ells, P).float() if known else None, **OPTS)
         print(label, "\n" + res.table())
+        if tilts is not None:
+            tilts.append((label, estimate_of(res, "axis_tilt")))
         for p in res.parameters:
             n_free += 1
             if p.value is not None:
@@ -60,12 +65,14 @@ def test_uncertainty_covers_the_error_of_an_unknown_object():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="not met yet (issue 26): with axis_tilt free the chiral phantom's tilt came back 0.21 +/- "
-                          "0.21 deg for 1.0 (3.7 sd; 1 of the 7 estimated, above the 1 in 8 allowed); the tilts of "
-                          "the two random objects are held as not determined (sd above 0.5 deg)",
-                   strict=False)
 def test_uncertainty_covers_the_error_of_an_unknown_object_with_axis_tilt():
-    _check_rule(*_ratios(OBJECTS, *TILT, known=False))
+    tilts = []
+    _check_rule(*_ratios(OBJECTS, *TILT, known=False, tilts=tilts))
+    # every object's tilt (kept or held as not determined) within 2 of its sd, and kept where its sd is useful
+    print(tilts)
+    for label, (value, sd) in tilts:
+        assert abs(value - TILT[0]["axis_tilt"]) < 2 * sd, label
+    assert any(sd < 0.5 for _, (_, sd) in tilts)
 
 
 @pytest.mark.slow

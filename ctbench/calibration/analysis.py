@@ -34,7 +34,7 @@ import torch
 from ..solvers import cgls
 from .normal import normal_matrix
 
-__all__ = ["Analysis", "analyse", "deformation_directions"]
+__all__ = ["Analysis", "analyse", "deformation_directions", "reduce_columns"]
 
 F64 = torch.float64
 N_ITER = 15   # CGLS iterations per column: fewer leave part of what the volume can absorb unexplained
@@ -93,6 +93,17 @@ def _absorb(P, j, basis):
     return j - P.project(cgls(P, j, N_ITER).volume)
 
 
+def reduce_columns(P, x, cols):
+    """The reduced Jacobian columns ``(I - P (P^T P)^+ P^T) j``: each column less the part that a changed volume
+    explains (the object's smooth deformations, then a short CGLS solve).  The identifiability analysis and the
+    variable-projection geometry step (:mod:`ctbench.calibration.varpro`) share it."""
+    if not cols:
+        return []
+    with torch.no_grad():
+        basis = deformation_basis(P, x)
+        return [_absorb(P, j, basis) for j in cols]
+
+
 def view_scores(r: torch.Tensor, cols_g, cols_s, B) -> torch.Tensor:
     """Each view's contribution to the gradient, ``J_v^T r_v``, in the reduced coordinates ``z = [global, q]``
     (shifts ``s = B q``): an (n_views, dim z) matrix whose rows sum to the gradient."""
@@ -137,8 +148,7 @@ def analyse(P, x, y, est, cols_g, cols_s, B, smoothness: float, Dm, *, known_obj
         if known_object:
             reduced = list(cols_g)
         else:
-            basis = deformation_basis(P, x) if cols_g else None
-            reduced = [_absorb(P, j, basis) for j in cols_g]
+            reduced = reduce_columns(P, x, list(cols_g))
     H = normal_matrix(reduced, cols_s, est.n)
     kg = len(names)
     if est.s.numel():

@@ -9,7 +9,9 @@ Alternates two steps, coarse to fine (binned detector and volume first):
   through :class:`~ctbench.calibration.model.GeometryModel`); the Gauss-Newton
   curvature from central finite differences of the projection, one projection
   pair per global parameter and one pair per shift component for all views at
-  once (a view's shift only changes that view).
+  once (a view's shift only changes that view).  ``axis_tilt``, which the
+  volume would take back from a volume-held step, steps on the reduced
+  problem instead (the volume follows the geometry: :mod:`ctbench.calibration.varpro`).
 
 Per-view shifts ``s`` live in the complement of their gauge (a fixed object
 translation, and the mean shift when the detector offset is free), and a
@@ -39,6 +41,7 @@ from .normal import difference_operator, normal_matrix
 from .parameters import (GLOBAL, NEEDS_KNOWN_OBJECT, PER_VIEW, SPECS, STAGE, WHY_WEAK, check_bounds, check_free,
                          check_start)
 from .result import CalibrationResult, ParameterEstimate
+from .varpro import followed_volume, reduced_step_columns, varpro_indices
 
 __all__ = ["CalibrationState", "calibrate", "calibrate_iterations"]
 
@@ -372,6 +375,13 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                     notes.append(msg)
                 break
             gg, gs = _gradient(level, est, P, x, yl, dtype)
+            # weak parameters step on the reduced problem (the volume follows the geometry): varpro.py
+            vp = varpro_indices(est.active, known is not None)
+            if vp:
+                with torch.no_grad():
+                    cols_g, g_red = reduced_step_columns(P, x, P.project(x) - yl, cols_g, vp)
+                for i, gv in zip(vp, g_red):
+                    gg[i] = gv
             H = normal_matrix(cols_g, cols_s, est.n)
             kg = len(est.active)
             # reduce the shifts to their identifiable subspace: z = [global, q], s = B q
@@ -390,6 +400,8 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 else (lambda s: 0.0)
             cur_data = _loss(P, None, x, yl, y_norm2)
             current = cur_data + reg(est.s)
+            if vp:   # judged after the volume has followed: the current geometry gets the same iterations
+                current = _loss(P, None, followed_volume(P, yl, x, n_inner), yl, y_norm2) + reg(est.s)
             accepted = False
             step_g = step_s = 0.0
             diag = torch.diagonal(Hz).clamp_min(1e-30)
@@ -405,14 +417,21 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                     g_new[k] = est.g[k] + float(delta[i])
                 s_new = est.s + B @ delta[kg:] if est.s.numel() else est.s
                 g_new, s_new = _clip(est, g_new, s_new, bounds, B)
-                trial = _loss(P, est.trajectory(level.model, g=g_new, s=s_new, dtype=dtype), x, yl, y_norm2) \
-                    + reg(s_new)
+                t_new = est.trajectory(level.model, g=g_new, s=s_new, dtype=dtype)
+                if vp:
+                    P_new = level.projector(t_new)
+                    x_new = followed_volume(P_new, yl, x, n_inner)
+                    trial = _loss(P_new, None, x_new, yl, y_norm2) + reg(s_new)
+                else:
+                    x_new = x
+                    trial = _loss(P, t_new, x, yl, y_norm2) + reg(s_new)
                 if trial < current:
                     step_g = max([abs(g_new[k] - est.g[k]) for k in est.active] or [0.0])
                     step_s = float((s_new - est.s).square().mean().sqrt()) if est.s.numel() else 0.0
                     step = torch.tensor([g_new[k] - est.g[k] for k in est.active] + (s_new - est.s).tolist(),
                                         dtype=F64)
                     est.g, est.s = g_new, s_new
+                    x = x_new
                     extrapolated = _extrapolate(est, step, last_step, bounds, B)
                     last_step = None if extrapolated else step
                     current = trial
