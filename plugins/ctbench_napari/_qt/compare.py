@@ -15,7 +15,7 @@ from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
 from .common import LayerPicker, Steps, report_errors, same_layer, unwrap
-from .display import set_contrast, show_frame
+from .display import set_contrast, set_visible, show_frame
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
 LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
@@ -251,7 +251,7 @@ class ComparePanel(QGroupBox):
             self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
         self.steps.cancel()
         for layer in self.viewer.layers:
-            layer.visible = same_layer(layer, shown[0]) or (layer.visible and layer in shown)
+            set_visible(layer, same_layer(layer, shown[0]) or (layer.visible and layer in shown))
         # Shared contrast: the reference's window (the phantom's), else the first result's own limits.
         window = tuple(ref.contrast_limits) if ref is not None else tuple(chosen[0].contrast_limits)
         self.viewer.layers.unlink_layers(shown, LINKED_ATTRIBUTES)
@@ -267,7 +267,7 @@ class ComparePanel(QGroupBox):
         # The cells appear one per frame: a layer drawn for the first time builds its shaders, and under
         # software OpenGL five of them in one frame block the event loop for seconds.
         hidden = [x for x in shown if not x.visible]
-        steps = [functools.partial(setattr, x, "visible", True) for x in hidden]
+        steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
         self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
                         functools.partial(self.show_cells, shown)], on_error=self._show_error)
@@ -318,7 +318,7 @@ class ComparePanel(QGroupBox):
                 self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
             kept = [x for x in self.compared if x in self.viewer.layers]
             for x in self.viewer.layers:
-                x.visible = x in kept
+                set_visible(x, x in kept)
             grid.enabled = True
 
         def done(out):
@@ -357,7 +357,7 @@ class ComparePanel(QGroupBox):
         for layer in self.viewer.layers:
             key = id(unwrap(layer))
             if key in saved and saved[key][0] is unwrap(layer):
-                layer.visible = saved[key][1]
+                set_visible(layer, saved[key][1])
         self._saved_visibility = None
         self.compared = []
         self.colour_bar.hide()
