@@ -260,3 +260,92 @@ def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_appl
     QApplication.sendEvent(canvas, QEvent(QEvent.User))
     assert id(canvas) in seen
     del canvas
+
+
+def _turn_counter(qtbot):
+    """A 0 ms repeating timer: its count tells which turn of the event loop something happened in."""
+    from qtpy.QtCore import QTimer
+
+    turns = [0]
+    timer = QTimer()
+    timer.setInterval(0)
+    timer.timeout.connect(lambda: turns.__setitem__(0, turns[0] + 1))
+    timer.start()
+    return turns, timer
+
+
+def test_the_runner_delivers_a_fast_runs_events_one_per_turn_in_order_with_only_the_newest_preview(qtbot):
+    import torch
+
+    from ctbench.workbench.workflow import Finished, Progress, ReconRequest
+    from ctbench_napari._qt.runner import LocalRunner
+
+    runner = LocalRunner()
+    got, done = [], []
+    turns, timer = _turn_counter(qtbot)
+    runner.event.connect(lambda ev: got.append((turns[0], ev)))
+    runner.done.connect(lambda: done.append(turns[0]))
+    previews = [torch.full((2, 2, 2), float(k)) for k in range(1, 5)]
+    emitted = threading.Event()
+
+    def events(cancel):
+        for k, p in enumerate(previews, 1):
+            yield Progress(k, 4, 1.0 / k, 0.1 * k, preview=p)
+        yield Finished(previews[-1], [1.0, 0.5, 0.33, 0.25], 4, "completed", 0.5, ReconRequest("sirt", {}),
+                       (1.0, 1.0, 1.0), (0.0, 0.0, 0.0))
+        emitted.set()
+
+    runner.start(events)
+    assert runner.running
+    assert emitted.wait(30)                 # the worker has emitted everything, all of it queued
+    wait_for(lambda: not runner.running, timeout=30)
+    timer.stop()
+    evs = [ev for _t, ev in got]
+    assert [getattr(ev, "iteration", "end") for ev in evs] == [1, 2, 3, 4, "end"]     # every event, in order
+    assert [ev.residual for ev in evs[:4]] == [1.0, 0.5, 1.0 / 3, 0.25]              # plot points all kept
+    shown = [ev.preview for ev in evs[:4] if ev.preview is not None]
+    # The newest preview always arrives: the last progress event keeps its estimate, the final value.
+    assert shown and shown[-1] is previews[-1] and float(shown[-1][0, 0, 0]) == 4.0
+    assert isinstance(evs[-1], Finished)
+    seen = [t for t, _ev in got] + done
+    assert all(b > a for a, b in zip(seen, seen[1:]))     # one per turn; done a turn after the result
+
+
+def test_the_runner_delivers_a_failure_after_the_events_before_it_and_done_last(qtbot):
+    from ctbench.workbench.workflow import Progress
+    from ctbench_napari._qt.runner import LocalRunner
+
+    runner = LocalRunner()
+    order = []
+    runner.event.connect(lambda ev: order.append(("event", ev.iteration)))
+    runner.failed.connect(lambda e: order.append(("failed", str(e))))
+    runner.done.connect(lambda: order.append(("done",)))
+
+    def events(cancel):
+        yield Progress(1, 3, 0.5, 0.1)
+        raise ValueError("sinogram contains NaN")
+
+    runner.start(events)
+    wait_for(lambda: not runner.running, timeout=30)
+    assert order == [("event", 1), ("failed", "sinogram contains NaN"), ("done",)]
+
+
+def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
+    """QImage conversions (napari's screenshot) run in Qt's global pool while the GUI thread holds the GIL;
+    workers that filled the pool and waited for the GIL hung the window for good."""
+    from qtpy.QtCore import QThreadPool
+
+    from ctbench_napari._qt.common import start_worker
+
+    pool = QThreadPool.globalInstance()
+    release = threading.Event()
+    workers = [start_worker(release.wait, 30) for _ in range(pool.maxThreadCount() + 1)]
+    try:
+        wait_for(lambda: pool.activeThreadCount() >= len(workers), timeout=30)
+        assert pool.maxThreadCount() > pool.activeThreadCount()         # a thread to spare
+        free = threading.Event()
+        pool.start(free.set)       # what a conversion segment would be: it runs now, not after the workers
+        assert free.wait(10)
+    finally:
+        release.set()
+        wait_for(lambda: pool.activeThreadCount() == 0, timeout=30)

@@ -261,6 +261,7 @@ class ComparePanel(QGroupBox):
         self.viewer.layers.link_layers(shown, LINKED_ATTRIBUTES)
         grid = _grid(self.viewer)
         grid.stride = 1
+        hold_grid_shape(self.viewer, len(shown))
         grid.enabled = True
         self.compared = shown
         self._update_numbers()
@@ -270,7 +271,8 @@ class ComparePanel(QGroupBox):
         steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
         self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
-                        functools.partial(self.show_cells, shown)], on_error=self._show_error)
+                        lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
+                       on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown
@@ -317,6 +319,7 @@ class ComparePanel(QGroupBox):
             if self._saved_visibility is None:
                 self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
             kept = [x for x in self.compared if x in self.viewer.layers]
+            hold_grid_shape(self.viewer, len(kept) + len(out))    # the cells the differences will fill
             for x in self.viewer.layers:
                 set_visible(x, x in kept)
             grid.enabled = True
@@ -330,6 +333,7 @@ class ComparePanel(QGroupBox):
         def finish(out):
             added = self.differences_added
             shown = [x for x in self.compared if x in self.viewer.layers] + added
+            release_grid_shape(self.viewer)
             show_frame(self.viewer, shown, ndisplay=2)
             self.show_cells(shown)
             m = max(x[2] for x in out)
@@ -346,6 +350,7 @@ class ComparePanel(QGroupBox):
         """Leave grid mode, unlink, hide the cell list and restore the visibility from before comparing."""
         self.steps.cancel()
         _grid(self.viewer).enabled = False
+        release_grid_shape(self.viewer)
         self.cells.clear()
         self.cells.hide()
         self.cell_list = []
@@ -509,6 +514,33 @@ def _cell(viewer, layer) -> tuple[int, int] | None:
         return None
     pos = tuple(int(v) for v in pos)
     return None if pos[0] < 0 else pos
+
+
+def auto_grid_shape(n_cells: int) -> tuple[int, int]:
+    """(rows, columns) napari's grid picks for ``n_cells`` cells (its ``actual_shape`` with shape (-1, -1))."""
+    n = max(int(n_cells), 1)
+    cols = int(np.ceil(np.sqrt(n)))
+    return int(np.ceil(n / cols)), cols
+
+
+def hold_grid_shape(viewer, n_cells: int) -> None:
+    """Fix the grid at the shape of its final ``n_cells`` while cells appear one per turn.
+
+    napari rebuilds every view box and camera of the grid whenever its shape changes, and with an automatic
+    shape every cell shown (1 -> 2 -> 4 cells) or layer added changed it: one rebuild per step, 0.2-0.4 s
+    each under software OpenGL.  Held, the cells fill a grid built once; ``release_grid_shape`` then
+    hands the shape back to napari, which computes the same one."""
+    grid = _grid(viewer)
+    shape = auto_grid_shape(n_cells)
+    if tuple(grid.shape) != shape:
+        grid.shape = shape
+
+
+def release_grid_shape(viewer) -> None:
+    """The grid's shape back to napari's automatic one (-1, -1)."""
+    grid = _grid(viewer)
+    if tuple(grid.shape) != (-1, -1):
+        grid.shape = (-1, -1)
 
 
 def _grid(viewer):
