@@ -349,3 +349,36 @@ def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
     finally:
         release.set()
         wait_for(lambda: pool.activeThreadCount() == 0, timeout=30)
+
+
+def test_a_comparison_grid_is_built_once_at_its_final_shape_while_its_cells_appear(make_napari_viewer,
+                                                                                   monkeypatch):
+    """napari rebuilds every view box and camera of the grid when its shape changes; cells shown one per
+    turn changed it at 2, 3 and 5 cells.  Held at the final shape, it is built once."""
+    import numpy as np
+    from napari._vispy.canvas import VispyCanvas
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt.compare import auto_grid_shape
+
+    rebuilds = []
+    real = VispyCanvas._init_or_update_grid
+
+    def counting(self):
+        shape = self.viewer.canvas.grid.actual_shape(self.viewer.layers)
+        if self.grid.grid_size != shape:
+            rebuilds.append(shape)
+        return real(self)
+    monkeypatch.setattr(VispyCanvas, "_init_or_update_grid", counting)
+    viewer = make_napari_viewer()
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    layers = [viewer.add_image(np.random.default_rng(k).random((8, 8, 8), np.float32), name=f"v{k}",
+                               visible=False, metadata={"ctbench": {"kind": "volume"}}) for k in range(5)]
+    recon.comparison.compare(layers=layers)
+    wait_for(lambda: not recon.comparison.busy, timeout=30)
+    grid = viewer.canvas.grid
+    assert all(x.visible for x in layers) and grid.enabled
+    assert rebuilds == [auto_grid_shape(5)] == [(2, 3)]          # once, at the final shape
+    assert tuple(grid.shape) == (-1, -1)                          # napari's automatic shape again ...
+    assert grid.actual_shape(viewer.layers) == (2, 3)             # ... which is the same
+    assert sorted(c for c, _name in recon.comparison.cell_list) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]

@@ -507,6 +507,10 @@ def fit_view(viewer, layers) -> None:
     camera.center = tuple(center)
 
 
+def next_turn() -> None:
+    """A no-op first step for ``Steps.run`` (which runs its first step at once): the rest starts next turn."""
+
+
 class Steps:
     """Run GUI-thread steps one per event-loop turn, so the canvas repaints between them.
 

@@ -14,7 +14,7 @@ from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHea
 from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
-from .common import LayerPicker, Steps, report_errors, same_layer, unwrap
+from .common import LayerPicker, Steps, next_turn, report_errors, same_layer, unwrap
 from .display import set_contrast, set_visible, show_frame
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
@@ -262,15 +262,16 @@ class ComparePanel(QGroupBox):
         grid = _grid(self.viewer)
         grid.stride = 1
         hold_grid_shape(self.viewer, len(shown))
-        grid.enabled = True
         self.compared = shown
         self._update_numbers()
         # The cells appear one per frame: a layer drawn for the first time builds its shaders, and under
-        # software OpenGL five of them in one frame block the event loop for seconds.
+        # software OpenGL five of them in one frame block the event loop for seconds.  The grid itself (its
+        # view boxes and cameras) is built in a turn of its own, after the click's layer changes.
         hidden = [x for x in shown if not x.visible]
         steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
-        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
+        self.steps.run([next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
+                        lambda: show_frame(self.viewer, shown, ndisplay=2),
                         lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
                        on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
@@ -315,25 +316,29 @@ class ComparePanel(QGroupBox):
             self.differences_added.append(new)
 
         def start(out):
-            grid = _grid(self.viewer)
             if self._saved_visibility is None:
                 self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
             kept = [x for x in self.compared if x in self.viewer.layers]
-            hold_grid_shape(self.viewer, len(kept) + len(out))    # the cells the differences will fill
             for x in self.viewer.layers:
                 set_visible(x, x in kept)
-            grid.enabled = True
+
+        def grid_for(out):
+            # The grid of the final cells, built once (in its own turn) before the differences fill it.
+            kept = [x for x in self.compared if x in self.viewer.layers]
+            hold_grid_shape(self.viewer, len(kept) + len(out))
+            _grid(self.viewer).enabled = True
 
         def done(out):
             # One new layer per frame (see compare), then the grid is fitted and the key shown.
             self.steps.cancel()
-            self.steps.run([functools.partial(start, out), *(functools.partial(add, *x) for x in out),
-                            functools.partial(finish, out)], on_error=self._show_error)
+            self.steps.run([functools.partial(start, out), functools.partial(grid_for, out),
+                            *(functools.partial(add, *x) for x in out),
+                            lambda: release_grid_shape(self.viewer), functools.partial(finish, out)],
+                           on_error=self._show_error)
 
         def finish(out):
             added = self.differences_added
             shown = [x for x in self.compared if x in self.viewer.layers] + added
-            release_grid_shape(self.viewer)
             show_frame(self.viewer, shown, ndisplay=2)
             self.show_cells(shown)
             m = max(x[2] for x in out)

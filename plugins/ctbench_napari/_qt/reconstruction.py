@@ -19,8 +19,8 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, report_errors,
-                     scroll_contents, set_placement)
+from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
+                     report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
 from .display import show_result
 from .estimate import EstimateLabel
@@ -438,7 +438,7 @@ class ReconstructionWidget(QWidget):
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                self.display_steps.run([_nothing, functools.partial(show_result, self.viewer, self.live_layer)],
+                self.display_steps.run([next_turn, functools.partial(show_result, self.viewer, self.live_layer)],
                                        on_error=lambda e: self.message.error(error_text(e)))
             self.n_live_updates += 1
 
@@ -463,7 +463,7 @@ class ReconstructionWidget(QWidget):
         if ev.request.mode == "full":
             self._add_result(layer)
         # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles (next turn).
-        self.display_steps.run([_nothing, functools.partial(self._show_finished, layer, shown.get("window"))],
+        self.display_steps.run([next_turn, functools.partial(self._show_finished, layer, shown.get("window"))],
                                on_error=lambda e: self.message.error(error_text(e)))
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
@@ -538,10 +538,6 @@ class ReconstructionWidget(QWidget):
     def single_view(self, *_) -> None:
         """Leave the grid and restore what was visible before comparing."""
         self.comparison.single_view()
-
-
-def _nothing() -> None:
-    """The first step of a chain (``Steps`` runs it at once): what follows waits for the next turn."""
 
 
 def eta_seconds(progress: list, n_iter: int) -> float:
