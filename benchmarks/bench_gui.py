@@ -12,7 +12,10 @@ panel docked without a bridge.  ``--label`` names the code measured (e.g.
 that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
 ``--trace-paints`` counts each action's canvas paints and names where the
 longest ran; ``--trace-stacks`` samples the GUI thread's stack every 10 ms
-while it stalls.  The workbench's start-up warm-up is recorded as an action
+while it stalls; ``--profile-stalls`` runs cProfile on the GUI thread between
+two probe ticks and keeps the functions of each action's longest gap
+(cumulative and own ms; cProfile slows Python, so use it to name causes, not
+for the figures).  The workbench's start-up warm-up is recorded as an action
 of its own, before the others, so its stalls are not hidden.
 
 Workload: the ``phantom_scan`` sample of the napari plugin (64^3 Shepp-Logan
