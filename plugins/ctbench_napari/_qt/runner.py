@@ -99,11 +99,6 @@ class LocalRunner(Runner):
         """From ``start`` until ``done`` is delivered (the worker may have ended with events still queued)."""
         return self._active
 
-    @property
-    def queued(self) -> int:
-        """Events received from the worker and not yet delivered."""
-        return len(self._queue)
-
     def post(self, event) -> None:
         """Queue ``event`` behind the worker's events; callable from any thread (e.g. a solver callback)."""
         self._posted.emit(event)
