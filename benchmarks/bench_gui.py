@@ -12,7 +12,10 @@ panel docked without a bridge.  ``--label`` names the code measured (e.g.
 that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
 ``--trace-paints`` counts each action's canvas paints and names where the
 longest ran; ``--trace-stacks`` samples the GUI thread's stack every 10 ms
-while it stalls.  The workbench's start-up warm-up is recorded as an action
+while it stalls; ``--profile-stalls`` runs cProfile on the GUI thread between
+two probe ticks and keeps the functions of each action's longest gap
+(cumulative and own ms; cProfile slows Python, so use it to name causes, not
+for the figures).  The workbench's start-up warm-up is recorded as an action
 of its own, before the others, so its stalls are not hidden.
 
 Workload: the ``phantom_scan`` sample of the napari plugin (64^3 Shepp-Logan
@@ -154,19 +157,38 @@ class StallProbe:
         self.last = None
         self.worst = 0.0
         self.timer_active = False
+        self.profiler = None          # --profile-stalls: a cProfile of the GUI thread between two ticks
+        self.worst_profile = None
 
     def _tick(self):
         now = time.perf_counter()
+        prof = self.profiler
+        if prof is not None:
+            prof.disable()
         if self.last is not None:
-            self.worst = max(self.worst, now - self.last - self.interval)
+            gap = now - self.last - self.interval
+            if prof is not None and gap > self.worst:
+                self.worst_profile = prof      # what the GUI thread ran in the longest gap so far
+            self.worst = max(self.worst, gap)
+        if prof is not None and self.timer_active:
+            import cProfile
+
+            self.profiler = cProfile.Profile()
+            self.profiler.enable()
         self.last = now
 
     def measure(self, action, settle_s: float = 0.5) -> tuple[float, float]:
         """(longest stall in ms, wall time in s) of ``action()`` plus ``settle_s`` of event loop after it."""
 
         self.worst, self.last = 0.0, time.perf_counter()
+        self.worst_profile = None
         self.timer.start()
         self.timer_active = True
+        if self.profiling:
+            import cProfile
+
+            self.profiler = cProfile.Profile()
+            self.profiler.enable()
         t0 = time.perf_counter()
         try:
             action()
@@ -175,7 +197,35 @@ class StallProbe:
         finally:
             self.timer_active = False
             self.timer.stop()
+            if self.profiler is not None:
+                self.profiler.disable()
+                self.profiler = None
         return 1000 * self.worst, time.perf_counter() - t0
+
+    profiling = False
+
+    def take_profile(self, top: int = 10) -> dict:
+        """The functions the GUI thread spent the longest gap in (cumulative ms under cProfile, which slows
+        Python down: compare the entries with each other, not with the stall)."""
+        prof, self.worst_profile = self.worst_profile, None
+        if prof is None:
+            return {}
+        import pstats
+
+        stats = pstats.Stats(prof).stats
+        total = sum(tt for (_cc, _nc, tt, _ct, _callers) in stats.values())
+        rows = []
+        for (filename, line, name), (_cc, nc, tt, ct, _callers) in stats.items():
+            if "bench_gui" in filename or "_testing" in filename or "cProfile" in filename:
+                continue
+            where = f"{Path(filename).parent.name}/{Path(filename).name}:{line} {name}" if filename != "~" \
+                else name
+            rows.append((ct, tt, nc, where))
+        cum = sorted(rows, reverse=True)[:top]
+        own = sorted(rows, key=lambda r: r[1], reverse=True)[:top]
+        return {"profiled_ms": round(1000 * total, 1),
+                "profile_cumulative": [f"{1000 * ct:.0f} ms {where} (x{nc})" for ct, _tt, nc, where in cum],
+                "profile_own": [f"{1000 * tt:.0f} ms {where} (x{nc})" for _ct, tt, nc, where in own]}
 
 
 class PaintTrace:
@@ -296,7 +346,8 @@ def _spin(seconds: float) -> None:
         pass
 
 
-def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_stacks: bool = False) -> list[dict]:
+def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_stacks: bool = False,
+                  profile: bool = False) -> list[dict]:
     import napari
     import napari._qt.qt_main_window as qmw
 
@@ -318,6 +369,7 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
             viewer.window.add_plugin_dock_widget(PLUGIN, n, tabify=True)
     widgets = {n: w for k, w in viewer.window.dock_widgets.items() for n in WIDGETS if str(k).startswith(n)}
     probe = StallProbe()
+    probe.profiling = profile
     paints = PaintTrace() if trace_paints else None
     stacks = StackSampler(probe) if trace_stacks else None
     records = []
@@ -333,6 +385,8 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
                 rec.update(paints.take())
             if stacks is not None:
                 rec.update(stacks.take())
+            if profile:
+                rec.update(probe.take_profile())
         except Exception as e:  # noqa: BLE001 - an action the measured version lacks is recorded as such
             rec = {"error": f"{type(e).__name__}: {e}"}
         records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label, "action": action,
@@ -451,6 +505,9 @@ def main(argv=None) -> int:
                    help="with --stalls: count the canvas paints of each action and name where the longest ran")
     p.add_argument("--trace-stacks", action="store_true",
                    help="with --stalls: sample the GUI thread's stack while it stalls and name where it was")
+    p.add_argument("--profile-stalls", action="store_true",
+                   help="with --stalls: cProfile the GUI thread and keep, per action, the functions of its "
+                        "longest gap (slows Python: for finding causes, not for the figures)")
     args = p.parse_args(argv)
     run_id = args.run_id or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     if args.stalls:
@@ -494,11 +551,12 @@ def _stalls_main(args, run_id: str) -> int:
             return 0
         cmd = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, __file__, "--stalls",
                "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else []) \
-            + (["--trace-paints"] if args.trace_paints else []) + (["--trace-stacks"] if args.trace_stacks else [])
+            + (["--trace-paints"] if args.trace_paints else []) + (["--trace-stacks"] if args.trace_stacks else []) \
+            + (["--profile-stalls"] if args.profile_stalls else [])
         return subprocess.run(cmd).returncode
     records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,
                 "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label, args.trace_paints,
-                                                                  args.trace_stacks)
+                                                                  args.trace_stacks, args.profile_stalls)
     if not args.no_out:
         out = Path(args.out).with_name("bench_gui_stalls.jsonl")
         out.parent.mkdir(parents=True, exist_ok=True)

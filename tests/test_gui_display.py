@@ -238,7 +238,8 @@ def test_cancel_reads_cancelled_and_iterative_runs_show_an_eta(make_napari_viewe
     viewer.dims.ndisplay = 3                              # e.g. left in 3D by the designer
     recon.run_button.click()
     try:
-        wait_for(lambda: recon.n_live_updates >= 1, timeout=60)
+        # The first preview's display follows its data one event-loop turn later (issue 23: no stall).
+        wait_for(lambda: recon.n_live_updates >= 1 and not recon.display_steps.pending, timeout=60)
         # The live preview is a 2D central slice (contrast from its percentiles), not a saturated 3D projection.
         assert viewer.dims.ndisplay == 2
         assert [x.name for x in viewer.layers if x.visible] == [recon.live_layer.name]

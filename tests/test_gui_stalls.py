@@ -1,6 +1,7 @@
 """Nothing heavy on the GUI thread (issue 23): the start-up sample is computed in the warm-up thread, and
 comparison cells and designer preview layers appear one per event-loop turn."""
 
+import sys
 import threading
 
 import pytest
@@ -141,7 +142,9 @@ def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(
     viewer = make_napari_viewer(show=True)
     viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")     # docking installs the warm-up
     wait_for(lambda: warm_up.pending(viewer) == 0, timeout=60)
-    assert warm_up.colormaps_ready(timeout=60) and "PiYG" in AVAILABLE_COLORMAPS
+    assert warm_up.background_ready(timeout=60) and "PiYG" in AVAILABLE_COLORMAPS
+    # The first layer's units and the first Vectors layer's features table cost nothing in an action.
+    assert warm_up.unit_registry_built() and "pandas" in sys.modules
     font = warm_up._scale_bar_font(viewer)
     assert set(warm_up.SCALE_BAR_GLYPHS) <= set(font._glyphs)
     loaded = []
@@ -154,6 +157,24 @@ def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(
     for _ in range(5):
         viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
     assert loaded == []                    # no glyph rendered inside the action
+
+
+def test_the_background_warm_up_builds_the_unit_registry_napari_gives_every_layer(monkeypatch):
+    """pint parses its unit definitions when the lazy registry is first used: the first layer of a session
+    paid 0.4-0.5 s of it inside an action; the warm-up thread builds it instead."""
+    import pint
+
+    from ctbench_napari._qt import warm_up
+
+    app = pint.get_application_registry()
+    monkeypatch.setattr(app, "_registry", pint.registry.LazyRegistry())     # a fresh, unbuilt registry
+    monkeypatch.setattr(warm_up, "_BACKGROUND_THREAD", None)
+    assert not warm_up.unit_registry_built()
+    warm_up._start_background()
+    assert warm_up._BACKGROUND_THREAD is not threading.current_thread()
+    assert warm_up.background_ready(timeout=120)
+    assert warm_up.unit_registry_built() and "pandas" in sys.modules
+    assert str(app.Unit("mm")) == "millimeter"      # the application registry works after the warm-up
 
 
 def test_open_sample_during_the_warm_up_waits_in_the_warm_up_thread_then_fills_the_layers(make_napari_viewer,
@@ -239,3 +260,125 @@ def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_appl
     QApplication.sendEvent(canvas, QEvent(QEvent.User))
     assert id(canvas) in seen
     del canvas
+
+
+def _turn_counter(qtbot):
+    """A 0 ms repeating timer: its count tells which turn of the event loop something happened in."""
+    from qtpy.QtCore import QTimer
+
+    turns = [0]
+    timer = QTimer()
+    timer.setInterval(0)
+    timer.timeout.connect(lambda: turns.__setitem__(0, turns[0] + 1))
+    timer.start()
+    return turns, timer
+
+
+def test_the_runner_delivers_a_fast_runs_events_one_per_turn_in_order_with_only_the_newest_preview(qtbot):
+    import torch
+
+    from ctbench.workbench.workflow import Finished, Progress, ReconRequest
+    from ctbench_napari._qt.runner import LocalRunner
+
+    runner = LocalRunner()
+    got, done = [], []
+    turns, timer = _turn_counter(qtbot)
+    runner.event.connect(lambda ev: got.append((turns[0], ev)))
+    runner.done.connect(lambda: done.append(turns[0]))
+    previews = [torch.full((2, 2, 2), float(k)) for k in range(1, 5)]
+    emitted = threading.Event()
+
+    def events(cancel):
+        for k, p in enumerate(previews, 1):
+            yield Progress(k, 4, 1.0 / k, 0.1 * k, preview=p)
+        yield Finished(previews[-1], [1.0, 0.5, 0.33, 0.25], 4, "completed", 0.5, ReconRequest("sirt", {}),
+                       (1.0, 1.0, 1.0), (0.0, 0.0, 0.0))
+        emitted.set()
+
+    runner.start(events)
+    assert runner.running
+    assert emitted.wait(30)                 # the worker has emitted everything, all of it queued
+    wait_for(lambda: not runner.running, timeout=30)
+    timer.stop()
+    evs = [ev for _t, ev in got]
+    assert [getattr(ev, "iteration", "end") for ev in evs] == [1, 2, 3, 4, "end"]     # every event, in order
+    assert [ev.residual for ev in evs[:4]] == [1.0, 0.5, 1.0 / 3, 0.25]              # plot points all kept
+    shown = [ev.preview for ev in evs[:4] if ev.preview is not None]
+    # The newest preview always arrives: the last progress event keeps its estimate, the final value.
+    assert shown and shown[-1] is previews[-1] and float(shown[-1][0, 0, 0]) == 4.0
+    assert isinstance(evs[-1], Finished)
+    seen = [t for t, _ev in got] + done
+    assert all(b > a for a, b in zip(seen, seen[1:]))     # one per turn; done a turn after the result
+
+
+def test_the_runner_delivers_a_failure_after_the_events_before_it_and_done_last(qtbot):
+    from ctbench.workbench.workflow import Progress
+    from ctbench_napari._qt.runner import LocalRunner
+
+    runner = LocalRunner()
+    order = []
+    runner.event.connect(lambda ev: order.append(("event", ev.iteration)))
+    runner.failed.connect(lambda e: order.append(("failed", str(e))))
+    runner.done.connect(lambda: order.append(("done",)))
+
+    def events(cancel):
+        yield Progress(1, 3, 0.5, 0.1)
+        raise ValueError("sinogram contains NaN")
+
+    runner.start(events)
+    wait_for(lambda: not runner.running, timeout=30)
+    assert order == [("event", 1), ("failed", "sinogram contains NaN"), ("done",)]
+
+
+def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
+    """QImage conversions (napari's screenshot) run in Qt's global pool while the GUI thread holds the GIL;
+    workers that filled the pool and waited for the GIL hung the window for good."""
+    from qtpy.QtCore import QThreadPool
+
+    from ctbench_napari._qt.common import start_worker
+
+    pool = QThreadPool.globalInstance()
+    release = threading.Event()
+    workers = [start_worker(release.wait, 30) for _ in range(pool.maxThreadCount() + 1)]
+    try:
+        wait_for(lambda: pool.activeThreadCount() >= len(workers), timeout=30)
+        assert pool.maxThreadCount() > pool.activeThreadCount()         # a thread to spare
+        free = threading.Event()
+        pool.start(free.set)       # what a conversion segment would be: it runs now, not after the workers
+        assert free.wait(10)
+    finally:
+        release.set()
+        wait_for(lambda: pool.activeThreadCount() == 0, timeout=30)
+
+
+def test_a_comparison_grid_is_built_once_at_its_final_shape_while_its_cells_appear(make_napari_viewer,
+                                                                                   monkeypatch):
+    """napari rebuilds every view box and camera of the grid when its shape changes; cells shown one per
+    turn changed it at 2, 3 and 5 cells.  Held at the final shape, it is built once."""
+    import numpy as np
+    from napari._vispy.canvas import VispyCanvas
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt.compare import auto_grid_shape
+
+    rebuilds = []
+    real = VispyCanvas._init_or_update_grid
+
+    def counting(self):
+        shape = self.viewer.canvas.grid.actual_shape(self.viewer.layers)
+        if self.grid.grid_size != shape:
+            rebuilds.append(shape)
+        return real(self)
+    monkeypatch.setattr(VispyCanvas, "_init_or_update_grid", counting)
+    viewer = make_napari_viewer()
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    layers = [viewer.add_image(np.random.default_rng(k).random((8, 8, 8), np.float32), name=f"v{k}",
+                               visible=False, metadata={"ctbench": {"kind": "volume"}}) for k in range(5)]
+    recon.comparison.compare(layers=layers)
+    wait_for(lambda: not recon.comparison.busy, timeout=30)
+    grid = viewer.canvas.grid
+    assert all(x.visible for x in layers) and grid.enabled
+    assert rebuilds == [auto_grid_shape(5)] == [(2, 3)]          # once, at the final shape
+    assert tuple(grid.shape) == (-1, -1)                          # napari's automatic shape again ...
+    assert grid.actual_shape(viewer.layers) == (2, 3)             # ... which is the same
+    assert sorted(c for c, _name in recon.comparison.cell_list) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]

@@ -315,8 +315,25 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
         worker.returned.connect(on_return)
     if on_finished is not None:
         worker.finished.connect(on_finished)
+    keep_a_pool_thread_free()
     worker.start()
     return worker
+
+
+def keep_a_pool_thread_free() -> None:
+    """Let Qt's global thread pool grow so that one of its threads stays free of Python workers.
+
+    The workers run in that pool, and so do the pieces Qt splits a large image conversion into
+    (``QImage.convertToFormat``, e.g. inside napari's ``viewer.screenshot``), which the GUI thread waits
+    for while it holds the GIL.  With every pool thread running a Python worker that waits for the GIL,
+    neither side moves: the window hangs for good (seen with two Run estimates and a screenshot on a
+    2-core machine).  A free thread runs the conversion; the workers only wait as they did anyway."""
+    from qtpy.QtCore import QThreadPool
+
+    pool = QThreadPool.globalInstance()
+    need = pool.activeThreadCount() + 2          # this worker, and one thread to spare
+    if pool.maxThreadCount() < need:
+        pool.setMaxThreadCount(need)
 
 
 class ParamForm(QWidget):
@@ -430,11 +447,21 @@ def add_or_update(viewer, layer_data, *, keep_display: bool = True):
     return getattr(viewer, f"add_{ltype}")(data, **kwargs)
 
 
+def set_placement(layer, scale=None, translate=None) -> None:
+    """Set a layer's ``scale`` / ``translate`` only where they change: napari recomputes the viewer's
+    dimensions (every layer's extent, the sliders, the camera) on every assignment, equal or not."""
+    for k, v in (("scale", scale), ("translate", translate)):
+        if v is None:
+            continue
+        old = np.asarray(getattr(layer, k), dtype=float)
+        new = np.asarray(v, dtype=float)
+        if old.shape != new.shape or not np.array_equal(old, new):
+            setattr(layer, k, v)
+
+
 def _update_layer(layer, data, kwargs, keep_display: bool) -> None:
     layer.data = data
-    for k in ("scale", "translate"):
-        if k in kwargs:
-            setattr(layer, k, kwargs[k])
+    set_placement(layer, kwargs.get("scale"), kwargs.get("translate"))
     layer.metadata = kwargs.get("metadata", layer.metadata)
     for k in ("edge_color", "edge_width"):
         if k in kwargs:
@@ -478,6 +505,10 @@ def fit_view(viewer, layers) -> None:
     m = min(len(center), len(mid))
     center[len(center) - m:] = [float(x) for x in mid[len(mid) - m:]]
     camera.center = tuple(center)
+
+
+def next_turn() -> None:
+    """A no-op first step for ``Steps.run`` (which runs its first step at once): the rest starts next turn."""
 
 
 class Steps:

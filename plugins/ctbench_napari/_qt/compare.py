@@ -14,8 +14,8 @@ from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHea
 from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
-from .common import LayerPicker, Steps, report_errors, same_layer, unwrap
-from .display import set_contrast, show_frame
+from .common import LayerPicker, Steps, next_turn, report_errors, same_layer, unwrap
+from .display import set_contrast, set_visible, show_frame
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
 LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
@@ -251,7 +251,7 @@ class ComparePanel(QGroupBox):
             self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
         self.steps.cancel()
         for layer in self.viewer.layers:
-            layer.visible = same_layer(layer, shown[0]) or (layer.visible and layer in shown)
+            set_visible(layer, same_layer(layer, shown[0]) or (layer.visible and layer in shown))
         # Shared contrast: the reference's window (the phantom's), else the first result's own limits.
         window = tuple(ref.contrast_limits) if ref is not None else tuple(chosen[0].contrast_limits)
         self.viewer.layers.unlink_layers(shown, LINKED_ATTRIBUTES)
@@ -261,16 +261,19 @@ class ComparePanel(QGroupBox):
         self.viewer.layers.link_layers(shown, LINKED_ATTRIBUTES)
         grid = _grid(self.viewer)
         grid.stride = 1
-        grid.enabled = True
+        hold_grid_shape(self.viewer, len(shown))
         self.compared = shown
         self._update_numbers()
         # The cells appear one per frame: a layer drawn for the first time builds its shaders, and under
-        # software OpenGL five of them in one frame block the event loop for seconds.
+        # software OpenGL five of them in one frame block the event loop for seconds.  The grid itself (its
+        # view boxes and cameras) is built in a turn of its own, after the click's layer changes.
         hidden = [x for x in shown if not x.visible]
-        steps = [functools.partial(setattr, x, "visible", True) for x in hidden]
+        steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
-        self.steps.run([lambda: None, *steps, lambda: show_frame(self.viewer, shown, ndisplay=2),
-                        functools.partial(self.show_cells, shown)], on_error=self._show_error)
+        self.steps.run([next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
+                        lambda: show_frame(self.viewer, shown, ndisplay=2),
+                        lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
+                       on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown
@@ -313,19 +316,25 @@ class ComparePanel(QGroupBox):
             self.differences_added.append(new)
 
         def start(out):
-            grid = _grid(self.viewer)
             if self._saved_visibility is None:
                 self._saved_visibility = {id(unwrap(x)): (unwrap(x), x.visible) for x in self.viewer.layers}
             kept = [x for x in self.compared if x in self.viewer.layers]
             for x in self.viewer.layers:
-                x.visible = x in kept
-            grid.enabled = True
+                set_visible(x, x in kept)
+
+        def grid_for(out):
+            # The grid of the final cells, built once (in its own turn) before the differences fill it.
+            kept = [x for x in self.compared if x in self.viewer.layers]
+            hold_grid_shape(self.viewer, len(kept) + len(out))
+            _grid(self.viewer).enabled = True
 
         def done(out):
             # One new layer per frame (see compare), then the grid is fitted and the key shown.
             self.steps.cancel()
-            self.steps.run([functools.partial(start, out), *(functools.partial(add, *x) for x in out),
-                            functools.partial(finish, out)], on_error=self._show_error)
+            self.steps.run([functools.partial(start, out), functools.partial(grid_for, out),
+                            *(functools.partial(add, *x) for x in out),
+                            lambda: release_grid_shape(self.viewer), functools.partial(finish, out)],
+                           on_error=self._show_error)
 
         def finish(out):
             added = self.differences_added
@@ -346,6 +355,7 @@ class ComparePanel(QGroupBox):
         """Leave grid mode, unlink, hide the cell list and restore the visibility from before comparing."""
         self.steps.cancel()
         _grid(self.viewer).enabled = False
+        release_grid_shape(self.viewer)
         self.cells.clear()
         self.cells.hide()
         self.cell_list = []
@@ -357,7 +367,7 @@ class ComparePanel(QGroupBox):
         for layer in self.viewer.layers:
             key = id(unwrap(layer))
             if key in saved and saved[key][0] is unwrap(layer):
-                layer.visible = saved[key][1]
+                set_visible(layer, saved[key][1])
         self._saved_visibility = None
         self.compared = []
         self.colour_bar.hide()
@@ -509,6 +519,33 @@ def _cell(viewer, layer) -> tuple[int, int] | None:
         return None
     pos = tuple(int(v) for v in pos)
     return None if pos[0] < 0 else pos
+
+
+def auto_grid_shape(n_cells: int) -> tuple[int, int]:
+    """(rows, columns) napari's grid picks for ``n_cells`` cells (its ``actual_shape`` with shape (-1, -1))."""
+    n = max(int(n_cells), 1)
+    cols = int(np.ceil(np.sqrt(n)))
+    return int(np.ceil(n / cols)), cols
+
+
+def hold_grid_shape(viewer, n_cells: int) -> None:
+    """Fix the grid at the shape of its final ``n_cells`` while cells appear one per turn.
+
+    napari rebuilds every view box and camera of the grid whenever its shape changes, and with an automatic
+    shape every cell shown (1 -> 2 -> 4 cells) or layer added changed it: one rebuild per step, 0.2-0.4 s
+    each under software OpenGL.  Held, the cells fill a grid built once; ``release_grid_shape`` then
+    hands the shape back to napari, which computes the same one."""
+    grid = _grid(viewer)
+    shape = auto_grid_shape(n_cells)
+    if tuple(grid.shape) != shape:
+        grid.shape = shape
+
+
+def release_grid_shape(viewer) -> None:
+    """The grid's shape back to napari's automatic one (-1, -1)."""
+    grid = _grid(viewer)
+    if tuple(grid.shape) != (-1, -1):
+        grid.shape = (-1, -1)
 
 
 def _grid(viewer):

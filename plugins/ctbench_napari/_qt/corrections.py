@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QLineEdit, QPushButton
 
-from .common import MessageLabel, add_or_update, double_spin, error_text
+from .common import MessageLabel, add_or_update, double_spin, error_text, keep_a_pool_thread_free
 from .common import int_spin as _ispin
 from .common import row_of as _row
 
@@ -106,6 +106,7 @@ class CorrectionsBox(QGroupBox):
         worker.errored.connect(lambda e: self.message.error(error_text(e)))
         worker.finished.connect(self._done)
         self._worker = worker
+        keep_a_pool_thread_free()
         worker.start()
         return worker
 

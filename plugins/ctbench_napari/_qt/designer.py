@@ -20,7 +20,7 @@ from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
 from .common import (MessageLabel, ParamForm, Steps, add_or_update, error_text, is_deleted, report_errors,
                      scroll_contents)
-from .display import VOLUME_FRAME, frame_of, oblique_3d, show_frame
+from .display import VOLUME_FRAME, frame_of, oblique_3d, set_visible, show_frame
 from .plot import ColourBar
 
 PREFIX = "trajectory"
@@ -243,7 +243,7 @@ class TrajectoryDesignerWidget(QWidget):
     def _enter_3d(self) -> None:
         for layer in self.viewer.layers:
             if frame_of(layer) != VOLUME_FRAME:
-                layer.visible = False
+                set_visible(layer, False)
         self.viewer.dims.ndisplay = 3
 
     def _show_completeness(self, data: dict) -> None:

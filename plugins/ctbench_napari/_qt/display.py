@@ -42,6 +42,20 @@ def frame_of(layer) -> str:
     return SINOGRAM_FRAME if kind_of(layer) in PIXEL_KINDS else VOLUME_FRAME
 
 
+def set_visible(layer, visible: bool) -> bool:
+    """Show or hide ``layer`` only when that changes anything; True when it changed.
+
+    napari's ``visible`` setter does not compare: every assignment, even of the value the layer already
+    has, makes its canvas rebuild the whole scene graph (every layer's node and overlays, then a draw),
+    so hiding the ten layers of another frame cost ten rebuilds where the hidden ones needed none.
+    """
+    visible = bool(visible)
+    if layer.visible == visible:
+        return False
+    layer.visible = visible
+    return True
+
+
 def _label_axes(viewer, labels) -> None:
     n = viewer.dims.ndim
     labels = list(labels)[-n:]
@@ -59,9 +73,9 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
     frame = frame_of(layers[0])
     for layer in viewer.layers:
         if frame_of(layer) != frame:
-            layer.visible = False
+            set_visible(layer, False)
     for layer in layers:
-        layer.visible = True
+        set_visible(layer, True)
     viewer.dims.ndisplay = ndisplay
     if frame == SINOGRAM_FRAME:
         _label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
@@ -271,7 +285,7 @@ def show_sinogram(viewer, layer) -> None:
     set_contrast(layer)
     for other in viewer.layers:
         if other != layer and frame_of(other) == SINOGRAM_FRAME:
-            other.visible = False
+            set_visible(other, False)
     show_frame(viewer, [layer], ndisplay=2)
 
 
@@ -282,7 +296,7 @@ def show_result(viewer, layer, *, keep=(), limits=None) -> None:
     show_frame(viewer, [layer, *keep], ndisplay=2)
     for other in viewer.layers:
         if other != layer and other not in keep and frame_of(other) == VOLUME_FRAME:
-            other.visible = False
+            set_visible(other, False)
 
 
 def oblique_3d(viewer, layers=()) -> None:

@@ -23,7 +23,7 @@ from qtpy.QtCore import QTimer
 
 from .._layers import kind_of
 from .common import is_deleted, qt_window
-from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, show_frame
+from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, set_visible, show_frame
 
 _INSTALLED: dict = {}
 
@@ -88,7 +88,7 @@ def apply(viewer, layer) -> None:
         if others or viewer.dims.ndisplay != 2:
             for x in others:       # stacks of other scans do not line up with this one: one at a time
                 if frame_of(x) == frame:
-                    x.visible = False
+                    set_visible(x, False)
             show_frame(viewer, [layer], ndisplay=2)
         return
     if frame == VOLUME_FRAME and layer.visible:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 
@@ -18,7 +19,8 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import LayerPicker, MessageLabel, ParamForm, ProgressBar, error_text, report_errors, scroll_contents
+from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
+                     report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
 from .display import show_result
 from .estimate import EstimateLabel
@@ -62,6 +64,9 @@ class ReconstructionWidget(QWidget):
         self.live_layer = None
         self.n_live_updates = 0
         self._run: dict = {}
+        # A result's data goes into its layer in one turn, its display (frame, slice, camera, contrast) in the
+        # next: each is a napari update of its own, and together they stalled the window past 250 ms.
+        self.display_steps = Steps(self)
 
         # --- inputs
         self.sinogram = LayerPicker(napari_viewer, _is_usable_sinogram)
@@ -277,7 +282,7 @@ class ReconstructionWidget(QWidget):
     def _start(self, mode: str):
         import torch
 
-        if self.runner.running:
+        if self.running:
             raise RuntimeError("a reconstruction is running; cancel it first")
         layer, geo, sino = self.problem_inputs()
         request = self.request(mode)
@@ -298,9 +303,10 @@ class ReconstructionWidget(QWidget):
         self.status.setText(f"{request.title()}: starting…")
         self._set_running(True)
         job = getattr(self.runner, "job_events", None) if mode == "full" else None   # background job (jobs.py)
-        # Ordered-subset methods report every subset from inside a pass; the signal is emitted in the worker
-        # thread and delivered (queued, in order with the other events) on the GUI thread.
-        on_subset = self.runner.event.emit if request.algorithm in ("os_sirt", "os_tv") else None
+        # Ordered-subset methods report every subset from inside a pass, in the worker thread; ``post`` queues
+        # them on the GUI thread in order with the other events.
+        post = getattr(self.runner, "post", self.runner.event.emit)     # in order with the paced events
+        on_subset = post if request.algorithm in ("os_sirt", "os_tv") else None
         self.runner.start(job(geo, sino_t, request) if job else
                           lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
                                                      on_subset=on_subset))
@@ -314,7 +320,8 @@ class ReconstructionWidget(QWidget):
 
     @property
     def running(self) -> bool:
-        return self.runner.running
+        """A run is going, or its last events are still being shown."""
+        return self.runner.running or self.display_steps.pending > 0
 
     @property
     def last_run(self) -> dict:
@@ -359,7 +366,7 @@ class ReconstructionWidget(QWidget):
             layer = self.viewer.layers[name]
             if layer.data.shape != zeros.shape:
                 layer.data = zeros
-            layer.scale, layer.translate = kw["scale"], kw["translate"]
+            set_placement(layer, kw["scale"], kw["translate"])    # unchanged: no dims recomputation
             layer.metadata = meta
         else:
             layer = self.viewer.add_image(zeros, name=name, colormap="gray", metadata=meta, **kw)
@@ -431,7 +438,8 @@ class ReconstructionWidget(QWidget):
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                show_result(self.viewer, self.live_layer)
+                self.display_steps.run([next_turn, functools.partial(show_result, self.viewer, self.live_layer)],
+                                       on_error=lambda e: self.message.error(error_text(e)))
             self.n_live_updates += 1
 
     def _on_finished(self, ev: Finished) -> None:
@@ -454,12 +462,17 @@ class ReconstructionWidget(QWidget):
             self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
         if ev.request.mode == "full":
             self._add_result(layer)
-        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles.
-        show_result(self.viewer, layer, limits=shown.get("window"))
-        self.result_added.emit(layer)
+        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles (next turn).
+        self.display_steps.run([next_turn, functools.partial(self._show_finished, layer, shown.get("window"))],
+                               on_error=lambda e: self.message.error(error_text(e)))
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
+
+    def _show_finished(self, layer, window) -> None:
+        if layer in self.viewer.layers:
+            show_result(self.viewer, layer, limits=window)
+        self.result_added.emit(layer)
 
     def _on_failed(self, exc) -> None:
         # The one error path: the message once (no toast), status and progress back to idle.

@@ -8,12 +8,18 @@ middle of user actions:
   and the bar first appears on the first 2D slice of a volume, the quick
   preview's or a result's, so that click paid for every digit it showed;
 - the difference images' PiYG colour map: napari builds it from vispy's and
-  matplotlib's tables on first use (every vispy colour map, cubehelix included).
+  matplotlib's tables on first use (every vispy colour map, cubehelix included);
+- the first layer of the process: napari gives every layer's transform units
+  from pint's application registry, which parses pint's unit definitions on
+  first use (0.4-0.5 s); the first Vectors layer (the designer's preview)
+  also imports pandas for its features table (0.3 s). Both landed in the
+  first action that added a layer (a sample, the designer's first preview).
 
 Glyphs go into napari's one font atlas shared by every canvas, so they are
 loaded once per process: one glyph per event-loop turn on the GUI thread (the
 atlas is an OpenGL texture fed from that thread).  Colour maps are registered
-in napari's table, which has its own lock, in a background thread.
+in napari's table, which has its own lock, the unit registry is built and
+pandas imported, in a background thread (none of them touches Qt).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from .common import Steps, log, qt_window, unwrap
 SCALE_BAR_GLYPHS = "ÅÉÑŐjgpqy0123456789.e+- ixlmµnk"   # the first nine: vispy measures every line by them
 COLORMAPS = ("PiYG",)        # the difference images' (compare.DIFFERENCE_COLORMAP)
 
-_COLORMAP_THREAD = None
+_BACKGROUND_THREAD = None
 
 
 def install(viewer) -> None:
@@ -41,7 +47,7 @@ def install(viewer) -> None:
     # and a step still queued when the viewer closes holds that child, not the window.
     steps = Steps(QObject(window))
     window._ctbench_warm_up = steps
-    _start_colormaps()
+    _start_background()
     font = _scale_bar_font(real)
     if font is not None:
         steps.run([_glyph_step(font, c) for c in SCALE_BAR_GLYPHS],
@@ -54,9 +60,9 @@ def pending(viewer) -> int:
     return steps.pending if steps is not None else 0
 
 
-def colormaps_ready(timeout: float | None = None) -> bool:
-    """Whether the colour-map thread has finished (waiting up to ``timeout`` seconds)."""
-    t = _COLORMAP_THREAD
+def background_ready(timeout: float | None = None) -> bool:
+    """Whether the background warm-up (colour maps, units, pandas) has finished (waiting up to ``timeout`` s)."""
+    t = _BACKGROUND_THREAD
     if t is None:
         return False
     t.join(timeout)
@@ -80,19 +86,56 @@ def _scale_bar_font(viewer):
         return None
 
 
-def _start_colormaps() -> None:
-    global _COLORMAP_THREAD
-    if _COLORMAP_THREAD is not None:
+def _start_background() -> None:
+    global _BACKGROUND_THREAD
+    if _BACKGROUND_THREAD is not None:
         return
-    _COLORMAP_THREAD = threading.Thread(target=_colormaps, name="ctbench-colormap-warm-up", daemon=True)
-    _COLORMAP_THREAD.start()
+    _BACKGROUND_THREAD = threading.Thread(target=_background, name="ctbench-gui-warm-up", daemon=True)
+    _BACKGROUND_THREAD.start()
+
+
+def _background() -> None:
+    for job in (_unit_registry, _pandas, _colormaps):
+        try:
+            job()
+        except Exception:  # noqa: BLE001 - that cost is then paid on first use, as without the warm-up
+            log.debug("GUI warm-up step %s failed", job.__name__, exc_info=True)
+
+
+def unit_registry_built() -> bool:
+    """Whether pint's application registry (napari's layer units) is built, not still the lazy stand-in."""
+    import pint
+
+    app = pint.get_application_registry()
+    return type(getattr(app, "_registry", app)).__name__ != "LazyRegistry"
+
+
+def _unit_registry() -> None:
+    """Build pint's registry here and hand it to the application registry if nobody touched the lazy one.
+
+    Not by touching the lazy registry from this thread: it turns itself into a UnitRegistry first and
+    fills it for 0.4 s, and a layer made on the GUI thread meanwhile would read it half-filled.  A private
+    registry is filled instead and swapped in whole; if the GUI thread was first, the lazy one is left alone
+    (a second registry then would make units of two registries, which pint refuses to compare)."""
+    import pint
+    from pint.registry import LazyRegistry
+
+    app = pint.get_application_registry()
+    lazy = getattr(app, "_registry", None)
+    if type(lazy) is not LazyRegistry:
+        return
+    args, kwargs = lazy.__dict__["params"]
+    built = pint.UnitRegistry(*args, **{**kwargs, "on_redefinition": "raise"})   # as the lazy one would
+    if type(app._registry) is LazyRegistry:
+        pint.set_application_registry(built)
+
+
+def _pandas() -> None:
+    import pandas  # noqa: F401 - napari imports it lazily for the first layer with features (Vectors)
 
 
 def _colormaps() -> None:
-    try:
-        from napari.utils.colormaps import ensure_colormap
+    from napari.utils.colormaps import ensure_colormap
 
-        for name in COLORMAPS:
-            ensure_colormap(name)
-    except Exception:  # noqa: BLE001 - the colour map is then built on first use, as without the warm-up
-        log.debug("colour-map warm-up failed", exc_info=True)
+    for name in COLORMAPS:
+        ensure_colormap(name)
