@@ -68,6 +68,10 @@ constexpr BackPath kBackPaths[] = {
     // clipped by both (W1: 0.731 vs 0.766 CPU-s for -z4m at load 10; docs/INTERNALS.md,
     // "Backprojection, session 3")
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
+    // -fK: sub-chunks of at least max(H, W) / K planes (BackOptions::depth_div; docs/INTERNALS.md,
+    // "Backprojection, session 4")
+    {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
+    {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
     {"pairs-padded-s2m", {true, i64(2) << 20, false, true, true}},
     {"pairs-padded-s1m", {true, i64(1) << 20, false, true, true}},
