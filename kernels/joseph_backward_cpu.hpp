@@ -41,12 +41,20 @@ namespace ct {
 // padded: rays into private accumulators with padded rows (see padded_length).
 // seamless: with block_bytes, a sample belongs to the sub-chunk holding the
 // lower z row of its stencil and is scattered whole there (see ZOwnership).
+// depth_div > 0: with block_bytes, a sub-chunk has at least max(H, W) /
+// depth_div planes (rounded up).  Byte-sized sub-chunks of large planes are
+// thin (4 MiB is 10 planes at N = 320) while a cone ray's z travel grows with
+// the volume's width, so the rays of the outer detector rows cross ever more
+// sub-chunks and are set up once in each (the reading the measurements fit:
+// N = 320 ran 18% faster with 20-plane sub-chunks; docs/INTERNALS.md,
+// "Backprojection, session 4").
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
   bool rows = false;
   bool padded = false;
   bool seamless = false;
+  int depth_div = 0;
 };
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
@@ -460,7 +468,10 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // of all items: a ray's set-up depends on the sub-chunk edges (its entry plane, in the last
   // bit), so they must not move with the batch size (batched == per-item calls, bitwise).
   const i64 plane_bytes = plane * (i64)sizeof(real);
-  const int sub = opt.block_bytes > 0 ? (int)std::max<i64>(4, opt.block_bytes / std::max<i64>(1, plane_bytes)) : nz;
+  const int min_planes = opt.depth_div > 0 ? (std::max(vw.H, vw.W) + opt.depth_div - 1) / opt.depth_div : 0;
+  const int sub = opt.block_bytes > 0
+                      ? (int)std::max<i64>(std::max(4, min_planes), opt.block_bytes / std::max<i64>(1, plane_bytes))
+                      : nz;
   const bool seamless = opt.seamless && small;  // scatter_ray's ownership test (ray_backward has none)
   // Add accumulator plane p (of item q) into output plane z.
   auto add_planes = [&](int q, int z, i64 p) {

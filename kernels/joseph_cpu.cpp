@@ -66,8 +66,12 @@ constexpr BackPath kBackPaths[] = {
     // pairs-padded, 1 thread, loads 3-6: N = 192 1.3x, N = 256 1.2x; N = 128 the same or better);
     // -sNm: seamless sub-chunks, each sample scattered whole by one sub-chunk (ZOwnership), not
     // clipped by both (W1: 0.731 vs 0.766 CPU-s for -z4m at load 10; docs/INTERNALS.md,
-    // "Backprojection, session 3")
+    // "Backprojection, session 3"); -fK: sub-chunks of at least max(H, W) / K planes
+    // (BackOptions::depth_div), the same as -s4m up to N = 256 (N = 320, 1 thread, load 3.3:
+    // 394 against 335 M samples per CPU-s; docs/INTERNALS.md, "Backprojection, session 4")
+    {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
+    {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
     {"pairs-padded-s2m", {true, i64(2) << 20, false, true, true}},
     {"pairs-padded-s1m", {true, i64(1) << 20, false, true, true}},

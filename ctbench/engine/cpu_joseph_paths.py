@@ -8,9 +8,10 @@ lockstep), each also as ``NAME-bands`` (the detector rows in bands, all views pe
 band's part of the volume stays in cache across the views; the same rays, bitwise the same output;
 ``avx512-gather-bands`` or ``avx2-gather-bands`` is the build's default); back ``pairs``, ``rows``
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
-walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (default
-``pairs-padded-s4m``: each sample scattered whole by the sub-chunk holding its stencil's lower z row)
-and ``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
+walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
+whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
+least max(H, W) / K planes; default ``pairs-padded-s4m-f16``) and ``blocked`` (four scalar updates
+per sample).  All compute the same samples; they differ only in
 speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
