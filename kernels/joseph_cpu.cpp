@@ -29,6 +29,7 @@ struct ForwardPath {
   bool lanes;               // SIMD lanes (else scalar beams)
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
+  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group; AVX-512 only)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -36,6 +37,8 @@ struct ForwardPath {
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
+    {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
+    {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
 #endif
 #if defined(__AVX2__)
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
@@ -213,6 +216,15 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         ius[g] = dw.u0 + (u_inner ? inner : outer);
         ivs[g] = dw.v0 + (u_inner ? outer : inner);
       }
+#if defined(__AVX512F__)
+      if constexpr (lanes) {
+        if (use_lanes && path.fused) {
+          ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
+                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);
+          continue;
+        }
+      }
+#endif
       unsigned ready = 0;  // lanes set up together (float32 lanes)
       if constexpr (lanes) {
         if (use_lanes)

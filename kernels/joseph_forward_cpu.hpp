@@ -490,5 +490,306 @@ inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned p
 #endif
 }
 
+#if defined(__AVX512F__)
+
+// ---------------------------------------------------------------- fused lanes
+// The -fused paths (docs/INTERNALS.md, "Forward flat cost, session 4"): at N = 64 a ray has only ~64
+// samples, and the scalar per-ray work around the vector loop (setup_lanes' branchy double code, the
+// Ray structs and their copy into a LaneGroup, the checked edge planes ray by ray) took 59% of the
+// time.  Here a row group of up to 16 pixels is set up in AVX-512 double lanes straight into
+// structure-of-arrays form, and its edge planes run in lanes too (the checked stencil as four masked
+// 32-bit gathers).  Same samples as make_ray / ray_forward up to float32 rounding.
+
+// Ray coefficients of the lanes of one group, one dominant axis (structure of arrays).
+struct FusedRays {
+  alignas(64) float Ab[16], Bb[16], Ac[16], Bc[16], w[16];
+  alignas(64) int n0[16], n1[16], i0[16], i1[16];
+  unsigned traced = 0;  // lanes set up with the group's axis that touch the window
+  unsigned part = 0;    // traced lanes with interior planes
+  int lob = 0, hib = 0, loc = 0, hic = 0;
+  i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
+};
+
+inline __mmask8 finite_pd(__m512d x) { return _mm512_cmp_pd_mask(_mm512_sub_pd(x, x), _mm512_setzero_pd(), _CMP_EQ_OQ); }
+
+// floor / ceil of v clamped to [-1e8, 1e8], as int32 (make_ray_box's conservative integer bounds)
+inline __m256i floor_clamped(__m512d v, int mode) {
+  const __m512d big = _mm512_set1_pd(1.0e8);
+  v = _mm512_min_pd(_mm512_max_pd(v, _mm512_sub_pd(_mm512_setzero_pd(), big)), big);
+  return _mm512_cvttpd_epi32(mode == 0 ? _mm512_roundscale_pd(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                       : _mm512_roundscale_pd(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+}
+
+// nlo = max(nlo, min(t1, t2)), nhi = min(nhi, max(t1, t2)) for t = (edge - A) * invB at edges lo, hi
+inline void clip_pd(__m512d A, __m512d iB, double lo, double hi, __m512d& nlo, __m512d& nhi) {
+  const __m512d t1 = _mm512_mul_pd(_mm512_sub_pd(_mm512_set1_pd(lo), A), iB);
+  const __m512d t2 = _mm512_mul_pd(_mm512_sub_pd(_mm512_set1_pd(hi), A), iB);
+  nlo = _mm512_max_pd(nlo, _mm512_min_pd(t1, t2));
+  nhi = _mm512_min_pd(nhi, _mm512_max_pd(t1, t2));
+}
+
+// Set up the lanes `want` (bit g: pixel offsets su[g], sv[g] from the detector centre) of view k with
+// dominant axis a, in double as make_ray_box: the lanes whose own dominant axis is a (make_ray's rule),
+// with finite coefficients and neither B zero (else planar or parallel: make_ray's cases).  Returns those
+// lanes; R.traced is the subset that touches the window [0, W) x [0, H) x [zlo, zhi).
+inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
+                            const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
+  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
+  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
+  const int nn[3] = {vw.W, vw.H, vw.D};
+  const int lo[3] = {0, 0, zlo}, hi[3] = {vw.W, vw.H, zhi};
+  R.lob = lo[b]; R.hib = hi[b]; R.loc = lo[c]; R.hic = hi[c];
+  const bool thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  const double m = 1.0 / 64.0;
+  const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
+  unsigned done = 0, traced = 0;
+  for (int h = 0; h < 2; ++h) {
+    const __mmask8 wanted = (__mmask8)(want >> (8 * h));
+    if (!wanted) continue;
+    const __m512d u = _mm512_loadu_pd(su + 8 * h), v = _mm512_loadu_pd(sv + 8 * h);
+    __m512d fo[3], fd[3], dd = zero;
+    __mmask8 fin = wanted;
+    for (int q = 0; q < 3; ++q) {
+      // geo: source, centre, u step, v step of the view (x, y, z each)
+      const __m512d s = _mm512_set1_pd(geo[q]);
+      const __m512d p = _mm512_fmadd_pd(v, _mm512_set1_pd(geo[9 + q]),
+                                        _mm512_fmadd_pd(u, _mm512_set1_pd(geo[6 + q]), _mm512_set1_pd(geo[3 + q])));
+      const __m512d o = cone ? s : p, d = cone ? _mm512_sub_pd(p, s) : s;
+      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1)));
+      fd[q] = _mm512_mul_pd(d, _mm512_set1_pd(isp[q]));
+      dd = _mm512_fmadd_pd(d, d, dd);
+      fin &= finite_pd(fo[q]) & finite_pd(fd[q]);
+    }
+    const __m512d f0 = _mm512_abs_pd(fd[0]), f1 = _mm512_abs_pd(fd[1]), f2 = _mm512_abs_pd(fd[2]);
+    // the lane's own dominant axis by make_ray's rule (the first of the largest)
+    __mmask8 own;
+    if (a == 0) own = _mm512_cmp_pd_mask(f0, f1, _CMP_GE_OQ) & _mm512_cmp_pd_mask(f0, f2, _CMP_GE_OQ);
+    else if (a == 1) own = _mm512_cmp_pd_mask(f1, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f1, f2, _CMP_GE_OQ);
+    else own = _mm512_cmp_pd_mask(f2, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f2, f1, _CMP_GT_OQ);
+    const __m512d fa = fd[a];
+    own &= _mm512_cmp_pd_mask(fa, zero, _CMP_NEQ_OQ);
+    const __m512d ifa = _mm512_div_pd(one, fa);
+    const __m512d dBb = _mm512_mul_pd(fd[b], ifa), dBc = _mm512_mul_pd(fd[c], ifa);
+    const __m512d dw = _mm512_mul_pd(_mm512_sqrt_pd(dd), _mm512_abs_pd(ifa));
+    const __m512d dAb = _mm512_fnmadd_pd(fo[a], dBb, fo[b]), dAc = _mm512_fnmadd_pd(fo[a], dBc, fo[c]);
+    const __m256 fAb = _mm512_cvtpd_ps(dAb), fBb = _mm512_cvtpd_ps(dBb), fAc = _mm512_cvtpd_ps(dAc);
+    const __m256 fBc = _mm512_cvtpd_ps(dBc), fw = _mm512_cvtpd_ps(dw);
+    // the stored float coefficients, back in double (an overflow to inf shows here)
+    const __m512d Ab = _mm512_cvtps_pd(fAb), Bb = _mm512_cvtps_pd(fBb), Ac = _mm512_cvtps_pd(fAc);
+    const __m512d Bc = _mm512_cvtps_pd(fBc), w = _mm512_cvtps_pd(fw);
+    fin &= finite_pd(Ab) & finite_pd(Bb) & finite_pd(Ac) & finite_pd(Bc) & finite_pd(w);
+    const __mmask8 good = own & fin & _mm512_cmp_pd_mask(Bb, zero, _CMP_NEQ_OQ) &
+                          _mm512_cmp_pd_mask(Bc, zero, _CMP_NEQ_OQ);
+    if (!good) continue;
+    const __m512d iBb = _mm512_div_pd(one, Bb), iBc = _mm512_div_pd(one, Bc);
+    // restrict_planes for b and c
+    __m512d nlo = _mm512_set1_pd(double(lo[a])), nhi = _mm512_set1_pd(double(hi[a] - 1));
+    clip_pd(Ab, iBb, double(R.lob - 1), double(R.hib), nlo, nhi);
+    clip_pd(Ac, iBc, double(R.loc - 1), double(R.hic), nlo, nhi);
+    __mmask8 hit = good & _mm512_cmp_pd_mask(nlo, _mm512_add_pd(nhi, one), _CMP_LE_OQ);
+    __m256i a0 = floor_clamped(nlo, 0), a1 = _mm256_add_epi32(floor_clamped(nhi, 0), _mm256_set1_epi32(2));
+    a0 = _mm256_max_epi32(a0, _mm256_set1_epi32(lo[a]));
+    a1 = _mm256_min_epi32(a1, _mm256_set1_epi32(hi[a]));
+    hit &= (__mmask8)_mm256_cmpgt_epi32_mask(a1, a0);
+    // interior_planes for b (window [lob, hib - 1]) and c
+    __m512d ilo = _mm512_cvtepi32_pd(a0), ihi = _mm512_cvtepi32_pd(_mm256_sub_epi32(a1, _mm256_set1_epi32(1)));
+    clip_pd(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
+    clip_pd(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    __m256i b0 = _mm256_max_epi32(floor_clamped(ilo, 1), a0);
+    __m256i b1 = _mm256_min_epi32(_mm256_add_epi32(floor_clamped(ihi, 0), _mm256_set1_epi32(1)), a1);
+    const __mmask8 inner = thin ? (__mmask8)0
+                                : (__mmask8)(_mm512_cmp_pd_mask(ilo, ihi, _CMP_LE_OQ) & _mm256_cmpgt_epi32_mask(b1, b0));
+    b0 = _mm256_mask_mov_epi32(a0, inner, b0);
+    b1 = _mm256_mask_mov_epi32(a0, inner, b1);
+    _mm256_store_ps(R.Ab + 8 * h, fAb); _mm256_store_ps(R.Bb + 8 * h, fBb);
+    _mm256_store_ps(R.Ac + 8 * h, fAc); _mm256_store_ps(R.Bc + 8 * h, fBc);
+    _mm256_store_ps(R.w + 8 * h, fw);
+    _mm256_store_si256((__m256i*)(R.n0 + 8 * h), a0); _mm256_store_si256((__m256i*)(R.n1 + 8 * h), a1);
+    _mm256_store_si256((__m256i*)(R.i0 + 8 * h), b0); _mm256_store_si256((__m256i*)(R.i1 + 8 * h), b1);
+    done |= (unsigned)good << (8 * h);
+    traced |= (unsigned)hit << (8 * h);
+  }
+  R.traced = traced;
+  R.part = 0;
+  for (int g = 0; g < 16; ++g)
+    if (((traced >> g) & 1u) && R.i0[g] < R.i1[g]) R.part |= 1u << g;
+  return done;
+}
+
+// Planes [n_begin, n_end) of the lanes `lanes` through the checked stencil (edge planes: any coordinate,
+// neighbours outside the window count zero), each lane only within its own [n0, n1).
+inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, int n_begin, int n_end, __m512& acc) {
+  if (n_begin >= n_end || !lanes) return;
+  const __m512 Ab = _mm512_load_ps(R.Ab), Bb = _mm512_load_ps(R.Bb);
+  const __m512 Ac = _mm512_load_ps(R.Ac), Bc = _mm512_load_ps(R.Bc);
+  const __m512i n0 = _mm512_load_si512(R.n0), n1 = _mm512_load_si512(R.n1);
+  const __m512i lob = _mm512_set1_epi32(R.lob), wb = _mm512_set1_epi32(R.hib - R.lob);
+  const __m512i loc = _mm512_set1_epi32(R.loc), wc = _mm512_set1_epi32(R.hic - R.loc);
+  const __m512i ones = _mm512_set1_epi32(1), scv = _mm512_set1_epi32((int)R.sc);
+  const __m512 zero = _mm512_setzero_ps();
+  const i64 sa = R.sa, sc = R.sc;
+  const float* plane = vol + ((i64)n_begin * sa - R.offset);
+  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+    const __m512i nv = _mm512_set1_epi32(n);
+    const __mmask16 m = _mm512_mask_cmplt_epi32_mask(_mm512_mask_cmple_epi32_mask((__mmask16)lanes, n0, nv), nv, n1);
+    if (!m) continue;
+    const __m512 fn = _mm512_set1_ps((float)n);
+    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab), fc = _mm512_fmadd_ps(fn, Bc, Ac);
+    const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
+    const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
+    // index in [lo, hi) as one unsigned compare of index - lo against hi - lo
+    const __m512i rb = _mm512_sub_epi32(ib, lob), rc = _mm512_sub_epi32(ic, loc);
+    const __mmask16 b0 = _mm512_cmplt_epu32_mask(rb, wb), b1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), wb);
+    const __mmask16 c0 = _mm512_cmplt_epu32_mask(rc, wc), c1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), wc);
+    const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, scv));
+    const __m512 v00 = _mm512_mask_i32gather_ps(zero, m & b0 & c0, idx, plane, 4);
+    const __m512 v10 = _mm512_mask_i32gather_ps(zero, m & b1 & c0, idx, plane + 1, 4);
+    const __m512 v01 = _mm512_mask_i32gather_ps(zero, m & b0 & c1, idx, plane + sc, 4);
+    const __m512 v11 = _mm512_mask_i32gather_ps(zero, m & b1 & c1, idx, plane + sc + 1, 4);
+    const __m512 r0 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v10, v00), v00);
+    const __m512 r1 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v11, v01), v01);
+    acc = _mm512_mask_add_ps(acc, m, acc, _mm512_fmadd_ps(tc, _mm512_sub_ps(r1, r0), r0));
+  }
+}
+
+// Line integrals (times w) of the traced lanes of R through `vol` (the slab array, offset removed) into
+// s[g]; s[g] = 0 for the other lanes.  Planes where every lane with interior planes is inside take the
+// unchecked pair loop (planes_avx512); the others, and lanes without interior, the checked lanes.
+template <bool GATHER>
+inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
+  __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps(), acc_e = _mm512_setzero_ps();
+  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
+  for (int g = 0; g < 16; ++g) {
+    if (!((R.traced >> g) & 1u)) continue;
+    lo = std::min(lo, R.n0[g]); hi = std::max(hi, R.n1[g]);
+    if ((R.part >> g) & 1u) { c0 = std::max(c0, R.i0[g]); c1 = std::min(c1, R.i1[g]); }
+  }
+  if (R.traced) {
+    if (R.part && c0 < c1) {
+      LaneGroup G;  // the pair loop's view of the interior lanes
+      std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
+      std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
+      std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
+      G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
+      fused_checked(vol, R, R.traced, lo, c0, acc_e);
+      planes_avx512<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
+      fused_checked(vol, R, R.traced & ~R.part, c0, c1, acc_e);
+      fused_checked(vol, R, R.traced, c1, hi, acc_e);
+    } else {
+      fused_checked(vol, R, R.traced, lo, hi, acc_e);
+    }
+  }
+  alignas(64) float p[32], e[16];
+  _mm512_store_ps(p, acc_lo);
+  _mm512_store_ps(p + 16, acc_hi);
+  _mm512_store_ps(e, acc_e);
+  for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+}
+
+
+// make_ray's dominant axis of the ray through pixel offsets (su, sv) of view geo (see fused_setup).
+inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone, double su, double sv) {
+  double f[3];
+  const double sp[3] = {(double)vw.dx, (double)vw.dy, (double)vw.dz};
+  for (int q = 0; q < 3; ++q) {
+    const double p = geo[3 + q] + su * geo[6 + q] + sv * geo[9 + q];
+    f[q] = CT_ABS((cone ? p - geo[q] : geo[q]) / sp[q]);
+  }
+  int a = 0;
+  if (f[1] > f[a]) a = 1;
+  if (f[2] > f[a]) a = 2;
+  return a;
+}
+
+// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up in
+// lanes once (one pass per dominant axis present, at most 3), traced per item with fused_sums; pixels
+// the lanes do not take (planar or parallel rays, a non-finite set-up, x-dominant rays without the
+// swapped copy) go through make_ray and ray_forward one by one.  `swapped` is the (z, x, y) copy of the
+// slab (nullptr: none), each item `slab` elements.
+template <bool GATHER>
+inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                        const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                        const float* vstep, int cone, int k, const int* ius, const int* ivs,
+                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate) {
+  double geo[12];
+  for (int q = 0; q < 3; ++q) {
+    geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
+    geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
+  }
+  alignas(64) double su[16], sv[16];
+  for (int g = 0; g < 16; ++g) {
+    const int h = g < cnt ? g : 0;
+    su[g] = double(ius[h]) - 0.5 * double(dw.U - 1);
+    sv[g] = double(ivs[h]) - 0.5 * double(dw.V - 1);
+  }
+  const unsigned all = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);
+  FusedRays R[3];
+  const float* base[3];
+  i64 bstride[3];
+  int passes = 0;
+  unsigned left = all;  // lanes not yet set up
+  int a = fused_axis(vw, geo, cone, su[(cnt - 1) / 2], sv[(cnt - 1) / 2]);
+  bool tried[3] = {false, false, false};
+  while (left && passes < 3 && !tried[a]) {
+    tried[a] = true;
+    FusedRays& P = R[passes];
+    const i64 HW = (i64)vw.H * vw.W;
+    P.offset = (i64)vw.z0 * HW;
+    unsigned done = 0;
+    if (a != 0 || swapped) {
+      P.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
+      P.sc = a == 2 ? vw.W : HW;
+      base[passes] = a == 0 ? swapped : vol;
+      bstride[passes] = a == 0 ? slab : vol_batch_stride;
+      done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+    }
+    if (done) ++passes;
+    left &= ~done;
+    if (!left) break;
+    // the next axis: that of the first lane left (if already tried, the lanes left go one by one)
+    const int g = __builtin_ctz(left);
+    a = fused_axis(vw, geo, cone, su[g], sv[g]);
+  }
+  Ray<float> r[16];
+  bool hit[16];
+  const float* sbase[16];
+  i64 sstride[16];
+  for (int g = 0; g < cnt; ++g) {
+    if (!((left >> g) & 1u)) continue;
+    double o[3], d[3];
+    pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
+    r[g] = Ray<float>{};
+    hit[g] = make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+    sbase[g] = vol;
+    sstride[g] = vol_batch_stride;
+    if (hit[g] && r[g].a == 0 && swapped) {
+      ray_use_strides(r[g], (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
+      sbase[g] = swapped;
+      sstride[g] = slab;
+    }
+  }
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  for (int q = 0; q < batch; ++q) {
+    alignas(64) float val[16] = {};
+    for (int p = 0; p < passes; ++p) {
+      alignas(64) float s[16];
+      fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
+      for (int g = 0; g < cnt; ++g)
+        if ((R[p].traced >> g) & 1u) val[g] = s[g];
+    }
+    for (int g = 0; g < cnt; ++g)
+      if (((left >> g) & 1u) && hit[g]) val[g] = ray_forward(sbase[g] + q * sstride[g], r[g]);
+    for (int g = 0; g < cnt; ++g) {
+      const i64 oi = ((i64)k * nu + (ius[g] - dw.u0)) * nv + (ivs[g] - dw.v0);
+      float& dst = out[q * out_batch_stride + oi];
+      dst = accumulate ? dst + val[g] : val[g];
+    }
+  }
+}
+
+#endif
+
 }  // namespace fwd
 }  // namespace ct
