@@ -129,74 +129,88 @@ inline void load_group(const Ray<float>* r, int n, unsigned part, LaneGroup& G) 
 
 #if defined(__AVX512F__)
 
+// A lane group's coefficients in registers (the pair loop's constants).
+struct PairLanes {
+  __m512 Ab, Bb, Ac, Bc;
+  __m512i i0, i1, scv;
+  __mmask16 part;
+  i64 sc;
+  explicit PairLanes(const LaneGroup& G)
+      : Ab(_mm512_load_ps(G.Ab)), Bb(_mm512_load_ps(G.Bb)), Ac(_mm512_load_ps(G.Ac)), Bc(_mm512_load_ps(G.Bc)),
+        i0(_mm512_load_si512(G.i0)), i1(_mm512_load_si512(G.i1)), scv(_mm512_set1_epi32((int)G.sc)),
+        part((__mmask16)G.part), sc(G.sc) {}
+};
+
+// The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
+template <bool GATHER>
+inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
+  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  const __m512 one = _mm512_set1_ps(1.f);
+  const __m512i zero = _mm512_setzero_si512();
+  const i64 sc = L.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, L.Bb, L.Ab);
+  const __m512 fc = _mm512_fmadd_ps(fn, L.Bc, L.Ac);
+  // interior: coordinates are positive, so truncation is floor
+  const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);
+  const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib));
+  const __m512 tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
+  const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, L.scv));
+  const __m256i idx_lo = _mm512_castsi512_si256(idx);
+  const __m256i idx_hi = _mm512_extracti64x4_epi64(idx, 1);
+  const __mmask8 mlo = (__mmask8)(m & 0xff), mhi = (__mmask8)(m >> 8);
+  // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
+  __m512 r0l, r1l, r0h, r1h;
+  if (GATHER) {
+    r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
+    r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
+    r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
+    r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+  } else {
+    // scalar loads: masked-off lanes read offset 0 of the plane (inside the
+    // slab: n lies in some lane's interior) and are zeroed afterwards
+    alignas(64) int ix[16];
+    _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
+    alignas(64) long long q0[16], q1[16];
+    for (int g = 0; g < 16; ++g) {
+      std::memcpy(&q0[g], plane + ix[g], 8);
+      std::memcpy(&q1[g], plane + sc + ix[g], 8);
+    }
+    r0l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q0)));
+    r1l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q1)));
+    r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
+    r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
+  }
+  // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
+  const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
+  const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
+  const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
+  const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
+  const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
+  const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
+  acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
+  acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+}
+
+// Lanes of `L` inside their interior at plane n.
+inline __mmask16 interior_mask(const PairLanes& L, int n) {
+  const __m512i nv = _mm512_set1_epi32(n);
+  return _mm512_mask_cmpgt_epi32_mask(_mm512_mask_cmple_epi32_mask(L.part, L.i0, nv), L.i1, nv);
+}
+
 // Planes [n_begin, n_end) of the group; MASKED: lanes are switched off outside
 // their own interior (else every lane of `part` is inside it).
 template <bool MASKED, bool GATHER>
 inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int n_end, __m512& acc_lo,
                           __m512& acc_hi) {
   if (n_begin >= n_end) return;
-  const __m512 Ab = _mm512_load_ps(G.Ab), Bb = _mm512_load_ps(G.Bb);
-  const __m512 Ac = _mm512_load_ps(G.Ac), Bc = _mm512_load_ps(G.Bc);
-  const __m512i i0 = _mm512_load_si512(G.i0), i1 = _mm512_load_si512(G.i1);
-  const __m512i scv = _mm512_set1_epi32((int)G.sc);
-  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-  const __m512 one = _mm512_set1_ps(1.f);
-  const __m512i zero = _mm512_setzero_si512();
-  const __mmask16 part = (__mmask16)G.part;
-  const i64 sa = G.sa, sc = G.sc;
+  const PairLanes L(G);
+  const i64 sa = G.sa;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
-    const float fnf = (float)n;
     prefetch_ahead(G, plane, n);
-    const __m512 fn = _mm512_set1_ps(fnf);
-    __mmask16 m = part;
-    if (MASKED) {
-      const __m512i nv = _mm512_set1_epi32(n);
-      m = _mm512_mask_cmple_epi32_mask(m, i0, nv);
-      m = _mm512_mask_cmpgt_epi32_mask(m, i1, nv);
-    }
-    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab);
-    const __m512 fc = _mm512_fmadd_ps(fn, Bc, Ac);
-    // interior: coordinates are positive, so truncation is floor
-    const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);
-    const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib));
-    const __m512 tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
-    const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, scv));
-    const __m256i idx_lo = _mm512_castsi512_si256(idx);
-    const __m256i idx_hi = _mm512_extracti64x4_epi64(idx, 1);
-    const __mmask8 mlo = (__mmask8)(m & 0xff), mhi = (__mmask8)(m >> 8);
-    // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
-    __m512 r0l, r1l, r0h, r1h;
-    if (GATHER) {
-      r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
-      r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
-      r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
-      r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
-    } else {
-      // scalar loads: masked-off lanes read offset 0 of the plane (inside the
-      // slab: n lies in some lane's interior) and are zeroed afterwards
-      alignas(64) int ix[16];
-      _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
-      alignas(64) long long q0[16], q1[16];
-      for (int g = 0; g < 16; ++g) {
-        std::memcpy(&q0[g], plane + ix[g], 8);
-        std::memcpy(&q1[g], plane + sc + ix[g], 8);
-      }
-      r0l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q0)));
-      r1l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q1)));
-      r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
-      r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
-    }
-    // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
-    const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
-    const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
-    const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
-    const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
-    const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
-    const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
-    acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
-    acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+    pair_plane<GATHER>(L, plane, n, MASKED ? interior_mask(L, n) : L.part, acc_lo, acc_hi);
   }
 }
 
@@ -616,47 +630,88 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
   return done;
 }
 
-// Planes [n_begin, n_end) of the lanes `lanes` through the checked stencil (edge planes: any coordinate,
-// neighbours outside the window count zero), each lane only within its own [n0, n1).
+// The checked stencil's constants of a FusedRays group in registers.
+struct CheckedLanes {
+  __m512 Ab, Bb, Ac, Bc;
+  __m512i n0, n1, lob, wb, loc, wc, scv;
+  i64 sc;
+  explicit CheckedLanes(const FusedRays& R)
+      : Ab(_mm512_load_ps(R.Ab)), Bb(_mm512_load_ps(R.Bb)), Ac(_mm512_load_ps(R.Ac)), Bc(_mm512_load_ps(R.Bc)),
+        n0(_mm512_load_si512(R.n0)), n1(_mm512_load_si512(R.n1)), lob(_mm512_set1_epi32(R.lob)),
+        wb(_mm512_set1_epi32(R.hib - R.lob)), loc(_mm512_set1_epi32(R.loc)), wc(_mm512_set1_epi32(R.hic - R.loc)),
+        scv(_mm512_set1_epi32((int)R.sc)), sc(R.sc) {}
+};
+
+// Lanes of `lanes` whose planes [n0, n1) hold plane n.
+inline __mmask16 marched_mask(const CheckedLanes& C, unsigned lanes, int n) {
+  const __m512i nv = _mm512_set1_epi32(n);
+  return _mm512_mask_cmplt_epi32_mask(_mm512_mask_cmple_epi32_mask((__mmask16)lanes, C.n0, nv), nv, C.n1);
+}
+
+// The lanes of `m` in plane n (at `plane`) by the checked stencil (edge planes: any coordinate, neighbours
+// outside the window count zero), added to acc.
+inline void checked_plane(const CheckedLanes& C, const float* plane, int n, __mmask16 m, __m512& acc) {
+  const __m512i ones = _mm512_set1_epi32(1);
+  const __m512 zero = _mm512_setzero_ps();
+  const i64 sc = C.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, C.Bb, C.Ab), fc = _mm512_fmadd_ps(fn, C.Bc, C.Ac);
+  const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
+  const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
+  // index in [lo, hi) as one unsigned compare of index - lo against hi - lo
+  const __m512i rb = _mm512_sub_epi32(ib, C.lob), rc = _mm512_sub_epi32(ic, C.loc);
+  const __mmask16 b0 = _mm512_cmplt_epu32_mask(rb, C.wb), b1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), C.wb);
+  const __mmask16 c0 = _mm512_cmplt_epu32_mask(rc, C.wc), c1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), C.wc);
+  const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, C.scv));
+  const __m512 v00 = _mm512_mask_i32gather_ps(zero, m & b0 & c0, idx, plane, 4);
+  const __m512 v10 = _mm512_mask_i32gather_ps(zero, m & b1 & c0, idx, plane + 1, 4);
+  const __m512 v01 = _mm512_mask_i32gather_ps(zero, m & b0 & c1, idx, plane + sc, 4);
+  const __m512 v11 = _mm512_mask_i32gather_ps(zero, m & b1 & c1, idx, plane + sc + 1, 4);
+  const __m512 r0 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v10, v00), v00);
+  const __m512 r1 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v11, v01), v01);
+  acc = _mm512_mask_add_ps(acc, m, acc, _mm512_fmadd_ps(tc, _mm512_sub_ps(r1, r0), r0));
+}
+
+// Planes [n_begin, n_end) of the lanes `lanes` through the checked stencil, each lane only within its
+// own [n0, n1).
 inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, int n_begin, int n_end, __m512& acc) {
   if (n_begin >= n_end || !lanes) return;
-  const __m512 Ab = _mm512_load_ps(R.Ab), Bb = _mm512_load_ps(R.Bb);
-  const __m512 Ac = _mm512_load_ps(R.Ac), Bc = _mm512_load_ps(R.Bc);
-  const __m512i n0 = _mm512_load_si512(R.n0), n1 = _mm512_load_si512(R.n1);
-  const __m512i lob = _mm512_set1_epi32(R.lob), wb = _mm512_set1_epi32(R.hib - R.lob);
-  const __m512i loc = _mm512_set1_epi32(R.loc), wc = _mm512_set1_epi32(R.hic - R.loc);
-  const __m512i ones = _mm512_set1_epi32(1), scv = _mm512_set1_epi32((int)R.sc);
-  const __m512 zero = _mm512_setzero_ps();
-  const i64 sa = R.sa, sc = R.sc;
+  const CheckedLanes C(R);
+  const i64 sa = R.sa;
   const float* plane = vol + ((i64)n_begin * sa - R.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
-    const __m512i nv = _mm512_set1_epi32(n);
-    const __mmask16 m = _mm512_mask_cmplt_epi32_mask(_mm512_mask_cmple_epi32_mask((__mmask16)lanes, n0, nv), nv, n1);
-    if (!m) continue;
-    const __m512 fn = _mm512_set1_ps((float)n);
-    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab), fc = _mm512_fmadd_ps(fn, Bc, Ac);
-    const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-    const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
-    const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
-    // index in [lo, hi) as one unsigned compare of index - lo against hi - lo
-    const __m512i rb = _mm512_sub_epi32(ib, lob), rc = _mm512_sub_epi32(ic, loc);
-    const __mmask16 b0 = _mm512_cmplt_epu32_mask(rb, wb), b1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), wb);
-    const __mmask16 c0 = _mm512_cmplt_epu32_mask(rc, wc), c1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), wc);
-    const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, scv));
-    const __m512 v00 = _mm512_mask_i32gather_ps(zero, m & b0 & c0, idx, plane, 4);
-    const __m512 v10 = _mm512_mask_i32gather_ps(zero, m & b1 & c0, idx, plane + 1, 4);
-    const __m512 v01 = _mm512_mask_i32gather_ps(zero, m & b0 & c1, idx, plane + sc, 4);
-    const __m512 v11 = _mm512_mask_i32gather_ps(zero, m & b1 & c1, idx, plane + sc + 1, 4);
-    const __m512 r0 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v10, v00), v00);
-    const __m512 r1 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v11, v01), v01);
-    acc = _mm512_mask_add_ps(acc, m, acc, _mm512_fmadd_ps(tc, _mm512_sub_ps(r1, r0), r0));
+    const __mmask16 m = marched_mask(C, lanes, n);
+    if (m) checked_plane(C, plane, n, m, acc);
   }
 }
 
-// Line integrals (times w) of the traced lanes of R through `vol` (the slab array, offset removed) into
-// s[g]; s[g] = 0 for the other lanes.  Planes where every lane with interior planes is inside take the
-// unchecked pair loop (planes_avx512); the others, and lanes without interior, the checked lanes.
+// Planes [n_begin, n_end) where the lanes' interiors differ, plane by plane: the checked stencil for
+// every marching lane where some lane is at an edge plane (outside its interior, within [n0, n1)), else
+// the pair loop for the lanes inside their interior.
+template <bool GATHER>
+inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G, int n_begin, int n_end,
+                        __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
+  if (n_begin >= n_end) return;
+  const CheckedLanes C(R);
+  const PairLanes L(G);
+  const i64 sa = R.sa;
+  const float* plane = vol + ((i64)n_begin * sa - R.offset);
+  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+    const __mmask16 marched = marched_mask(C, R.traced, n);
+    const __mmask16 inside = R.part ? interior_mask(L, n) : (__mmask16)0;
+    if (marched & ~inside) checked_plane(C, plane, n, marched, acc_e);
+    else if (inside) pair_plane<GATHER>(L, plane, n, inside, acc_lo, acc_hi);
+  }
+}
+
+// Line integrals (times w) of the traced lanes of R through `vol` (the slab array) into s[g]; s[g] = 0
+// for the other lanes: the unchecked pair loop over the planes where every lane with interior planes is
+// inside ([c0, c1)), fused_mixed plane by plane outside them, and the lanes without interior planes
+// through the checked stencil.  (Checking every plane outside [c0, c1) for all lanes cost 5-10% more at
+// N = 64-256: a group at the volume's side enters it lane after lane over many planes; splitting the
+// planes into runs of checked and pair planes cost 10% more at N = 64 in call overhead.)
 template <bool GATHER>
 inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
   __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps(), acc_e = _mm512_setzero_ps();
@@ -667,18 +722,18 @@ inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
     if ((R.part >> g) & 1u) { c0 = std::max(c0, R.i0[g]); c1 = std::min(c1, R.i1[g]); }
   }
   if (R.traced) {
+    LaneGroup G;
+    std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
+    std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
+    std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
+    G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
     if (R.part && c0 < c1) {
-      LaneGroup G;  // the pair loop's view of the interior lanes
-      std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
-      std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
-      std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
-      G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
-      fused_checked(vol, R, R.traced, lo, c0, acc_e);
+      fused_mixed<GATHER>(vol, R, G, lo, c0, acc_lo, acc_hi, acc_e);
       planes_avx512<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
       fused_checked(vol, R, R.traced & ~R.part, c0, c1, acc_e);
-      fused_checked(vol, R, R.traced, c1, hi, acc_e);
+      fused_mixed<GATHER>(vol, R, G, c1, hi, acc_lo, acc_hi, acc_e);
     } else {
-      fused_checked(vol, R, R.traced, lo, hi, acc_e);
+      fused_mixed<GATHER>(vol, R, G, lo, hi, acc_lo, acc_hi, acc_e);
     }
   }
   alignas(64) float p[32], e[16];
@@ -687,7 +742,6 @@ inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
   _mm512_store_ps(e, acc_e);
   for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
 }
-
 
 // make_ray's dominant axis of the ray through pixel offsets (su, sv) of view geo (see fused_setup).
 inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone, double su, double sv) {
