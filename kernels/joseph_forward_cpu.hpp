@@ -48,7 +48,11 @@ constexpr int kForwardLanes = 0;
 // Detector rows per band of the -bands paths: about 2 MiB (the L2 of current cores) of volume planes,
 // 4 to 8 rows (1 thread, W1's geometry scaled, load 12-14: 8 rows best at N = 128-256, 4-5 at N = 320;
 // 1 or 2 rows lose 10-25%, 32 rows 5-10% at N = 128).
+#ifndef CT_FORWARD_BAND_ROWS
+#define CT_FORWARD_BAND_ROWS 0  // > 0: that many rows per band (for measurements; 0: the rule below)
+#endif
 inline int forward_band_rows(i64 plane_bytes, int n_outer) {
+  if (CT_FORWARD_BAND_ROWS > 0) return std::max(1, std::min(CT_FORWARD_BAND_ROWS, std::max(1, n_outer)));
   const i64 target = i64(2) << 20;
   const i64 rows = plane_bytes > 0 ? target / plane_bytes : 8;
   return (int)std::max<i64>(1, std::min<i64>({i64(8), std::max<i64>(4, rows), (i64)std::max(1, n_outer)}));
