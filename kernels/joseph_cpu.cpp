@@ -34,11 +34,14 @@ struct ForwardPath {
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
 // load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
+// AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
+// 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
+// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
-    {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
     {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
+    {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
