@@ -145,12 +145,27 @@ struct PairLanes {
         part((__mmask16)G.part), sc(G.sc) {}
 };
 
-// The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
-template <bool GATHER>
-inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
+// Add the bilinear samples of 16 rays, given as (b, b+1) pairs of rows c (r0) and c+1 (r1) in pair layout
+// (lanes 0-7 in the lo vectors, 8-15 in the hi ones), to the pair accumulators.
+inline void pair_accumulate(__m512 tb, __m512 tc, __m512 r0l, __m512 r1l, __m512 r0h, __m512 r1h, __m512& acc_lo,
+                            __m512& acc_hi) {
   const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
   const __m512 one = _mm512_set1_ps(1.f);
+  // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
+  const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
+  const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
+  const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
+  const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
+  const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
+  const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
+  acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
+  acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+}
+
+// The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
+template <bool GATHER>
+inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
   const __m512i zero = _mm512_setzero_si512();
   const i64 sc = L.sc;
   const __m512 fn = _mm512_set1_ps((float)n);
@@ -186,15 +201,7 @@ inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 
     r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
     r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
   }
-  // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
-  const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
-  const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
-  const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
-  const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
-  const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
-  const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
-  acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
-  acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+  pair_accumulate(tb, tc, r0l, r1l, r0h, r1h, acc_lo, acc_hi);
 }
 
 // Lanes of `L` inside their interior at plane n.
@@ -678,6 +685,51 @@ inline void checked_plane(const CheckedLanes& C, const float* plane, int n, __mm
   acc = _mm512_mask_add_ps(acc, m, acc, _mm512_fmadd_ps(tc, _mm512_sub_ps(r1, r0), r0));
 }
 
+// checked_plane with 64-bit pair gathers (half the elements of four 32-bit gathers; the gathers' cost
+// does not fall with their mask here): each lane's pair is read at b index ib clamped to [lob, hib - 2]
+// (inside its row, so never outside the array) and shifted back into (ib, ib + 1) with the neighbour
+// outside the row zeroed; rows c and c + 1 are read only where they lie in the window.  Needs hib - lob >= 2.
+inline void checked_pair_plane(const CheckedLanes& C, const float* plane, int n, __mmask16 m, __m512& acc_lo,
+                               __m512& acc_hi) {
+  const __m512i ones = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i odd = _mm512_set_epi32(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+  const i64 sc = C.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, C.Bb, C.Ab), fc = _mm512_fmadd_ps(fn, C.Bc, C.Ac);
+  const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
+  const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
+  const __m512i rb = _mm512_sub_epi32(ib, C.lob), rc = _mm512_sub_epi32(ic, C.loc);
+  // lanes with a b neighbour in the window (ib in [lob - 1, hib - 1]) and their rows c, c + 1 in it
+  const __mmask16 mb = m & _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), _mm512_add_epi32(C.wb, ones));
+  const __mmask16 c0 = mb & _mm512_cmplt_epu32_mask(rc, C.wc);
+  const __mmask16 c1 = mb & _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), C.wc);
+  const __m512i ibc = _mm512_min_epi32(_mm512_max_epi32(ib, C.lob), _mm512_sub_epi32(_mm512_add_epi32(C.lob, C.wb),
+                                                                                      _mm512_set1_epi32(2)));
+  const __m512i shift = _mm512_sub_epi32(ib, ibc);  // -1, 0 or 1 for the lanes of mb
+  const __m512i idx = _mm512_add_epi32(ibc, _mm512_mullo_epi32(ic, C.scv));
+  const __m256i idx_lo = _mm512_castsi512_si256(idx), idx_hi = _mm512_extracti64x4_epi64(idx, 1);
+  __m512 r[4];
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ix = h ? idx_hi : idx_lo;
+    const __mmask8 k0 = (__mmask8)(h ? (c0 >> 8) : c0), k1 = (__mmask8)(h ? (c1 >> 8) : c1);
+    const __m512 p0 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, k0, ix, plane, 4));
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, k1, ix, plane + sc, 4));
+    // float j of lane g's pair comes from float j + shift of the clamped pair; none where j + shift is not 0 or 1
+    const __m512i dsh = _mm512_permutexvar_epi32(h ? dup_hi : dup_lo, shift);
+    const __m512i js = _mm512_add_epi32(odd, dsh);
+    const __mmask16 keep = _mm512_cmplt_epu32_mask(js, _mm512_set1_epi32(2));
+    const __m512i from = _mm512_add_epi32(iota, dsh);
+    r[2 * h] = _mm512_maskz_permutexvar_ps(keep, from, p0);
+    r[2 * h + 1] = _mm512_maskz_permutexvar_ps(keep, from, p1);
+  }
+  pair_accumulate(tb, tc, r[0], r[1], r[2], r[3], acc_lo, acc_hi);
+}
+
 // Planes [n_begin, n_end) of the lanes `lanes` through the checked stencil, each lane only within its
 // own [n0, n1).
 inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, int n_begin, int n_end, __m512& acc) {
@@ -691,6 +743,9 @@ inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, 
   }
 }
 
+#ifndef CT_FUSED_PAIRS
+#define CT_FUSED_PAIRS 1
+#endif
 // Planes [n_begin, n_end) where the lanes' interiors differ, plane by plane: the checked stencil for
 // every marching lane where some lane is at an edge plane (outside its interior, within [n0, n1)), else
 // the pair loop for the lanes inside their interior.
@@ -700,12 +755,16 @@ inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G
   if (n_begin >= n_end) return;
   const CheckedLanes C(R);
   const PairLanes L(G);
+  const bool pairs_ok = CT_FUSED_PAIRS && R.hib - R.lob >= 2;
   const i64 sa = R.sa;
   const float* plane = vol + ((i64)n_begin * sa - R.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
     const __mmask16 marched = marched_mask(C, R.traced, n);
     const __mmask16 inside = R.part ? interior_mask(L, n) : (__mmask16)0;
-    if (marched & ~inside) checked_plane(C, plane, n, marched, acc_e);
+    if (marched & ~inside) {
+      if (pairs_ok) checked_pair_plane(C, plane, n, marched, acc_lo, acc_hi);
+      else checked_plane(C, plane, n, marched, acc_e);
+    }
     else if (inside) pair_plane<GATHER>(L, plane, n, inside, acc_lo, acc_hi);
   }
 }
