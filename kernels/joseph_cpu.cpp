@@ -202,7 +202,13 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // band's rays stay in a z-range of the volume that the cache then keeps across the views, instead of
   // the whole volume streaming through it once per view.  Each ray is traced as before.
   const int band = path.bands ? ct::fwd::forward_band_rows((i64)vw.H * vw.W * (i64)sizeof(real), n_outer) : 0;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
+  // Chunks of 16 rows: neighbouring rows of one view write neighbouring floats of the output (rows run
+  // along v, the output's last axis), so chunks of 4 put two threads on the same cache lines; 16 rows
+  // cover a 64-byte line (2 threads, N = 64: 1.14x CPU-s against 4 rows, 1.17x for 64; N = 128 1.10x).
+#ifndef CT_FORWARD_CHUNK
+#define CT_FORWARD_CHUNK 16
+#endif
+#pragma omp parallel for schedule(dynamic, CT_FORWARD_CHUNK) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
     int k, outer;
     ct::fwd::row_view_and_outer(row, dw.n_views, n_outer, band, k, outer);
