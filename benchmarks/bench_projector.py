@@ -281,16 +281,18 @@ def with_cpu_library(lib, fn, family: str = "joseph"):
     The same Python path then calls another build of the kernels (a baseline
     revision, a prebuilt variant); the loader is restored after each call.
     """
-    from ctbench.engine import cpu_build
+    from ctbench.engine import cpu, cpu_build
 
     original = cpu_build.load_cpu_library
 
     def call():
-        cpu_build.load_cpu_library = lambda f: lib if f == family else original(f)
+        # ctbench.engine.cpu holds its own reference (it selects the run-time paths on that library): patch
+        # both, else the paths are set on the default build while the substitute runs its default path
+        cpu_build.load_cpu_library = cpu.load_cpu_library = lambda f: lib if f == family else original(f)
         try:
             return fn()
         finally:
-            cpu_build.load_cpu_library = original
+            cpu_build.load_cpu_library = cpu.load_cpu_library = original
     return call
 
 

@@ -29,12 +29,18 @@ struct ForwardPath {
   bool lanes;               // SIMD lanes (else scalar beams)
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
+  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group; AVX-512 only)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
 // load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
+// AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
+// 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
+// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
+    {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
+    {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
@@ -200,7 +206,13 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // band's rays stay in a z-range of the volume that the cache then keeps across the views, instead of
   // the whole volume streaming through it once per view.  Each ray is traced as before.
   const int band = path.bands ? ct::fwd::forward_band_rows((i64)vw.H * vw.W * (i64)sizeof(real), n_outer) : 0;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(nthreads)
+  // Chunks of 16 rows: neighbouring rows of one view write neighbouring floats of the output (rows run
+  // along v, the output's last axis), so chunks of 4 put two threads on the same cache lines; 16 rows
+  // cover a 64-byte line (2 threads, N = 64: 1.14x CPU-s against 4 rows, 1.17x for 64; N = 128 1.10x).
+#ifndef CT_FORWARD_CHUNK
+#define CT_FORWARD_CHUNK 16
+#endif
+#pragma omp parallel for schedule(dynamic, CT_FORWARD_CHUNK) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
     int k, outer;
     ct::fwd::row_view_and_outer(row, dw.n_views, n_outer, band, k, outer);
@@ -217,6 +229,15 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         ius[g] = dw.u0 + (u_inner ? inner : outer);
         ivs[g] = dw.v0 + (u_inner ? outer : inner);
       }
+#if defined(__AVX512F__)
+      if constexpr (lanes) {
+        if (use_lanes && path.fused) {
+          ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
+                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);
+          continue;
+        }
+      }
+#endif
       unsigned ready = 0;  // lanes set up together (float32 lanes)
       if constexpr (lanes) {
         if (use_lanes)

@@ -48,7 +48,11 @@ constexpr int kForwardLanes = 0;
 // Detector rows per band of the -bands paths: about 2 MiB (the L2 of current cores) of volume planes,
 // 4 to 8 rows (1 thread, W1's geometry scaled, load 12-14: 8 rows best at N = 128-256, 4-5 at N = 320;
 // 1 or 2 rows lose 10-25%, 32 rows 5-10% at N = 128).
+#ifndef CT_FORWARD_BAND_ROWS
+#define CT_FORWARD_BAND_ROWS 0  // > 0: that many rows per band (for measurements; 0: the rule below)
+#endif
 inline int forward_band_rows(i64 plane_bytes, int n_outer) {
+  if (CT_FORWARD_BAND_ROWS > 0) return std::max(1, std::min(CT_FORWARD_BAND_ROWS, std::max(1, n_outer)));
   const i64 target = i64(2) << 20;
   const i64 rows = plane_bytes > 0 ? target / plane_bytes : 8;
   return (int)std::max<i64>(1, std::min<i64>({i64(8), std::max<i64>(4, rows), (i64)std::max(1, n_outer)}));
@@ -129,74 +133,95 @@ inline void load_group(const Ray<float>* r, int n, unsigned part, LaneGroup& G) 
 
 #if defined(__AVX512F__)
 
+// A lane group's coefficients in registers (the pair loop's constants).
+struct PairLanes {
+  __m512 Ab, Bb, Ac, Bc;
+  __m512i i0, i1, scv;
+  __mmask16 part;
+  i64 sc;
+  explicit PairLanes(const LaneGroup& G)
+      : Ab(_mm512_load_ps(G.Ab)), Bb(_mm512_load_ps(G.Bb)), Ac(_mm512_load_ps(G.Ac)), Bc(_mm512_load_ps(G.Bc)),
+        i0(_mm512_load_si512(G.i0)), i1(_mm512_load_si512(G.i1)), scv(_mm512_set1_epi32((int)G.sc)),
+        part((__mmask16)G.part), sc(G.sc) {}
+};
+
+// Add the bilinear samples of 16 rays, given as (b, b+1) pairs of rows c (r0) and c+1 (r1) in pair layout
+// (lanes 0-7 in the lo vectors, 8-15 in the hi ones), to the pair accumulators.
+inline void pair_accumulate(__m512 tb, __m512 tc, __m512 r0l, __m512 r1l, __m512 r0h, __m512 r1h, __m512& acc_lo,
+                            __m512& acc_hi) {
+  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  const __m512 one = _mm512_set1_ps(1.f);
+  // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
+  const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
+  const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
+  const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
+  const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
+  const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
+  const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
+  acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
+  acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+}
+
+// The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
+template <bool GATHER>
+inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
+  const __m512i zero = _mm512_setzero_si512();
+  const i64 sc = L.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, L.Bb, L.Ab);
+  const __m512 fc = _mm512_fmadd_ps(fn, L.Bc, L.Ac);
+  // interior: coordinates are positive, so truncation is floor
+  const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);
+  const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib));
+  const __m512 tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
+  const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, L.scv));
+  const __m256i idx_lo = _mm512_castsi512_si256(idx);
+  const __m256i idx_hi = _mm512_extracti64x4_epi64(idx, 1);
+  const __mmask8 mlo = (__mmask8)(m & 0xff), mhi = (__mmask8)(m >> 8);
+  // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
+  __m512 r0l, r1l, r0h, r1h;
+  if (GATHER) {
+    r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
+    r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
+    r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
+    r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+  } else {
+    // scalar loads: masked-off lanes read offset 0 of the plane (inside the
+    // slab: n lies in some lane's interior) and are zeroed afterwards
+    alignas(64) int ix[16];
+    _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
+    alignas(64) long long q0[16], q1[16];
+    for (int g = 0; g < 16; ++g) {
+      std::memcpy(&q0[g], plane + ix[g], 8);
+      std::memcpy(&q1[g], plane + sc + ix[g], 8);
+    }
+    r0l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q0)));
+    r1l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q1)));
+    r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
+    r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
+  }
+  pair_accumulate(tb, tc, r0l, r1l, r0h, r1h, acc_lo, acc_hi);
+}
+
+// Lanes of `L` inside their interior at plane n.
+inline __mmask16 interior_mask(const PairLanes& L, int n) {
+  const __m512i nv = _mm512_set1_epi32(n);
+  return _mm512_mask_cmpgt_epi32_mask(_mm512_mask_cmple_epi32_mask(L.part, L.i0, nv), L.i1, nv);
+}
+
 // Planes [n_begin, n_end) of the group; MASKED: lanes are switched off outside
 // their own interior (else every lane of `part` is inside it).
 template <bool MASKED, bool GATHER>
 inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int n_end, __m512& acc_lo,
                           __m512& acc_hi) {
   if (n_begin >= n_end) return;
-  const __m512 Ab = _mm512_load_ps(G.Ab), Bb = _mm512_load_ps(G.Bb);
-  const __m512 Ac = _mm512_load_ps(G.Ac), Bc = _mm512_load_ps(G.Bc);
-  const __m512i i0 = _mm512_load_si512(G.i0), i1 = _mm512_load_si512(G.i1);
-  const __m512i scv = _mm512_set1_epi32((int)G.sc);
-  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-  const __m512 one = _mm512_set1_ps(1.f);
-  const __m512i zero = _mm512_setzero_si512();
-  const __mmask16 part = (__mmask16)G.part;
-  const i64 sa = G.sa, sc = G.sc;
+  const PairLanes L(G);
+  const i64 sa = G.sa;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
-    const float fnf = (float)n;
     prefetch_ahead(G, plane, n);
-    const __m512 fn = _mm512_set1_ps(fnf);
-    __mmask16 m = part;
-    if (MASKED) {
-      const __m512i nv = _mm512_set1_epi32(n);
-      m = _mm512_mask_cmple_epi32_mask(m, i0, nv);
-      m = _mm512_mask_cmpgt_epi32_mask(m, i1, nv);
-    }
-    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab);
-    const __m512 fc = _mm512_fmadd_ps(fn, Bc, Ac);
-    // interior: coordinates are positive, so truncation is floor
-    const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);
-    const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib));
-    const __m512 tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
-    const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, scv));
-    const __m256i idx_lo = _mm512_castsi512_si256(idx);
-    const __m256i idx_hi = _mm512_extracti64x4_epi64(idx, 1);
-    const __mmask8 mlo = (__mmask8)(m & 0xff), mhi = (__mmask8)(m >> 8);
-    // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
-    __m512 r0l, r1l, r0h, r1h;
-    if (GATHER) {
-      r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
-      r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
-      r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
-      r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
-    } else {
-      // scalar loads: masked-off lanes read offset 0 of the plane (inside the
-      // slab: n lies in some lane's interior) and are zeroed afterwards
-      alignas(64) int ix[16];
-      _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
-      alignas(64) long long q0[16], q1[16];
-      for (int g = 0; g < 16; ++g) {
-        std::memcpy(&q0[g], plane + ix[g], 8);
-        std::memcpy(&q1[g], plane + sc + ix[g], 8);
-      }
-      r0l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q0)));
-      r1l = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mlo, _mm512_load_si512(q1)));
-      r0h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q0 + 8)));
-      r1h = _mm512_castsi512_ps(_mm512_maskz_mov_epi64(mhi, _mm512_load_si512(q1 + 8)));
-    }
-    // weights in pair layout: (1 - tb, tb) per ray, tc duplicated
-    const __m512 tbl = _mm512_permutexvar_ps(dup_lo, tb), tcl = _mm512_permutexvar_ps(dup_lo, tc);
-    const __m512 tbh = _mm512_permutexvar_ps(dup_hi, tb), tch = _mm512_permutexvar_ps(dup_hi, tc);
-    const __m512 wbl = _mm512_mask_sub_ps(tbl, 0x5555, one, tbl);
-    const __m512 wbh = _mm512_mask_sub_ps(tbh, 0x5555, one, tbh);
-    const __m512 vl = _mm512_fmadd_ps(tcl, _mm512_sub_ps(r1l, r0l), r0l);
-    const __m512 vh = _mm512_fmadd_ps(tch, _mm512_sub_ps(r1h, r0h), r0h);
-    acc_lo = _mm512_fmadd_ps(wbl, vl, acc_lo);
-    acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
+    pair_plane<GATHER>(L, plane, n, MASKED ? interior_mask(L, n) : L.part, acc_lo, acc_hi);
   }
 }
 
@@ -489,6 +514,399 @@ inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned p
   (void)vol; (void)r; (void)n; (void)part; (void)acc; (void)kind;
 #endif
 }
+
+#if defined(__AVX512F__)
+
+// ---------------------------------------------------------------- fused lanes
+// The -fused paths (docs/INTERNALS.md, "Forward flat cost, session 4"): at N = 64 a ray has only ~64
+// samples, and the scalar per-ray work around the vector loop (setup_lanes' branchy double code, the
+// Ray structs and their copy into a LaneGroup, the checked edge planes ray by ray) took 59% of the
+// time.  Here a row group of up to 16 pixels is set up in AVX-512 double lanes straight into
+// structure-of-arrays form, and its edge planes run in lanes too (the checked stencil as four masked
+// 32-bit gathers).  Same samples as make_ray / ray_forward up to float32 rounding.
+
+// Ray coefficients of the lanes of one group, one dominant axis (structure of arrays).
+struct FusedRays {
+  alignas(64) float Ab[16], Bb[16], Ac[16], Bc[16], w[16];
+  alignas(64) int n0[16], n1[16], i0[16], i1[16];
+  unsigned traced = 0;  // lanes set up with the group's axis that touch the window
+  unsigned part = 0;    // traced lanes with interior planes
+  int lob = 0, hib = 0, loc = 0, hic = 0;
+  i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
+};
+
+inline __mmask8 finite_pd(__m512d x) { return _mm512_cmp_pd_mask(_mm512_sub_pd(x, x), _mm512_setzero_pd(), _CMP_EQ_OQ); }
+
+// floor / ceil of v clamped to [-1e8, 1e8], as int32 (make_ray_box's conservative integer bounds)
+inline __m256i floor_clamped(__m512d v, int mode) {
+  const __m512d big = _mm512_set1_pd(1.0e8);
+  v = _mm512_min_pd(_mm512_max_pd(v, _mm512_sub_pd(_mm512_setzero_pd(), big)), big);
+  return _mm512_cvttpd_epi32(mode == 0 ? _mm512_roundscale_pd(v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+                                       : _mm512_roundscale_pd(v, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
+}
+
+// nlo = max(nlo, min(t1, t2)), nhi = min(nhi, max(t1, t2)) for t = (edge - A) * invB at edges lo, hi
+inline void clip_pd(__m512d A, __m512d iB, double lo, double hi, __m512d& nlo, __m512d& nhi) {
+  const __m512d t1 = _mm512_mul_pd(_mm512_sub_pd(_mm512_set1_pd(lo), A), iB);
+  const __m512d t2 = _mm512_mul_pd(_mm512_sub_pd(_mm512_set1_pd(hi), A), iB);
+  nlo = _mm512_max_pd(nlo, _mm512_min_pd(t1, t2));
+  nhi = _mm512_min_pd(nhi, _mm512_max_pd(t1, t2));
+}
+
+// Set up the lanes `want` (bit g: pixel offsets su[g], sv[g] from the detector centre) of view k with
+// dominant axis a, in double as make_ray_box: the lanes whose own dominant axis is a (make_ray's rule),
+// with finite coefficients and neither B zero (else planar or parallel: make_ray's cases).  Returns those
+// lanes; R.traced is the subset that touches the window [0, W) x [0, H) x [zlo, zhi).
+inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
+                            const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
+  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
+  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
+  const int nn[3] = {vw.W, vw.H, vw.D};
+  const int lo[3] = {0, 0, zlo}, hi[3] = {vw.W, vw.H, zhi};
+  R.lob = lo[b]; R.hib = hi[b]; R.loc = lo[c]; R.hic = hi[c];
+  const bool thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  const double m = 1.0 / 64.0;
+  const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
+  unsigned done = 0, traced = 0;
+  for (int h = 0; h < 2; ++h) {
+    const __mmask8 wanted = (__mmask8)(want >> (8 * h));
+    if (!wanted) continue;
+    const __m512d u = _mm512_loadu_pd(su + 8 * h), v = _mm512_loadu_pd(sv + 8 * h);
+    __m512d fo[3], fd[3], dd = zero;
+    __mmask8 fin = wanted;
+    for (int q = 0; q < 3; ++q) {
+      // geo: source, centre, u step, v step of the view (x, y, z each)
+      const __m512d s = _mm512_set1_pd(geo[q]);
+      const __m512d p = _mm512_fmadd_pd(v, _mm512_set1_pd(geo[9 + q]),
+                                        _mm512_fmadd_pd(u, _mm512_set1_pd(geo[6 + q]), _mm512_set1_pd(geo[3 + q])));
+      const __m512d o = cone ? s : p, d = cone ? _mm512_sub_pd(p, s) : s;
+      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1)));
+      fd[q] = _mm512_mul_pd(d, _mm512_set1_pd(isp[q]));
+      dd = _mm512_fmadd_pd(d, d, dd);
+      fin &= finite_pd(fo[q]) & finite_pd(fd[q]);
+    }
+    const __m512d f0 = _mm512_abs_pd(fd[0]), f1 = _mm512_abs_pd(fd[1]), f2 = _mm512_abs_pd(fd[2]);
+    // the lane's own dominant axis by make_ray's rule (the first of the largest)
+    __mmask8 own;
+    if (a == 0) own = _mm512_cmp_pd_mask(f0, f1, _CMP_GE_OQ) & _mm512_cmp_pd_mask(f0, f2, _CMP_GE_OQ);
+    else if (a == 1) own = _mm512_cmp_pd_mask(f1, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f1, f2, _CMP_GE_OQ);
+    else own = _mm512_cmp_pd_mask(f2, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f2, f1, _CMP_GT_OQ);
+    const __m512d fa = fd[a];
+    own &= _mm512_cmp_pd_mask(fa, zero, _CMP_NEQ_OQ);
+    const __m512d ifa = _mm512_div_pd(one, fa);
+    const __m512d dBb = _mm512_mul_pd(fd[b], ifa), dBc = _mm512_mul_pd(fd[c], ifa);
+    const __m512d dw = _mm512_mul_pd(_mm512_sqrt_pd(dd), _mm512_abs_pd(ifa));
+    const __m512d dAb = _mm512_fnmadd_pd(fo[a], dBb, fo[b]), dAc = _mm512_fnmadd_pd(fo[a], dBc, fo[c]);
+    const __m256 fAb = _mm512_cvtpd_ps(dAb), fBb = _mm512_cvtpd_ps(dBb), fAc = _mm512_cvtpd_ps(dAc);
+    const __m256 fBc = _mm512_cvtpd_ps(dBc), fw = _mm512_cvtpd_ps(dw);
+    // the stored float coefficients, back in double (an overflow to inf shows here)
+    const __m512d Ab = _mm512_cvtps_pd(fAb), Bb = _mm512_cvtps_pd(fBb), Ac = _mm512_cvtps_pd(fAc);
+    const __m512d Bc = _mm512_cvtps_pd(fBc), w = _mm512_cvtps_pd(fw);
+    fin &= finite_pd(Ab) & finite_pd(Bb) & finite_pd(Ac) & finite_pd(Bc) & finite_pd(w);
+    const __mmask8 good = own & fin & _mm512_cmp_pd_mask(Bb, zero, _CMP_NEQ_OQ) &
+                          _mm512_cmp_pd_mask(Bc, zero, _CMP_NEQ_OQ);
+    if (!good) continue;
+    const __m512d iBb = _mm512_div_pd(one, Bb), iBc = _mm512_div_pd(one, Bc);
+    // restrict_planes for b and c
+    __m512d nlo = _mm512_set1_pd(double(lo[a])), nhi = _mm512_set1_pd(double(hi[a] - 1));
+    clip_pd(Ab, iBb, double(R.lob - 1), double(R.hib), nlo, nhi);
+    clip_pd(Ac, iBc, double(R.loc - 1), double(R.hic), nlo, nhi);
+    __mmask8 hit = good & _mm512_cmp_pd_mask(nlo, _mm512_add_pd(nhi, one), _CMP_LE_OQ);
+    __m256i a0 = floor_clamped(nlo, 0), a1 = _mm256_add_epi32(floor_clamped(nhi, 0), _mm256_set1_epi32(2));
+    a0 = _mm256_max_epi32(a0, _mm256_set1_epi32(lo[a]));
+    a1 = _mm256_min_epi32(a1, _mm256_set1_epi32(hi[a]));
+    hit &= (__mmask8)_mm256_cmpgt_epi32_mask(a1, a0);
+    // interior_planes for b (window [lob, hib - 1]) and c
+    __m512d ilo = _mm512_cvtepi32_pd(a0), ihi = _mm512_cvtepi32_pd(_mm256_sub_epi32(a1, _mm256_set1_epi32(1)));
+    clip_pd(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
+    clip_pd(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    __m256i b0 = _mm256_max_epi32(floor_clamped(ilo, 1), a0);
+    __m256i b1 = _mm256_min_epi32(_mm256_add_epi32(floor_clamped(ihi, 0), _mm256_set1_epi32(1)), a1);
+    const __mmask8 inner = thin ? (__mmask8)0
+                                : (__mmask8)(_mm512_cmp_pd_mask(ilo, ihi, _CMP_LE_OQ) & _mm256_cmpgt_epi32_mask(b1, b0));
+    b0 = _mm256_mask_mov_epi32(a0, inner, b0);
+    b1 = _mm256_mask_mov_epi32(a0, inner, b1);
+    _mm256_store_ps(R.Ab + 8 * h, fAb); _mm256_store_ps(R.Bb + 8 * h, fBb);
+    _mm256_store_ps(R.Ac + 8 * h, fAc); _mm256_store_ps(R.Bc + 8 * h, fBc);
+    _mm256_store_ps(R.w + 8 * h, fw);
+    _mm256_store_si256((__m256i*)(R.n0 + 8 * h), a0); _mm256_store_si256((__m256i*)(R.n1 + 8 * h), a1);
+    _mm256_store_si256((__m256i*)(R.i0 + 8 * h), b0); _mm256_store_si256((__m256i*)(R.i1 + 8 * h), b1);
+    done |= (unsigned)good << (8 * h);
+    traced |= (unsigned)hit << (8 * h);
+  }
+  R.traced = traced;
+  R.part = 0;
+  for (int g = 0; g < 16; ++g)
+    if (((traced >> g) & 1u) && R.i0[g] < R.i1[g]) R.part |= 1u << g;
+  return done;
+}
+
+// The checked stencil's constants of a FusedRays group in registers.
+struct CheckedLanes {
+  __m512 Ab, Bb, Ac, Bc;
+  __m512i n0, n1, lob, wb, loc, wc, scv;
+  i64 sc;
+  explicit CheckedLanes(const FusedRays& R)
+      : Ab(_mm512_load_ps(R.Ab)), Bb(_mm512_load_ps(R.Bb)), Ac(_mm512_load_ps(R.Ac)), Bc(_mm512_load_ps(R.Bc)),
+        n0(_mm512_load_si512(R.n0)), n1(_mm512_load_si512(R.n1)), lob(_mm512_set1_epi32(R.lob)),
+        wb(_mm512_set1_epi32(R.hib - R.lob)), loc(_mm512_set1_epi32(R.loc)), wc(_mm512_set1_epi32(R.hic - R.loc)),
+        scv(_mm512_set1_epi32((int)R.sc)), sc(R.sc) {}
+};
+
+// Lanes of `lanes` whose planes [n0, n1) hold plane n.
+inline __mmask16 marched_mask(const CheckedLanes& C, unsigned lanes, int n) {
+  const __m512i nv = _mm512_set1_epi32(n);
+  return _mm512_mask_cmplt_epi32_mask(_mm512_mask_cmple_epi32_mask((__mmask16)lanes, C.n0, nv), nv, C.n1);
+}
+
+// The lanes of `m` in plane n (at `plane`) by the checked stencil (edge planes: any coordinate, neighbours
+// outside the window count zero), added to acc.
+inline void checked_plane(const CheckedLanes& C, const float* plane, int n, __mmask16 m, __m512& acc) {
+  const __m512i ones = _mm512_set1_epi32(1);
+  const __m512 zero = _mm512_setzero_ps();
+  const i64 sc = C.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, C.Bb, C.Ab), fc = _mm512_fmadd_ps(fn, C.Bc, C.Ac);
+  const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
+  const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
+  // index in [lo, hi) as one unsigned compare of index - lo against hi - lo
+  const __m512i rb = _mm512_sub_epi32(ib, C.lob), rc = _mm512_sub_epi32(ic, C.loc);
+  const __mmask16 b0 = _mm512_cmplt_epu32_mask(rb, C.wb), b1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), C.wb);
+  const __mmask16 c0 = _mm512_cmplt_epu32_mask(rc, C.wc), c1 = _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), C.wc);
+  const __m512i idx = _mm512_add_epi32(ib, _mm512_mullo_epi32(ic, C.scv));
+  const __m512 v00 = _mm512_mask_i32gather_ps(zero, m & b0 & c0, idx, plane, 4);
+  const __m512 v10 = _mm512_mask_i32gather_ps(zero, m & b1 & c0, idx, plane + 1, 4);
+  const __m512 v01 = _mm512_mask_i32gather_ps(zero, m & b0 & c1, idx, plane + sc, 4);
+  const __m512 v11 = _mm512_mask_i32gather_ps(zero, m & b1 & c1, idx, plane + sc + 1, 4);
+  const __m512 r0 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v10, v00), v00);
+  const __m512 r1 = _mm512_fmadd_ps(tb, _mm512_sub_ps(v11, v01), v01);
+  acc = _mm512_mask_add_ps(acc, m, acc, _mm512_fmadd_ps(tc, _mm512_sub_ps(r1, r0), r0));
+}
+
+// checked_plane with 64-bit pair gathers (half the elements of four 32-bit gathers; the gathers' cost
+// does not fall with their mask here): each lane's pair is read at b index ib clamped to [lob, hib - 2]
+// (inside its row, so never outside the array) and shifted back into (ib, ib + 1) with the neighbour
+// outside the row zeroed; rows c and c + 1 are read only where they lie in the window.  Needs hib - lob >= 2.
+inline void checked_pair_plane(const CheckedLanes& C, const float* plane, int n, __mmask16 m, __m512& acc_lo,
+                               __m512& acc_hi) {
+  const __m512i ones = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+  const __m512i dup_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  const __m512i dup_hi = _mm512_set_epi32(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i odd = _mm512_set_epi32(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0);
+  const i64 sc = C.sc;
+  const __m512 fn = _mm512_set1_ps((float)n);
+  const __m512 fb = _mm512_fmadd_ps(fn, C.Bb, C.Ab), fc = _mm512_fmadd_ps(fn, C.Bc, C.Ac);
+  const __m512 flb = _mm512_roundscale_ps(fb, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 flc = _mm512_roundscale_ps(fc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512i ib = _mm512_cvttps_epi32(flb), ic = _mm512_cvttps_epi32(flc);
+  const __m512 tb = _mm512_sub_ps(fb, flb), tc = _mm512_sub_ps(fc, flc);
+  const __m512i rb = _mm512_sub_epi32(ib, C.lob), rc = _mm512_sub_epi32(ic, C.loc);
+  // lanes with a b neighbour in the window (ib in [lob - 1, hib - 1]) and their rows c, c + 1 in it
+  const __mmask16 mb = m & _mm512_cmplt_epu32_mask(_mm512_add_epi32(rb, ones), _mm512_add_epi32(C.wb, ones));
+  const __mmask16 c0 = mb & _mm512_cmplt_epu32_mask(rc, C.wc);
+  const __mmask16 c1 = mb & _mm512_cmplt_epu32_mask(_mm512_add_epi32(rc, ones), C.wc);
+  const __m512i ibc = _mm512_min_epi32(_mm512_max_epi32(ib, C.lob), _mm512_sub_epi32(_mm512_add_epi32(C.lob, C.wb),
+                                                                                      _mm512_set1_epi32(2)));
+  const __m512i shift = _mm512_sub_epi32(ib, ibc);  // -1, 0 or 1 for the lanes of mb
+  const __m512i idx = _mm512_add_epi32(ibc, _mm512_mullo_epi32(ic, C.scv));
+  const __m256i idx_lo = _mm512_castsi512_si256(idx), idx_hi = _mm512_extracti64x4_epi64(idx, 1);
+  __m512 r[4];
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ix = h ? idx_hi : idx_lo;
+    const __mmask8 k0 = (__mmask8)(h ? (c0 >> 8) : c0), k1 = (__mmask8)(h ? (c1 >> 8) : c1);
+    const __m512 p0 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, k0, ix, plane, 4));
+    const __m512 p1 = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, k1, ix, plane + sc, 4));
+    // float j of lane g's pair comes from float j + shift of the clamped pair; none where j + shift is not 0 or 1
+    const __m512i dsh = _mm512_permutexvar_epi32(h ? dup_hi : dup_lo, shift);
+    const __m512i js = _mm512_add_epi32(odd, dsh);
+    const __mmask16 keep = _mm512_cmplt_epu32_mask(js, _mm512_set1_epi32(2));
+    const __m512i from = _mm512_add_epi32(iota, dsh);
+    r[2 * h] = _mm512_maskz_permutexvar_ps(keep, from, p0);
+    r[2 * h + 1] = _mm512_maskz_permutexvar_ps(keep, from, p1);
+  }
+  pair_accumulate(tb, tc, r[0], r[1], r[2], r[3], acc_lo, acc_hi);
+}
+
+// Planes [n_begin, n_end) of the lanes `lanes` through the checked stencil, each lane only within its
+// own [n0, n1).
+inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, int n_begin, int n_end, __m512& acc) {
+  if (n_begin >= n_end || !lanes) return;
+  const CheckedLanes C(R);
+  const i64 sa = R.sa;
+  const float* plane = vol + ((i64)n_begin * sa - R.offset);
+  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+    const __mmask16 m = marched_mask(C, lanes, n);
+    if (m) checked_plane(C, plane, n, m, acc);
+  }
+}
+
+#ifndef CT_FUSED_PAIRS
+#define CT_FUSED_PAIRS 1
+#endif
+// Planes [n_begin, n_end) where the lanes' interiors differ, plane by plane: the checked stencil for
+// every marching lane where some lane is at an edge plane (outside its interior, within [n0, n1)), else
+// the pair loop for the lanes inside their interior.
+template <bool GATHER>
+inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G, int n_begin, int n_end,
+                        __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
+  if (n_begin >= n_end) return;
+  const CheckedLanes C(R);
+  const PairLanes L(G);
+  const bool pairs_ok = CT_FUSED_PAIRS && R.hib - R.lob >= 2;
+  const i64 sa = R.sa;
+  const float* plane = vol + ((i64)n_begin * sa - R.offset);
+  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+    const __mmask16 marched = marched_mask(C, R.traced, n);
+    const __mmask16 inside = R.part ? interior_mask(L, n) : (__mmask16)0;
+    if (marched & ~inside) {
+      if (pairs_ok) checked_pair_plane(C, plane, n, marched, acc_lo, acc_hi);
+      else checked_plane(C, plane, n, marched, acc_e);
+    }
+    else if (inside) pair_plane<GATHER>(L, plane, n, inside, acc_lo, acc_hi);
+  }
+}
+
+// Line integrals (times w) of the traced lanes of R through `vol` (the slab array) into s[g]; s[g] = 0
+// for the other lanes: the unchecked pair loop over the planes where every lane with interior planes is
+// inside ([c0, c1)), fused_mixed plane by plane outside them, and the lanes without interior planes
+// through the checked stencil.  (Checking every plane outside [c0, c1) for all lanes cost 5-10% more at
+// N = 64-256: a group at the volume's side enters it lane after lane over many planes; splitting the
+// planes into runs of checked and pair planes cost 10% more at N = 64 in call overhead.)
+template <bool GATHER>
+inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
+  __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps(), acc_e = _mm512_setzero_ps();
+  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
+  for (int g = 0; g < 16; ++g) {
+    if (!((R.traced >> g) & 1u)) continue;
+    lo = std::min(lo, R.n0[g]); hi = std::max(hi, R.n1[g]);
+    if ((R.part >> g) & 1u) { c0 = std::max(c0, R.i0[g]); c1 = std::min(c1, R.i1[g]); }
+  }
+  if (R.traced) {
+    LaneGroup G;
+    std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
+    std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
+    std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
+    G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
+    if (R.part && c0 < c1) {
+      fused_mixed<GATHER>(vol, R, G, lo, c0, acc_lo, acc_hi, acc_e);
+      planes_avx512<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
+      fused_checked(vol, R, R.traced & ~R.part, c0, c1, acc_e);
+      fused_mixed<GATHER>(vol, R, G, c1, hi, acc_lo, acc_hi, acc_e);
+    } else {
+      fused_mixed<GATHER>(vol, R, G, lo, hi, acc_lo, acc_hi, acc_e);
+    }
+  }
+  alignas(64) float p[32], e[16];
+  _mm512_store_ps(p, acc_lo);
+  _mm512_store_ps(p + 16, acc_hi);
+  _mm512_store_ps(e, acc_e);
+  for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+}
+
+// make_ray's dominant axis of the ray through pixel offsets (su, sv) of view geo (see fused_setup).
+inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone, double su, double sv) {
+  double f[3];
+  const double sp[3] = {(double)vw.dx, (double)vw.dy, (double)vw.dz};
+  for (int q = 0; q < 3; ++q) {
+    const double p = geo[3 + q] + su * geo[6 + q] + sv * geo[9 + q];
+    f[q] = CT_ABS((cone ? p - geo[q] : geo[q]) / sp[q]);
+  }
+  int a = 0;
+  if (f[1] > f[a]) a = 1;
+  if (f[2] > f[a]) a = 2;
+  return a;
+}
+
+// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up in
+// lanes once (one pass per dominant axis present, at most 3), traced per item with fused_sums; pixels
+// the lanes do not take (planar or parallel rays, a non-finite set-up, x-dominant rays without the
+// swapped copy) go through make_ray and ray_forward one by one.  `swapped` is the (z, x, y) copy of the
+// slab (nullptr: none), each item `slab` elements.
+template <bool GATHER>
+inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                        const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                        const float* vstep, int cone, int k, const int* ius, const int* ivs,
+                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate) {
+  double geo[12];
+  for (int q = 0; q < 3; ++q) {
+    geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
+    geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
+  }
+  alignas(64) double su[16], sv[16];
+  for (int g = 0; g < 16; ++g) {
+    const int h = g < cnt ? g : 0;
+    su[g] = double(ius[h]) - 0.5 * double(dw.U - 1);
+    sv[g] = double(ivs[h]) - 0.5 * double(dw.V - 1);
+  }
+  const unsigned all = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);
+  FusedRays R[3];
+  const float* base[3];
+  i64 bstride[3];
+  int passes = 0;
+  unsigned left = all;  // lanes not yet set up
+  int a = fused_axis(vw, geo, cone, su[(cnt - 1) / 2], sv[(cnt - 1) / 2]);
+  bool tried[3] = {false, false, false};
+  while (left && passes < 3 && !tried[a]) {
+    tried[a] = true;
+    FusedRays& P = R[passes];
+    const i64 HW = (i64)vw.H * vw.W;
+    P.offset = (i64)vw.z0 * HW;
+    unsigned done = 0;
+    if (a != 0 || swapped) {
+      P.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
+      P.sc = a == 2 ? vw.W : HW;
+      base[passes] = a == 0 ? swapped : vol;
+      bstride[passes] = a == 0 ? slab : vol_batch_stride;
+      done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+    }
+    if (done) ++passes;
+    left &= ~done;
+    if (!left) break;
+    // the next axis: that of the first lane left (if already tried, the lanes left go one by one)
+    const int g = __builtin_ctz(left);
+    a = fused_axis(vw, geo, cone, su[g], sv[g]);
+  }
+  Ray<float> r[16];
+  bool hit[16];
+  const float* sbase[16];
+  i64 sstride[16];
+  for (int g = 0; g < cnt; ++g) {
+    if (!((left >> g) & 1u)) continue;
+    double o[3], d[3];
+    pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
+    r[g] = Ray<float>{};
+    hit[g] = make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
+    sbase[g] = vol;
+    sstride[g] = vol_batch_stride;
+    if (hit[g] && r[g].a == 0 && swapped) {
+      ray_use_strides(r[g], (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
+      sbase[g] = swapped;
+      sstride[g] = slab;
+    }
+  }
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  for (int q = 0; q < batch; ++q) {
+    alignas(64) float val[16] = {};
+    for (int p = 0; p < passes; ++p) {
+      alignas(64) float s[16];
+      fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
+      for (int g = 0; g < cnt; ++g)
+        if ((R[p].traced >> g) & 1u) val[g] = s[g];
+    }
+    for (int g = 0; g < cnt; ++g)
+      if (((left >> g) & 1u) && hit[g]) val[g] = ray_forward(sbase[g] + q * sstride[g], r[g]);
+    for (int g = 0; g < cnt; ++g) {
+      const i64 oi = ((i64)k * nu + (ius[g] - dw.u0)) * nv + (ivs[g] - dw.v0);
+      float& dst = out[q * out_batch_stride + oi];
+      dst = accumulate ? dst + val[g] : val[g];
+    }
+  }
+}
+
+#endif
 
 }  // namespace fwd
 }  // namespace ct

@@ -54,7 +54,9 @@ def test_library_lists_its_paths(known):
     if " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native":
         # an AVX-512 build also has the AVX2 lanes (forced AVX2 on an AVX-512 CPU)
         assert {"avx512-gather", "avx512-loads", "avx2-gather", "avx2-loads"} <= set(known["forward"])
-        assert known["forward"][0] == "avx512-gather-bands"  # the build's default
+        # the build's default: the fused lanes (set-up and edge planes in lanes), banded
+        assert known["forward"][0] == "avx512-gather-fused-bands"
+        assert {"avx512-gather-fused", "avx512-gather-bands"} <= set(known["forward"])
 
 
 @pytest.mark.parametrize("shape,det", CASES)

@@ -1,0 +1,102 @@
+"""The -fused forward paths (kernels/joseph_forward_cpu.hpp, fused_group): the ray set-up in AVX-512
+lanes and the edge planes traced in lanes, checked against the pure-torch reference backend on the
+cases their code treats apart: views at 45 degrees (a row group's rays split between two dominant axes),
+odd detectors whose centre row and column are parallel to a voxel plane (lanes handed to make_ray),
+b axes too narrow for pair reads, z-slab windows whose sum is the whole projection, and detector tiles.
+"""
+
+import math
+
+import pytest
+import torch
+
+from ctbench import Projector, circular_trajectory_3d
+from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu_joseph_paths import FORWARD_ARGS
+
+F64 = torch.float64
+FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands")
+
+
+@pytest.fixture(scope="module")
+def fused():
+    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
+    names = [n for n in FUSED if n in known]
+    if not names:
+        pytest.skip("this build has no AVX-512 lanes (no -fused forward paths)")
+    return names
+
+
+def _pair(shape, det, angles, sid=None, spacing=(1.0, 1.1, 0.9)):
+    angles = torch.tensor(angles, dtype=F64)
+    sid = sid or 3.0 * max(shape)
+    traj = circular_trajectory_3d(angles.numel(), sid, 2 * sid, angles=angles, dtype=F64)
+    kw = dict(voxel_spacing=spacing, detector_spacing=(2.1, 1.7))
+    return (Projector(traj, shape, det, backend="cpu", **kw), Projector(traj, shape, det, backend="reference", **kw))
+
+
+def _close32(got, want):
+    err = (got.double() - want).abs()
+    return bool((err <= 1e-5 * want.abs() + 2e-6 * float(want.abs().max())).all())
+
+
+@pytest.mark.parametrize("shape,det,angles", [
+    # 45 degrees and near it: a 16-ray group's dominant axis changes inside the group (two passes)
+    ((12, 40, 40), (57, 13), [math.pi / 4, math.pi / 4 + 0.01, 3 * math.pi / 4 - 0.02, 1.1]),
+    # odd detector on axis-aligned views: the centre row / column are parallel to voxel planes (make_ray)
+    ((9, 33, 31), (33, 9), [0.0, math.pi / 2, math.pi, 0.7]),
+    # b axes of width 1 and 2 (no room for a clamped pair read): the 32-bit checked stencil
+    ((7, 2, 30), (19, 11), [0.0, 0.4, math.pi / 2, 2.5]),
+    ((7, 30, 1), (19, 11), [math.pi / 2, 1.9, 0.05]),
+])
+def test_fused_forward_matches_reference(fused, monkeypatch, shape, det, angles):
+    cpu, ref = _pair(shape, det, angles)
+    x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(5), dtype=F64) + 0.1
+    want = ref.project(x)
+    assert bool((want > 0).any())
+    for name in fused:
+        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        got = cpu.project(x.float())
+        assert _close32(got, want), (name, float((got.double() - want).abs().max()))
+        # per item bitwise the same as in the batch
+        assert torch.equal(cpu.project(x[1].float()), got[1]), name
+
+
+def _kernel_forward(vol, z0, z1, D, geom, det, views, spacing, out, accumulate, tile=None, threads=1):
+    lib = cpu_build.load_cpu_library("joseph")
+    cpu_joseph_paths.apply(lib)
+    fwd = getattr(lib, "joseph_forward_f32")
+    fwd.argtypes, fwd.restype = FORWARD_ARGS, None
+    U, V = det
+    u0, u1, v0, v1 = tile or (0, U, 0, V)
+    dz, dy, dx = spacing
+    _, H, W = vol.shape
+    fwd(vol.data_ptr(), vol.numel(), 1, D, H, W, z0, z1, dx, dy, dz, *[t.data_ptr() for t in geom], 1, views, U, V,
+        u0, u1, v0, v1, out.data_ptr(), int(accumulate), threads)
+
+
+def test_fused_slab_windows_add_up_to_the_projection(fused, monkeypatch):
+    """The kernel's z-slab windows (rays clipped to [z0, z1): edge planes where they cross the slab's
+    faces): the sum over slabs that tile the volume equals the reference projection, at 1 and 2 threads,
+    and for a detector tile."""
+    D, H, W = 21, 36, 34
+    det, angles = (41, 29), [0.2, math.pi / 4, 1.3, 2.9]
+    cpu, ref = _pair((D, H, W), det, angles, spacing=(1.0, 1.0, 1.0))
+    x = torch.rand((D, H, W), generator=torch.Generator().manual_seed(6), dtype=F64) + 0.1
+    want = ref.project(x)
+    traj = cpu.trajectory
+    geom = [t.to(torch.float32).contiguous() for t in
+            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+    xf = x.float()
+    for name in fused:
+        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        for threads in (1, 2):
+            out = torch.zeros((len(angles), *det), dtype=torch.float32)
+            for z0, z1 in ((0, 5), (5, 6), (6, 14), (14, D)):
+                _kernel_forward(xf[z0:z1].contiguous(), z0, z1, D, geom, det, len(angles), (1.0, 1.0, 1.0), out,
+                                accumulate=True, threads=threads)
+            assert _close32(out, want), (name, threads, float((out.double() - want).abs().max()))
+            tile = torch.zeros((len(angles), 17, 10), dtype=torch.float32)
+            _kernel_forward(xf, 0, D, D, geom, det, len(angles), (1.0, 1.0, 1.0), tile, accumulate=False,
+                            tile=(20, 37, 5, 15), threads=threads)
+            assert _close32(tile, want[:, 20:37, 5:15]), (name, threads)
