@@ -29,7 +29,7 @@ struct ForwardPath {
   bool lanes;               // SIMD lanes (else scalar beams)
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
-  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group; AVX-512 only)
+  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -44,7 +44,9 @@ constexpr ForwardPath kForwardPaths[] = {
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
+    {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
+    {"avx2-gather-fused", true, ct::fwd::LaneKind::Avx2Gather, false, true},
 #endif
 #if defined(__AVX512F__)
     {"avx512-gather", true, ct::fwd::LaneKind::Avx512Gather, false},
@@ -229,8 +231,14 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         ius[g] = dw.u0 + (u_inner ? inner : outer);
         ivs[g] = dw.v0 + (u_inner ? outer : inner);
       }
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
       if constexpr (lanes) {
+        if (use_lanes && path.fused && path.kind == ct::fwd::LaneKind::Avx2Gather) {
+          ct::fwd::fused_group<true, true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src,
+                                           ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride,
+                                           accumulate);
+          continue;
+        }
         if (use_lanes && path.fused) {
           ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
                                      ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);

@@ -15,7 +15,7 @@ from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
 from ctbench.engine.cpu_joseph_paths import FORWARD_ARGS
 
 F64 = torch.float64
-FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands")
+FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands", "avx2-gather-fused", "avx2-gather-fused-bands")
 
 
 @pytest.fixture(scope="module")
