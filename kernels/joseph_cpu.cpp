@@ -29,7 +29,7 @@ struct ForwardPath {
   bool lanes;               // SIMD lanes (else scalar beams)
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
-  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group; AVX-512 only)
+  bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -37,6 +37,8 @@ struct ForwardPath {
 // AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
 // 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
 // running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
+// AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
+// 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
@@ -44,7 +46,9 @@ constexpr ForwardPath kForwardPaths[] = {
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
+    {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
+    {"avx2-gather-fused", true, ct::fwd::LaneKind::Avx2Gather, false, true},
 #endif
 #if defined(__AVX512F__)
     {"avx512-gather", true, ct::fwd::LaneKind::Avx512Gather, false},
@@ -229,8 +233,14 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         ius[g] = dw.u0 + (u_inner ? inner : outer);
         ivs[g] = dw.v0 + (u_inner ? outer : inner);
       }
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
       if constexpr (lanes) {
+        if (use_lanes && path.fused && path.kind == ct::fwd::LaneKind::Avx2Gather) {
+          ct::fwd::fused_group<true, true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src,
+                                           ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride,
+                                           accumulate);
+          continue;
+        }
         if (use_lanes && path.fused) {
           ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
                                      ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);

@@ -515,7 +515,7 @@ inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned p
 #endif
 }
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 
 // ---------------------------------------------------------------- fused lanes
 // The -fused paths (docs/INTERNALS.md, "Forward flat cost, session 4"): at N = 64 a ray has only ~64
@@ -534,6 +534,10 @@ struct FusedRays {
   int lob = 0, hib = 0, loc = 0, hic = 0;
   i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
 };
+
+#endif
+
+#if defined(__AVX512F__)
 
 inline __mmask8 finite_pd(__m512d x) { return _mm512_cmp_pd_mask(_mm512_sub_pd(x, x), _mm512_setzero_pd(), _CMP_EQ_OQ); }
 
@@ -806,6 +810,249 @@ inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
   for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
 }
 
+#endif
+
+#if defined(__AVX2__)
+
+// ---------------------------------------------------------------- fused lanes, AVX2
+// The -fused set-up and edge planes of the 8-lane paths (avx2-gather-fused(-bands)): the steps of
+// fused_setup / fused_sums in 4-double set-up lanes (a 16-pixel group in four chunks) and 8-float tracing
+// lanes (the group in two halves), with masks as vectors (AVX2 has no mask registers).  An AVX-512 build
+// has them too, so that they can be forced there (not the speed of an AVX2-only core).
+
+// bit g: lane g of x is finite (x - x == 0 is false for inf and NaN)
+inline int finite4(__m256d x) {
+  return _mm256_movemask_pd(_mm256_cmp_pd(_mm256_sub_pd(x, x), _mm256_setzero_pd(), _CMP_EQ_OQ));
+}
+template <int P>
+inline int cmp4(__m256d x, __m256d y) { return _mm256_movemask_pd(_mm256_cmp_pd(x, y, P)); }
+inline __m256d abs4(__m256d x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
+inline int bits4(__m128i m) { return _mm_movemask_ps(_mm_castsi128_ps(m)); }
+
+// floor (up: ceil) of v clamped to [-1e8, 1e8], as int32 (as floor_clamped)
+inline __m128i floor_clamped4(__m256d v, bool up) {
+  v = _mm256_min_pd(_mm256_max_pd(v, _mm256_set1_pd(-1.0e8)), _mm256_set1_pd(1.0e8));
+  return _mm256_cvttpd_epi32(up ? _mm256_ceil_pd(v) : _mm256_floor_pd(v));
+}
+
+// clip_pd in four double lanes
+inline void clip4(__m256d A, __m256d iB, double lo, double hi, __m256d& nlo, __m256d& nhi) {
+  const __m256d t1 = _mm256_mul_pd(_mm256_sub_pd(_mm256_set1_pd(lo), A), iB);
+  const __m256d t2 = _mm256_mul_pd(_mm256_sub_pd(_mm256_set1_pd(hi), A), iB);
+  nlo = _mm256_max_pd(nlo, _mm256_min_pd(t1, t2));
+  nhi = _mm256_min_pd(nhi, _mm256_max_pd(t1, t2));
+}
+
+// fused_setup in AVX2 (same lanes, same result up to float32 rounding).
+inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
+                                 const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
+  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
+  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
+  const int nn[3] = {vw.W, vw.H, vw.D};
+  const int lo[3] = {0, 0, zlo}, hi[3] = {vw.W, vw.H, zhi};
+  R.lob = lo[b]; R.hib = hi[b]; R.loc = lo[c]; R.hic = hi[c];
+  const bool thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  const double m = 1.0 / 64.0;
+  const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
+  const __m128i ione = _mm_set1_epi32(1), lane_bits = _mm_set_epi32(8, 4, 2, 1);
+  unsigned done = 0, traced = 0;
+  for (int h = 0; h < 4; ++h) {
+    const int wanted = (int)((want >> (4 * h)) & 15u);
+    if (!wanted) continue;
+    const __m256d u = _mm256_loadu_pd(su + 4 * h), v = _mm256_loadu_pd(sv + 4 * h);
+    __m256d fo[3], fd[3], dd = zero;
+    int fin = wanted;
+    for (int q = 0; q < 3; ++q) {
+      const __m256d s = _mm256_set1_pd(geo[q]);
+      const __m256d p = _mm256_fmadd_pd(v, _mm256_set1_pd(geo[9 + q]),
+                                        _mm256_fmadd_pd(u, _mm256_set1_pd(geo[6 + q]), _mm256_set1_pd(geo[3 + q])));
+      const __m256d o = cone ? s : p, d = cone ? _mm256_sub_pd(p, s) : s;
+      fo[q] = _mm256_fmadd_pd(o, _mm256_set1_pd(isp[q]), _mm256_set1_pd(0.5 * double(nn[q] - 1)));
+      fd[q] = _mm256_mul_pd(d, _mm256_set1_pd(isp[q]));
+      dd = _mm256_fmadd_pd(d, d, dd);
+      fin &= finite4(fo[q]) & finite4(fd[q]);
+    }
+    const __m256d f0 = abs4(fd[0]), f1 = abs4(fd[1]), f2 = abs4(fd[2]);
+    int own;  // make_ray's rule: the first of the largest
+    if (a == 0) own = cmp4<_CMP_GE_OQ>(f0, f1) & cmp4<_CMP_GE_OQ>(f0, f2);
+    else if (a == 1) own = cmp4<_CMP_GT_OQ>(f1, f0) & cmp4<_CMP_GE_OQ>(f1, f2);
+    else own = cmp4<_CMP_GT_OQ>(f2, f0) & cmp4<_CMP_GT_OQ>(f2, f1);
+    const __m256d fa = fd[a];
+    own &= cmp4<_CMP_NEQ_OQ>(fa, zero);
+    const __m256d ifa = _mm256_div_pd(one, fa);
+    const __m256d dBb = _mm256_mul_pd(fd[b], ifa), dBc = _mm256_mul_pd(fd[c], ifa);
+    const __m256d dw = _mm256_mul_pd(_mm256_sqrt_pd(dd), abs4(ifa));
+    const __m256d dAb = _mm256_fnmadd_pd(fo[a], dBb, fo[b]), dAc = _mm256_fnmadd_pd(fo[a], dBc, fo[c]);
+    const __m128 fAb = _mm256_cvtpd_ps(dAb), fBb = _mm256_cvtpd_ps(dBb), fAc = _mm256_cvtpd_ps(dAc);
+    const __m128 fBc = _mm256_cvtpd_ps(dBc), fw = _mm256_cvtpd_ps(dw);
+    const __m256d Ab = _mm256_cvtps_pd(fAb), Bb = _mm256_cvtps_pd(fBb), Ac = _mm256_cvtps_pd(fAc);
+    const __m256d Bc = _mm256_cvtps_pd(fBc), w = _mm256_cvtps_pd(fw);
+    fin &= finite4(Ab) & finite4(Bb) & finite4(Ac) & finite4(Bc) & finite4(w);
+    const int good = own & fin & cmp4<_CMP_NEQ_OQ>(Bb, zero) & cmp4<_CMP_NEQ_OQ>(Bc, zero);
+    if (!good) continue;
+    const __m256d iBb = _mm256_div_pd(one, Bb), iBc = _mm256_div_pd(one, Bc);
+    // restrict_planes for b and c
+    __m256d nlo = _mm256_set1_pd(double(lo[a])), nhi = _mm256_set1_pd(double(hi[a] - 1));
+    clip4(Ab, iBb, double(R.lob - 1), double(R.hib), nlo, nhi);
+    clip4(Ac, iBc, double(R.loc - 1), double(R.hic), nlo, nhi);
+    int hit = good & cmp4<_CMP_LE_OQ>(nlo, _mm256_add_pd(nhi, one));
+    __m128i a0 = floor_clamped4(nlo, false), a1 = _mm_add_epi32(floor_clamped4(nhi, false), _mm_set1_epi32(2));
+    a0 = _mm_max_epi32(a0, _mm_set1_epi32(lo[a]));
+    a1 = _mm_min_epi32(a1, _mm_set1_epi32(hi[a]));
+    hit &= bits4(_mm_cmpgt_epi32(a1, a0));
+    // interior_planes for b (window [lob, hib - 1]) and c
+    __m256d ilo = _mm256_cvtepi32_pd(a0), ihi = _mm256_cvtepi32_pd(_mm_sub_epi32(a1, ione));
+    clip4(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
+    clip4(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    __m128i b0 = _mm_max_epi32(floor_clamped4(ilo, true), a0);
+    __m128i b1 = _mm_min_epi32(_mm_add_epi32(floor_clamped4(ihi, false), ione), a1);
+    const int inner = thin ? 0 : (cmp4<_CMP_LE_OQ>(ilo, ihi) & bits4(_mm_cmpgt_epi32(b1, b0)));
+    const __m128i innerv = _mm_cmpeq_epi32(_mm_and_si128(_mm_set1_epi32(inner), lane_bits), lane_bits);
+    b0 = _mm_blendv_epi8(a0, b0, innerv);
+    b1 = _mm_blendv_epi8(a0, b1, innerv);
+    _mm_store_ps(R.Ab + 4 * h, fAb); _mm_store_ps(R.Bb + 4 * h, fBb);
+    _mm_store_ps(R.Ac + 4 * h, fAc); _mm_store_ps(R.Bc + 4 * h, fBc);
+    _mm_store_ps(R.w + 4 * h, fw);
+    _mm_store_si128((__m128i*)(R.n0 + 4 * h), a0); _mm_store_si128((__m128i*)(R.n1 + 4 * h), a1);
+    _mm_store_si128((__m128i*)(R.i0 + 4 * h), b0); _mm_store_si128((__m128i*)(R.i1 + 4 * h), b1);
+    done |= (unsigned)good << (4 * h);
+    traced |= (unsigned)hit << (4 * h);
+  }
+  R.traced = traced;
+  R.part = 0;
+  for (int g = 0; g < 16; ++g)
+    if (((traced >> g) & 1u) && R.i0[g] < R.i1[g]) R.part |= 1u << g;
+  return done;
+}
+
+// lanes of bits (bit g: lane g of 8) as an all-ones / zero vector
+inline __m256i lane_mask8(unsigned bits) {
+  const __m256i lb = _mm256_set_epi32(128, 64, 32, 16, 8, 4, 2, 1);
+  return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)bits), lb), lb);
+}
+
+// The checked stencil's constants of half `o / 8` of a FusedRays group (lanes o .. o + 7); window widths
+// with the sign bit flipped, for unsigned compares as signed ones.
+struct CheckedLanes8 {
+  __m256 Ab, Bb, Ac, Bc;
+  __m256i n0, n1, lob, wbx, loc, wcx, scv;
+  i64 sc;
+  CheckedLanes8(const FusedRays& R, int o)
+      : Ab(_mm256_load_ps(R.Ab + o)), Bb(_mm256_load_ps(R.Bb + o)), Ac(_mm256_load_ps(R.Ac + o)),
+        Bc(_mm256_load_ps(R.Bc + o)), n0(_mm256_load_si256((const __m256i*)(R.n0 + o))),
+        n1(_mm256_load_si256((const __m256i*)(R.n1 + o))), lob(_mm256_set1_epi32(R.lob)),
+        wbx(_mm256_set1_epi32((int)((unsigned)(R.hib - R.lob) ^ 0x80000000u))), loc(_mm256_set1_epi32(R.loc)),
+        wcx(_mm256_set1_epi32((int)((unsigned)(R.hic - R.loc) ^ 0x80000000u))), scv(_mm256_set1_epi32((int)R.sc)),
+        sc(R.sc) {}
+};
+
+// x < w as unsigned, w given with its sign bit flipped
+inline __m256i ltu8(__m256i x, __m256i wx) {
+  return _mm256_cmpgt_epi32(wx, _mm256_xor_si256(x, _mm256_set1_epi32((int)0x80000000u)));
+}
+
+// Lanes of `lanes` whose planes [n0, n1) hold plane n.
+inline __m256i marched_mask8(const CheckedLanes8& C, __m256i lanes, int n) {
+  const __m256i nv = _mm256_set1_epi32(n);
+  return _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpgt_epi32(C.n0, nv), lanes), _mm256_cmpgt_epi32(C.n1, nv));
+}
+
+// checked_plane in 8 lanes: four masked 32-bit gathers, neighbours outside the window count zero.
+inline void checked_plane8(const CheckedLanes8& C, const float* plane, int n, __m256i m, __m256& acc) {
+  const __m256i ones = _mm256_set1_epi32(1);
+  const __m256 zero = _mm256_setzero_ps();
+  const i64 sc = C.sc;
+  const __m256 fn = _mm256_set1_ps((float)n);
+  const __m256 fb = _mm256_fmadd_ps(fn, C.Bb, C.Ab), fc = _mm256_fmadd_ps(fn, C.Bc, C.Ac);
+  const __m256 flb = _mm256_floor_ps(fb), flc = _mm256_floor_ps(fc);
+  const __m256i ib = _mm256_cvttps_epi32(flb), ic = _mm256_cvttps_epi32(flc);
+  const __m256 tb = _mm256_sub_ps(fb, flb), tc = _mm256_sub_ps(fc, flc);
+  const __m256i rb = _mm256_sub_epi32(ib, C.lob), rc = _mm256_sub_epi32(ic, C.loc);
+  const __m256i b0 = ltu8(rb, C.wbx), b1 = ltu8(_mm256_add_epi32(rb, ones), C.wbx);
+  const __m256i c0 = _mm256_and_si256(m, ltu8(rc, C.wcx));
+  const __m256i c1 = _mm256_and_si256(m, ltu8(_mm256_add_epi32(rc, ones), C.wcx));
+  const __m256i idx = _mm256_add_epi32(ib, _mm256_mullo_epi32(ic, C.scv));
+  const __m256 v00 = _mm256_mask_i32gather_ps(zero, plane, idx, _mm256_castsi256_ps(_mm256_and_si256(b0, c0)), 4);
+  const __m256 v10 = _mm256_mask_i32gather_ps(zero, plane + 1, idx, _mm256_castsi256_ps(_mm256_and_si256(b1, c0)), 4);
+  const __m256 v01 = _mm256_mask_i32gather_ps(zero, plane + sc, idx, _mm256_castsi256_ps(_mm256_and_si256(b0, c1)), 4);
+  const __m256 v11 =
+      _mm256_mask_i32gather_ps(zero, plane + sc + 1, idx, _mm256_castsi256_ps(_mm256_and_si256(b1, c1)), 4);
+  const __m256 r0 = _mm256_fmadd_ps(tb, _mm256_sub_ps(v10, v00), v00);
+  const __m256 r1 = _mm256_fmadd_ps(tb, _mm256_sub_ps(v11, v01), v01);
+  acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_castsi256_ps(m), _mm256_fmadd_ps(tc, _mm256_sub_ps(r1, r0), r0)));
+}
+
+// fused_mixed in 8 lanes: the checked stencil for every marching lane where some lane is at an edge
+// plane, else the pair loop for the lanes inside their interior.
+template <bool GATHER>
+inline void fused_mixed8(const float* vol, const FusedRays& R, const CheckedLanes8& C, const LaneGroup& G,
+                         __m256i traced, int n_begin, int n_end, __m256& acc_lo, __m256& acc_hi, __m256& acc_e) {
+  const __m256i i0 = _mm256_load_si256((const __m256i*)G.i0), i1 = _mm256_load_si256((const __m256i*)G.i1);
+  const __m256i part = lane_mask8(G.part);
+  const i64 sa = R.sa;
+  const float* plane = vol + ((i64)n_begin * sa - R.offset);
+  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+    const __m256i nv = _mm256_set1_epi32(n);
+    const __m256i marched = marched_mask8(C, traced, n);
+    const __m256i inside =
+        _mm256_and_si256(_mm256_andnot_si256(_mm256_cmpgt_epi32(i0, nv), part), _mm256_cmpgt_epi32(i1, nv));
+    if (!_mm256_testz_si256(marched, _mm256_xor_si256(marched, inside)))
+      checked_plane8(C, plane, n, marched, acc_e);
+    else if (!_mm256_testz_si256(inside, inside))
+      planes_avx2<true, GATHER>(vol, G, n, n + 1, acc_lo, acc_hi);
+  }
+}
+
+// fused_sums in 8 lanes, the group's two halves one after the other.
+template <bool GATHER>
+inline void fused_sums_avx2(const float* vol, const FusedRays& R, float* s) {
+  for (int o = 0; o < 16; o += 8) {
+    const unsigned tr = (R.traced >> o) & 0xffu, pt = (R.part >> o) & 0xffu;
+    if (!tr) {
+      for (int g = 0; g < 8; ++g) s[o + g] = 0.f;
+      continue;
+    }
+    int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
+    for (int g = 0; g < 8; ++g) {
+      if (!((tr >> g) & 1u)) continue;
+      lo = std::min(lo, R.n0[o + g]); hi = std::max(hi, R.n1[o + g]);
+      if ((pt >> g) & 1u) { c0 = std::max(c0, R.i0[o + g]); c1 = std::min(c1, R.i1[o + g]); }
+    }
+    LaneGroup G;
+    std::memcpy(G.Ab, R.Ab + o, 8 * sizeof(float)); std::memcpy(G.Bb, R.Bb + o, 8 * sizeof(float));
+    std::memcpy(G.Ac, R.Ac + o, 8 * sizeof(float)); std::memcpy(G.Bc, R.Bc + o, 8 * sizeof(float));
+    std::memcpy(G.i0, R.i0 + o, 8 * sizeof(int)); std::memcpy(G.i1, R.i1 + o, 8 * sizeof(int));
+    G.part = pt; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
+    const CheckedLanes8 C(R, o);
+    const __m256i trv = lane_mask8(tr);
+    __m256 acc_lo = _mm256_setzero_ps(), acc_hi = _mm256_setzero_ps(), acc_e = _mm256_setzero_ps();
+    if (pt && c0 < c1) {
+      fused_mixed8<GATHER>(vol, R, C, G, trv, lo, c0, acc_lo, acc_hi, acc_e);
+      planes_avx2<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
+      if (tr & ~pt) {  // lanes without interior planes: checked stencil over [c0, c1)
+        const __m256i rest = lane_mask8(tr & ~pt);
+        const float* plane = vol + ((i64)c0 * R.sa - R.offset);
+        for (int n = c0; n < c1; ++n, plane += R.sa) {
+          const __m256i mk = marched_mask8(C, rest, n);
+          if (!_mm256_testz_si256(mk, mk)) checked_plane8(C, plane, n, mk, acc_e);
+        }
+      }
+      fused_mixed8<GATHER>(vol, R, C, G, trv, c1, hi, acc_lo, acc_hi, acc_e);
+    } else {
+      fused_mixed8<GATHER>(vol, R, C, G, trv, lo, hi, acc_lo, acc_hi, acc_e);
+    }
+    alignas(32) float p[16], e[8];
+    _mm256_store_ps(p, acc_lo);
+    _mm256_store_ps(p + 8, acc_hi);
+    _mm256_store_ps(e, acc_e);
+    for (int g = 0; g < 8; ++g) s[o + g] = ((tr >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[o + g] : 0.f;
+  }
+}
+
+#endif
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+
 // make_ray's dominant axis of the ray through pixel offsets (su, sv) of view geo (see fused_setup).
 inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone, double su, double sv) {
   double f[3];
@@ -825,7 +1072,7 @@ inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone
 // the lanes do not take (planar or parallel rays, a non-finite set-up, x-dominant rays without the
 // swapped copy) go through make_ray and ray_forward one by one.  `swapped` is the (z, x, y) copy of the
 // slab (nullptr: none), each item `slab` elements.
-template <bool GATHER>
+template <bool GATHER, bool AVX2 = false>
 inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
                         const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
                         const float* vstep, int cone, int k, const int* ius, const int* ivs,
@@ -860,7 +1107,12 @@ inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swa
       P.sc = a == 2 ? vw.W : HW;
       base[passes] = a == 0 ? swapped : vol;
       bstride[passes] = a == 0 ? slab : vol_batch_stride;
-      done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+#if defined(__AVX512F__)
+      if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+#endif
+#if defined(__AVX2__)
+      if (AVX2) done = fused_setup_avx2(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+#endif
     }
     if (done) ++passes;
     left &= ~done;
@@ -892,7 +1144,12 @@ inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swa
     alignas(64) float val[16] = {};
     for (int p = 0; p < passes; ++p) {
       alignas(64) float s[16];
-      fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
+#if defined(__AVX512F__)
+      if (!AVX2) fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
+#endif
+#if defined(__AVX2__)
+      if (AVX2) fused_sums_avx2<GATHER>(base[p] + q * bstride[p], R[p], s);
+#endif
       for (int g = 0; g < cnt; ++g)
         if ((R[p].traced >> g) & 1u) val[g] = s[g];
     }

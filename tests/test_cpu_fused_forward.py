@@ -1,6 +1,6 @@
 """The -fused forward paths (kernels/joseph_forward_cpu.hpp, fused_group): the ray set-up in AVX-512
-lanes and the edge planes traced in lanes, checked against the pure-torch reference backend on the
-cases their code treats apart: views at 45 degrees (a row group's rays split between two dominant axes),
+or AVX2 lanes and the edge planes traced in lanes (every fused path this build has), checked against
+the pure-torch reference backend on the cases their code treats apart: views at 45 degrees (a row group's rays split between two dominant axes),
 odd detectors whose centre row and column are parallel to a voxel plane (lanes handed to make_ray),
 b axes too narrow for pair reads, z-slab windows whose sum is the whole projection, and detector tiles.
 """
@@ -15,7 +15,7 @@ from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
 from ctbench.engine.cpu_joseph_paths import FORWARD_ARGS
 
 F64 = torch.float64
-FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands")
+FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands", "avx2-gather-fused", "avx2-gather-fused-bands")
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def fused():
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
     names = [n for n in FUSED if n in known]
     if not names:
-        pytest.skip("this build has no AVX-512 lanes (no -fused forward paths)")
+        pytest.skip("this build has no AVX-512 or AVX2 lanes (no -fused forward paths)")
     return names
 
 

@@ -57,6 +57,9 @@ def test_library_lists_its_paths(known):
         # the build's default: the fused lanes (set-up and edge planes in lanes), banded
         assert known["forward"][0] == "avx512-gather-fused-bands"
         assert {"avx512-gather-fused", "avx512-gather-bands"} <= set(known["forward"])
+    if " avx2" in flags:
+        # the AVX2 lanes' fused set-up is in every AVX2 (and AVX-512) build
+        assert {"avx2-gather-fused", "avx2-gather-fused-bands"} <= set(known["forward"])
 
 
 @pytest.mark.parametrize("shape,det", CASES)

@@ -3,11 +3,12 @@
 The Joseph library (``kernels/joseph_cpu.cpp``) compiles several inner loops per operation and
 lists the ones this build has: forward ``avx512-gather``, ``avx512-loads``, ``avx2-gather``,
 ``avx2-loads`` (SIMD lanes fetching each plane's stencil pairs with gathers or with scalar loads;
-the AVX-512 and AVX2 ones only where the build targets them), ``avx512-gather-fused`` (the ray set-up
-and the edge planes in the lanes too) and ``beams`` (scalar rays in lockstep), each also as
-``NAME-bands`` (the detector rows in bands, all views per band, so that a band's part of the volume
-stays in cache across the views; the same rays, bitwise the same output;
-``avx512-gather-fused-bands`` or ``avx2-gather-bands`` is the build's default); back ``pairs``, ``rows``
+the AVX-512 and AVX2 ones only where the build targets them), ``avx512-gather-fused`` and
+``avx2-gather-fused`` (the ray set-up and the edge planes in the lanes too) and ``beams`` (scalar
+rays in lockstep), each also as ``NAME-bands`` (the detector rows in bands, all views per band, so
+that a band's part of the volume stays in cache across the views; the same rays, bitwise the same
+output;
+``avx512-gather-fused-bands`` or ``avx2-gather-fused-bands`` is the build's default); back ``pairs``, ``rows``
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
