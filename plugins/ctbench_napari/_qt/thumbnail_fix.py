@@ -3,9 +3,10 @@
 napari 0.9's ``QtLayerListModel.data`` answers the thumbnail role with ``QImage(thumbnail.tobytes(), ...)``:
 a QImage over a temporary ``bytes`` object.  Qt copies that QImage into the QVariant the layer-list delegate
 receives without copying its pixels, and the ``bytes`` object is freed as soon as ``data`` returns, so the
-delegate draws (``QPixmap.fromImage``, ``_layer_delegate.py`` ``_paint_thumbnail``) from freed memory.  It
-mostly reads stale pixels; when another thread (a solver's worker) has reused or returned that memory it
-segfaults.  ctbench updates a live layer's data, hence its thumbnail, many times a run, so it met the crash.
+delegate draws (``QPixmap.fromImage``, ``_layer_delegate.py`` ``_paint_thumbnail``) from freed memory: wrong
+pixels once that memory is reused (a solver's worker allocates all the time), a crash once it is returned to
+the system.  ctbench updates a live layer's data, hence its thumbnail, many times a run.  (The segfaults seen
+in that paint during bench_gui runs came with its stack sampler: see bench_gui.StackSampler.)
 
 ``install`` wraps the model's ``data`` once: the thumbnail comes back as an owning deep copy, made while
 napari's QImage still holds its bytes.  Other roles, and napari versions without that model, are untouched.
