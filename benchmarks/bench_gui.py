@@ -286,7 +286,7 @@ class StackSampler:
     The stack is read with ``faulthandler.dump_traceback`` (plain reads of the interpreter's frames, the GIL
     held throughout), not ``sys._current_frames`` + ``traceback``: those build frame objects for the GUI
     thread's running frames and release the GIL while ``linecache`` stats files, and runs sampled that way
-    segfaulted in napari's layer-list paint (3 of 5), runs without the sampler never (0 of 5).
+    segfaulted in napari's layer-list paint (3 of 5), runs without the sampler never (0 of 5); with this one 0 of 5.
 
     Per action it names the code the GUI thread spent its stalled samples in, by the innermost frames of
     ctbench, napari, vispy, Qt glue and numpy/torch, so a stall in Python work is told from one in a paint
