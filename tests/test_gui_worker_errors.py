@@ -1,26 +1,31 @@
 """Every worker error reaches the user as a message: a RuntimeError too (superqt drops those of generators)."""
 
+import importlib
+
 import pytest
 
-import ctbench.solvers
 import ctbench.workbench.workflow
 from ctbench.workbench.design import TrajectoryDesign
 from ctbench_napari import PLUGIN
 from ctbench_napari._testing import wait_for
 
 pytestmark = pytest.mark.gui
+SIRT = importlib.import_module("ctbench.solvers.sirt")      # the module (ctbench.solvers.sirt is the function)
 SMALL = TrajectoryDesign(kind="circular", n_views=24, sid=150.0, sdd=300.0, detector_u=32, detector_v=32,
                          pixel_u=1.5, pixel_v=1.5, volume_d=24, volume_h=24, volume_w=24, voxel_size=1.0)
 OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
-def _fails_after(real, n_good):
-    """``real`` (a generator function) that yields its first ``n_good`` items, then raises torch's OOM error."""
+def _fails_on_call(real, n):
+    """``real`` that raises torch's OOM error on its ``n``-th call, inside the solver, as a real one would (the
+    solver's ``with torch.no_grad()`` unwinds; a worker left in no-grad would break the next run in its thread)."""
+    calls = [0]
+
     def broken(*args, **kwargs):
-        gen = real(*args, **kwargs)
-        for _ in range(n_good):
-            yield next(gen)
-        raise RuntimeError(OOM)
+        calls[0] += 1
+        if calls[0] == n:
+            raise RuntimeError(OOM)
+        return real(*args, **kwargs)
     return broken
 
 
@@ -57,13 +62,14 @@ def test_reconstruction_out_of_memory_mid_run_is_a_message_and_run_is_ready_agai
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
     recon.sinogram.select(sino.name)
     recon.select_algorithm("sirt", n_iter=50)
-    monkeypatch.setattr(ctbench.solvers, "sirt_iterations", _fails_after(ctbench.solvers.sirt_iterations, 3))
+    # sirt's _clip runs once at the start and once per iteration: the 4th call is in iteration 3.
+    monkeypatch.setattr(SIRT, "_clip", _fails_on_call(SIRT._clip, 4))
     recon.run_button.click()
     assert recon.message.level != "error", recon.message.text()
     wait_for(lambda: not recon.running, timeout=120)      # superqt alone never ended this run
     assert recon.message.level == "error" and OOM in recon.message.text(), recon.message.text()
     assert "RuntimeError" in recon.message.text()
-    assert len(recon.last_run.get("progress", [])) == 3      # the iterations before the failure were shown
+    assert len(recon.last_run.get("progress", [])) == 2      # the iterations before the failure were shown
     assert recon.run_button.isEnabled() and recon.preview_button.isEnabled()
     assert not recon.cancel_button.isEnabled()
     assert recon.status.text() == "ready" and recon.progress.format() == "failed"
@@ -85,8 +91,8 @@ def test_projection_out_of_memory_mid_run_is_a_message_and_run_is_ready_again(ma
     _, proj = viewer.window.add_plugin_dock_widget(PLUGIN, "Projection")
     proj.volume.select("Shepp-Logan phantom")
     proj.scan.select("trajectory")
-    monkeypatch.setattr(ctbench.workbench.workflow, "simulate_in_batches",
-                        _fails_after(ctbench.workbench.workflow.simulate_in_batches, 1))
+    # One batch of views projects, the second runs out of memory.
+    monkeypatch.setattr(ctbench.workbench.workflow, "simulate", _fails_on_call(ctbench.workbench.workflow.simulate, 2))
     n_layers = len(viewer.layers)
     proj.run()
     wait_for(lambda: not proj.busy, timeout=120)
