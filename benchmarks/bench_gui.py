@@ -49,6 +49,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -280,7 +281,12 @@ class PaintTrace:
 
 class StackSampler:
     """Where the GUI thread is while it stalls: a background thread looks every 10 ms and, when the probe's
-    last tick is over 60 ms old, records the GUI thread's stack (``sys._current_frames``).
+    last tick is over 60 ms old, records the GUI thread's stack.
+
+    The stack is read with ``faulthandler.dump_traceback`` (plain reads of the interpreter's frames, the GIL
+    held throughout), not ``sys._current_frames`` + ``traceback``: those build frame objects for the GUI
+    thread's running frames and release the GIL while ``linecache`` stats files, and runs sampled that way
+    segfaulted in napari's layer-list paint (3 of 5), runs without the sampler never (0 of 5); with this one 0 of 5.
 
     Per action it names the code the GUI thread spent its stalled samples in, by the innermost frames of
     ctbench, napari, vispy, Qt glue and numpy/torch, so a stall in Python work is told from one in a paint
@@ -296,14 +302,34 @@ class StackSampler:
         self.main = threading.main_thread().ident
         self.samples: list[str] = []
         self._stop = threading.Event()
+        self._dump = tempfile.TemporaryFile("w+")     # faulthandler writes to a file descriptor
         self.thread = threading.Thread(target=self._loop, name="bench-stack-sampler", daemon=True)
         self.thread.start()
 
-    @staticmethod
-    def _where(frame) -> str:
-        import traceback
+    def _main_stack(self) -> list:
+        """The GUI thread's frames, outermost first, as (filename, lineno, name) records."""
+        import collections
+        import faulthandler
+        import re
 
-        stack = traceback.extract_stack(frame)
+        f = self._dump
+        f.seek(0)
+        f.truncate()
+        faulthandler.dump_traceback(f, all_threads=True)
+        f.flush()
+        f.seek(0)
+        head = f"0x{self.main:016x}"
+        frames, inside = [], False
+        frame = collections.namedtuple("Frame", "filename lineno name")
+        for line in f.read().splitlines():
+            if line.startswith(("Thread ", "Current thread ")):
+                inside = head in line
+            elif inside and (m := re.match(r'\s+File "(.*)", line (\d+) in (.*)', line)):
+                frames.append(frame(m.group(1), int(m.group(2)), m.group(3)))
+        return frames[::-1]
+
+    @staticmethod
+    def _where(stack) -> str:
         keep = [f for f in stack if any(k in f.filename for k in ("ctbench", "napari", "vispy", "superqt",
                                                                    "numpy", "torch", "qtpy"))]
         own = [f for f in keep if "ctbench" in f.filename and "_testing" not in f.filename
@@ -319,9 +345,9 @@ class StackSampler:
             last = self.probe.last
             if last is None or not self.probe.timer_active or time.perf_counter() - last < self.STALE:
                 continue
-            frame = sys._current_frames().get(self.main)
-            if frame is not None:
-                self.samples.append(self._where(frame))
+            stack = self._main_stack()
+            if stack:
+                self.samples.append(self._where(stack))
 
     def take(self, top: int = 4) -> dict:
         from collections import Counter

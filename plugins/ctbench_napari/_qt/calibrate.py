@@ -103,21 +103,6 @@ def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known
     yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
 
 
-class CalibrationFailed(Exception):
-    """An error raised inside the calibration worker, re-raised under a type superqt passes on.
-
-    superqt's generator workers take any RuntimeError (torch's out-of-memory and shape errors are
-    RuntimeErrors) for a deleted worker and end silently, without ``errored`` or ``finished``: the panel
-    would wait forever with Cancel lit.  Raised as this, it reaches ``Runner.failed`` and the message."""
-
-
-def _guarded(events):
-    try:
-        yield from events
-    except RuntimeError as e:
-        raise CalibrationFailed(str(e) or type(e).__name__) from e
-
-
 def open_calibrate(viewer, layer) -> "CalibrateWidget":
     """Show the Calibrate dock widget (one per viewer) with ``layer`` picked: Scan import's Calibrate step."""
     if layer is None or layer not in viewer.layers:
@@ -268,7 +253,8 @@ class CalibrateWidget(QWidget):
         self.apply_button.setEnabled(False)
         self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
                                                               is not None else "") + " …")
-        self.runner.start(lambda cancel: _guarded(_events(P, geo, sino, free, n_outer, cancel, known)))
+        # A RuntimeError in the worker (torch's out-of-memory) reaches runner.failed: common.start_worker.
+        self.runner.start(lambda cancel: _events(P, geo, sino, free, n_outer, cancel, known))
 
     def _event(self, ev) -> None:
         kind = ev[0]

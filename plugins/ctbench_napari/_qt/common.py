@@ -300,10 +300,16 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     napari's workers also show every error as a traceback notification and
     superqt re-raises errors nobody handles, which aborts a script that has
     no ``napari.run()``; the widgets show the error once, in their own words.
+    A RuntimeError of a generator ``func`` reaches ``on_error`` too (see WorkerRuntimeError).
     """
+    import inspect
+
     from napari.qt.threading import create_worker
 
-    connect = {"errored": on_error or (lambda e: log.error("ctbench worker failed: %s", e))}
+    handle = on_error or (lambda e: log.error("ctbench worker failed: %s", e))
+    if inspect.isgeneratorfunction(func):
+        func = _runtime_errors_reported(func)
+    connect = {"errored": lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e)}
     worker = create_worker(func, *args, _start_thread=False, _connect=connect)
     try:
         worker.errored.disconnect(worker._relay_error)      # the notification toast (napari's mixin)
@@ -318,6 +324,32 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     keep_a_pool_thread_free()
     worker.start()
     return worker
+
+
+class WorkerRuntimeError(Exception):
+    """A RuntimeError raised inside a generator worker, carried (as ``error``) under a type superqt passes on.
+
+    superqt's generator workers take any RuntimeError for "the worker was deleted" and end silently, with
+    neither ``errored`` nor ``finished``: torch's out-of-memory and shape errors are RuntimeErrors, and the
+    widget would wait forever with its Cancel button lit.  ``start_worker`` hands ``on_error`` the original."""
+
+    def __init__(self, error: RuntimeError):
+        super().__init__(str(error) or type(error).__name__)
+        self.error = error
+
+
+def _runtime_errors_reported(gen_func):
+    """``gen_func`` with a RuntimeError from its body re-raised as WorkerRuntimeError (the errors of the
+    worker's own signals, outside the generator, keep superqt's handling)."""
+
+    @functools.wraps(gen_func)
+    def guarded(*args, **kwargs):
+        try:
+            return (yield from gen_func(*args, **kwargs))
+        except RuntimeError as e:
+            raise WorkerRuntimeError(e) from e
+
+    return guarded
 
 
 def keep_a_pool_thread_free() -> None:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QLineEdit, QPushButton
 
-from .common import MessageLabel, add_or_update, double_spin, error_text, keep_a_pool_thread_free
+from .common import MessageLabel, add_or_update, double_spin, error_text, start_worker
 from .common import int_spin as _ispin
 from .common import row_of as _row
 
@@ -89,8 +89,6 @@ class CorrectionsBox(QGroupBox):
 
     def preview(self, *_):
         """Before/after of the current view (and a sinogram row for ring methods), computed in a worker."""
-        from napari.qt.threading import create_worker
-
         self.message.clear()
         if self._worker is not None:
             return None
@@ -101,14 +99,9 @@ class CorrectionsBox(QGroupBox):
             self.message.error(error_text(e))
             return None
         self.preview_button.setEnabled(False)
-        worker = create_worker(_preview, open_scan, pre, pitch, view, _start_thread=False)
-        worker.returned.connect(self._show)
-        worker.errored.connect(lambda e: self.message.error(error_text(e)))
-        worker.finished.connect(self._done)
-        self._worker = worker
-        keep_a_pool_thread_free()
-        worker.start()
-        return worker
+        self._worker = start_worker(_preview, open_scan, pre, pitch, view, on_return=self._show,
+                                    on_error=lambda e: self.message.error(error_text(e)), on_finished=self._done)
+        return self._worker
 
     def _done(self) -> None:
         self._worker = None

@@ -69,9 +69,12 @@ def install(viewer) -> None:
 
     timer.timeout.connect(flush)
     real.layers.events.inserted.connect(inserted)
-    # Every widget installs the rule; the same moment warms up what the workbench will draw (warm_up.py).
+    # Every widget installs the rule; the same moment warms up what the workbench will draw (warm_up.py)
+    # and makes the layer list's thumbnails safe to paint (thumbnail_fix.py).
+    from . import thumbnail_fix
     from .warm_up import install as warm_up
 
+    thumbnail_fix.install()
     warm_up(real)
 
 
