@@ -8,7 +8,8 @@ SDD 1200, float32.  Measured here, on that identical geometry:
   with RTK in the same process (A B A B ..., ``--repeats`` timed calls each after
   a warm-up call that also compiles the kernels if the cache is cold; min and
   median reported), at all threads (workload ``W1``) and at 1 thread
-  (``W1 1-thread``); targets (median ratios): forward >= 3x RTK, back >= 4x RTK;
+  (``W1 1-thread``); targets: forward >= 3.5x RTK, back >= 5x RTK, judged on the
+  stricter of the CPU-seconds ratio and the median wall-clock ratio;
 - RTK (itk-rtk) JosephForwardProjectionImageFilter / JosephBackProjectionImageFilter
   with a ThreeDCircularProjectionGeometry built from the same angles, checked two
   ways: the world positions of RTK's source and detector pixels against
@@ -79,7 +80,10 @@ from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_2
 BENCH = "projector"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector.jsonl"
 FLAT_OUT = Path(__file__).resolve().parent / "results" / "bench_projector_flat_cost.jsonl"
-TARGETS = {("forward", "rtk/ctbench"): 3.0, ("back", "rtk/ctbench"): 4.0, "diffct/ctbench": 30.0}
+# Issue 24's goals: forward >= 3.5x and back >= 5x RTK, in CPU seconds (RTK's back runs on one thread, so a
+# wall-clock ratio at 2 threads would flatter ctbench by the second core).
+TARGETS = {("forward", "rtk/ctbench"): 3.5, ("back", "rtk/ctbench"): 5.0, "diffct/ctbench": 30.0}
+CPU_S_TARGETS = {"rtk/ctbench"}
 
 
 # ------------------------------------------------------------------ output
@@ -731,8 +735,12 @@ def emit_ratio(emit, workload: str, op: str, peer: str, s_peer: dict | None, s_c
         line["value_median"] = _round(median)
     target = TARGETS.get((op, name), TARGETS.get(name))
     if target is not None:
-        # judged on the median ratio where there is one (the issue's rule), else on the best times
-        line.update(target=target, meets_target=bool((median if median is not None else value) >= target))
+        # judged on the median ratio where there is one (the issue's rule), else on the best times; RTK's targets
+        # are CPU-second ratios, so the CPU-seconds ratio must reach them too
+        judged = median if median is not None else value
+        if name in CPU_S_TARGETS and line["value_cpu_s"] is not None:
+            judged = min(judged, line["value_cpu_s"])
+        line.update(target=target, meets_target=bool(judged >= target))
     emit(**line)
 
 

@@ -58,3 +58,16 @@ def test_sweep_reports_each_case_and_min_over_max_from_its_own_rates():
     assert s["value"] == pytest.approx(min(rates) / max(rates), rel=1e-3)
     assert s["value_cpu_s"] == pytest.approx(min(cpu_rates) / max(cpu_rates), rel=1e-3)
     assert s["meets_goal"] == (s["value"] >= bp.FLAT_GOAL)
+
+
+def test_rtk_targets_are_judged_on_cpu_seconds_not_on_a_second_core():
+    """RTK's back runs on one thread: 2.7 s against 0.35 s wall at 2 threads reads 7.7x, but in CPU seconds
+    (0.67 s) it is 4x, which misses issue 24's 5x."""
+    lines = []
+    rtk = {"seconds": 2.69, "median_s": 2.71, "cpu_s": 2.70}
+    ct = {"seconds": 0.348, "median_s": 0.349, "cpu_s": 0.666}
+    bp.emit_ratio(lambda **kw: lines.append(kw), "W1", "back", "rtk", rtk, ct)
+    assert lines[0]["value_median"] > 7 and lines[0]["target"] == 5.0 and lines[0]["meets_target"] is False
+    fast = {"seconds": 0.30, "median_s": 0.30, "cpu_s": 0.30}
+    bp.emit_ratio(lambda **kw: lines.append(kw), "W1 1-thread", "forward", "rtk", rtk, fast)
+    assert lines[1]["target"] == 3.5 and lines[1]["meets_target"] is True
