@@ -229,9 +229,20 @@ def test_a_sample_of_two_layers_arrives_one_layer_per_turn_in_the_workbench(make
     viewer = make_napari_viewer()
     viewer.window._qt_window._ctbench_workbench = True                   # as ctbench gui opens it
     viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")      # (docked widgets apply the display rule)
+    import time
+
+    from qtpy.QtCore import QTimer
+
+    # A timer due while napari adds the first layer (as a user's click, or bench_gui's probe) runs before
+    # the second layer is added: the two adds are two turns.  The sleep stands for napari's per-layer work.
+    viewer.layers.events.inserted.connect(lambda _e: time.sleep(0.1))
+    seen = []
+    QTimer.singleShot(20, lambda: seen.append(len(viewer.layers)))
     added = viewer.open_sample(PLUGIN, "phantom_scan")
     assert [x.name for x in added] == ["Shepp-Logan phantom"] and len(viewer.layers) == 1
     wait_for(lambda: len(viewer.layers) == 2, timeout=30)
+    assert seen == [1]
+    wait_for(lambda: not viewer.layers["Shepp-Logan phantom"].visible, timeout=30)   # the rule: a turn later
     sino = viewer.layers["Shepp-Logan cone-beam scan"]
     assert sino.metadata["ctbench"]["kind"] == "sinogram" and sino.data.shape == (120, 96, 96)
     assert sino.visible and not viewer.layers["Shepp-Logan phantom"].visible     # the display rule still applies

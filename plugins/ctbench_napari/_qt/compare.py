@@ -270,7 +270,7 @@ class ComparePanel(QGroupBox):
         hidden = [x for x in shown if not x.visible]
         steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
-        self.steps.run([next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
+        self.steps.run([next_turn, next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
                         lambda: show_frame(self.viewer, shown, ndisplay=2),
                         lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
                        on_error=self._show_error)

@@ -90,6 +90,8 @@ def add_in_later_turns(viewer, layer_data: list) -> None:
 
     def add(data, kwargs, ltype):
         getattr(viewer, f"add_{ltype}")(data, **kwargs)
-    # Steps runs its first step at once: a no-op, so that the first layer is napari's, in this turn.
-    steps.run([lambda: None, *(lambda ld=ld: add(*ld) for ld in layer_data)],
+    # Steps runs its first step at once: a no-op, so that the first layer is napari's, in this turn.  A
+    # second no-op: the chain's timer is armed here, before napari adds the first layer, so it is already
+    # due when that add ends and fires in the same timer pass; re-armed then, the next add waits a turn.
+    steps.run([lambda: None, lambda: None, *(lambda ld=ld: add(*ld) for ld in layer_data)],
               on_error=lambda e: log.debug("sample layer failed: %s", e))
