@@ -426,3 +426,55 @@ def test_the_canvas_follows_the_docks_width(make_napari_viewer, monkeypatch):
     wait_for(lambda: canvas.native.width() <= before - 250, timeout=10)
     narrowed = width_now()
     assert narrowed <= before - 250 and tuple(canvas.size) == (canvas.native.width(), canvas.native.height())
+
+
+def test_scale_bar_follows_2d_3d_once_without_private_attribute_warnings(make_napari_viewer, recwarn):
+    """Widgets see napari's public-only proxy of the viewer: displaying through it twice must connect the
+    bar's 2D/3D follower once and never touch a private attribute (napari warns: FutureWarning)."""
+    import gc
+
+    from napari.utils._proxies import PublicOnlyProxy
+
+    from ctbench_napari._qt import display
+
+    viewer = make_napari_viewer()
+    phantom = _phantom32(viewer)
+    proxy = PublicOnlyProxy(viewer)
+
+    def followers():
+        return [c for c in viewer.dims.events.ndisplay.callbacks
+                if getattr(c, "__qualname__", "").startswith("_scale_bar.")]
+
+    assert followers() == []
+    display.show_frame(proxy, [phantom])
+    display.show_frame(proxy, [phantom])
+    assert len(followers()) == 1
+    bar = display.scale_bar(viewer)
+    assert bar.visible                                    # a 2D slice of a volume shows the bar
+    viewer.dims.ndisplay = 3
+    assert not bar.visible                                # ...and the follower hides it in 3D
+    viewer.dims.ndisplay = 2
+    assert bar.visible
+    assert not [w for w in recwarn.list if issubclass(w.category, FutureWarning)], \
+        [str(w.message) for w in recwarn.list]
+
+    gone = _shown_and_dropped_viewer()                   # a closed viewer is not kept alive by the module
+    gc.collect()
+    assert gone() is None
+
+
+def _shown_and_dropped_viewer():
+    """A weak reference to a viewer model that was displayed through a proxy, then dropped (in its own frame:
+    a snapshot of the calling test's frame locals was seen to hold it)."""
+    import weakref
+
+    from napari.components import ViewerModel
+    from napari.utils._proxies import PublicOnlyProxy
+
+    from ctbench_napari._qt import display
+
+    model = ViewerModel()
+    layer = model.add_image(np.zeros((4, 5, 6), np.float32))
+    display.show_frame(PublicOnlyProxy(model), [layer])
+    assert model in display._BAR_FOLLOWS
+    return weakref.ref(model)

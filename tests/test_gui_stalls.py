@@ -249,7 +249,7 @@ def test_a_sample_of_two_layers_arrives_one_layer_per_turn_in_the_workbench(make
 
 
 def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_application(make_napari_viewer,
-                                                                                        monkeypatch):
+                                                                                        monkeypatch, recwarn):
     # An application-wide Python event filter takes every Qt event through Python and the GIL, so the event
     # loop waits on a solver thread that holds it: the filter sits on the viewer's drop targets only.
     from qtpy.QtCore import QEvent, QObject
@@ -260,6 +260,9 @@ def test_the_drop_filter_sees_only_the_canvas_events_not_every_event_of_the_appl
 
     viewer = make_napari_viewer()
     viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    # the widget sees napari's public-only proxy: finding the drop targets must not read its private parts
+    assert not [w for w in recwarn.list if issubclass(w.category, FutureWarning)], \
+        [str(w.message) for w in recwarn.list]
     seen = []
     real = datasets._DropFilter.eventFilter
     monkeypatch.setattr(datasets._DropFilter, "eventFilter",

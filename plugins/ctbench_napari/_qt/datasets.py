@@ -73,7 +73,8 @@ _DROP_FILTER: _DropFilter | None = None
 def _drop_targets(viewer) -> list:
     """The widgets a drop on ``viewer``'s canvas is delivered to: napari's QtViewer (it accepts drops) and
     the canvas widget inside it."""
-    qt_viewer = getattr(getattr(viewer, "window", None), "_qt_viewer", None)
+    real = getattr(viewer, "__wrapped__", viewer)      # through the proxy, a private attribute warns
+    qt_viewer = getattr(getattr(real, "window", None), "_qt_viewer", None)
     if qt_viewer is None:
         return []
     targets = [qt_viewer]

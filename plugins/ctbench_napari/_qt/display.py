@@ -18,6 +18,8 @@ an oblique camera, so helices and saddles read at a glance.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ctbench.workbench.metrics import percentile_window
@@ -90,6 +92,12 @@ def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
     _scale_bar(viewer, frame, layers)
 
 
+# Viewers whose scale bar already follows 2D/3D switches.  Module state, not an attribute on the viewer:
+# plugin widgets see napari's public-only proxy, which warns (FutureWarning) on private attributes; a
+# weak set lets a closed viewer go.
+_BAR_FOLLOWS: weakref.WeakSet = weakref.WeakSet()
+
+
 def _scale_bar(viewer, frame: str, layers) -> None:
     """napari's scale bar on 2D slices of volumes (world unit: the millimetre); none on pixel frames or in 3D.
 
@@ -102,9 +110,11 @@ def _scale_bar(viewer, frame: str, layers) -> None:
         return
     # Not layer.units = "mm": napari then warns (a toast) about the unit-less layers of the other frame;
     # the bar's length is in world units, which are mm for volumes.
-    if not getattr(viewer, "_ctbench_bar_follows", False):     # connected once per viewer
-        viewer.dims.events.ndisplay.connect(lambda e: _follow_ndisplay(viewer))
-        viewer._ctbench_bar_follows = True
+    real = getattr(viewer, "__wrapped__", viewer)
+    if real not in _BAR_FOLLOWS:     # connected once per viewer
+        ref = weakref.ref(real)      # the callback lives on the viewer's dims: it must not hold the viewer
+        real.dims.events.ndisplay.connect(lambda e: _follow_ndisplay(ref()) if ref() is not None else None)
+        _BAR_FOLLOWS.add(real)
     bar.visible = frame == VOLUME_FRAME and viewer.dims.ndisplay == 2
 
 
@@ -193,8 +203,6 @@ def _keep_frame_ranges(viewer) -> None:
     key = id(real)
     if key in _KEEPERS and _KEEPERS[key]["viewer"]() is real:
         return
-    import weakref
-
     state = {"viewer": weakref.ref(real), "busy": False}
     _KEEPERS[key] = state
 
