@@ -535,6 +535,23 @@ struct FusedRays {
   i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
 };
 
+// What both set-up widths start from: the other two axes of dominant axis a, inverse spacings, sizes, the
+// window's bounds (z: [zlo, zhi)), and whether the group has no interior planes; R's bounds set from it.
+struct FusedFrame {
+  int b, c;
+  double isp[3];
+  int nn[3], lo[3], hi[3];
+  bool thin;
+};
+inline FusedFrame fused_frame(const VolumeWindow<float>& vw, int a, int zlo, int zhi, FusedRays& R) {
+  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
+  FusedFrame f{b, c, {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz}, {vw.W, vw.H, vw.D},
+               {0, 0, zlo}, {vw.W, vw.H, zhi}, false};
+  R.lob = f.lo[b]; R.hib = f.hi[b]; R.loc = f.lo[c]; R.hic = f.hi[c];
+  f.thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  return f;
+}
+
 #endif
 
 #if defined(__AVX512F__)
@@ -563,12 +580,7 @@ inline void clip_pd(__m512d A, __m512d iB, double lo, double hi, __m512d& nlo, _
 // lanes; R.traced is the subset that touches the window [0, W) x [0, H) x [zlo, zhi).
 inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                             const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
-  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
-  const int nn[3] = {vw.W, vw.H, vw.D};
-  const int lo[3] = {0, 0, zlo}, hi[3] = {vw.W, vw.H, zhi};
-  R.lob = lo[b]; R.hib = hi[b]; R.loc = lo[c]; R.hic = hi[c];
-  const bool thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
   const double m = 1.0 / 64.0;
   const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
   unsigned done = 0, traced = 0;
@@ -846,12 +858,7 @@ inline void clip4(__m256d A, __m256d iB, double lo, double hi, __m256d& nlo, __m
 // fused_setup in AVX2 (same lanes, same result up to float32 rounding).
 inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                                  const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
-  const double isp[3] = {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz};
-  const int nn[3] = {vw.W, vw.H, vw.D};
-  const int lo[3] = {0, 0, zlo}, hi[3] = {vw.W, vw.H, zhi};
-  R.lob = lo[b]; R.hib = hi[b]; R.loc = lo[c]; R.hic = hi[c];
-  const bool thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
   const double m = 1.0 / 64.0;
   const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
   const __m128i ione = _mm_set1_epi32(1), lane_bits = _mm_set_epi32(8, 4, 2, 1);
