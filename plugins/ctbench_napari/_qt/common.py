@@ -506,6 +506,15 @@ def _update_layer(layer, data, kwargs, keep_display: bool) -> None:
         layer.contrast_limits = kwargs["contrast_limits"]
 
 
+def rows_height(table, max_rows: int) -> int:
+    """The height of a QTableWidget's first ``max_rows`` rows, fitted to their contents (one default row
+    when empty): what a table sized to its rows needs besides its header and frame."""
+    table.resizeRowsToContents()
+    if not table.rowCount():
+        return table.verticalHeader().defaultSectionSize()
+    return sum(table.rowHeight(r) for r in range(min(table.rowCount(), max_rows)))
+
+
 def fit_view(viewer, layers) -> None:
     """reset_view, then zoom so that ``layers`` fill the view (reset_view fits every layer, hidden ones too)."""
     viewer.reset_view()

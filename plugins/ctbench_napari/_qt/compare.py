@@ -205,11 +205,9 @@ class ComparePanel(QGroupBox):
 
     def _fit_table(self) -> None:
         """The table is as tall as its rows (every metric row visible; it scrolls beyond 8 rows)."""
-        self.table.resizeRowsToContents()
-        rows = self.table.rowCount()
-        row_h = sum(self.table.rowHeight(r) for r in range(min(rows, 8))) if rows else \
-            self.table.verticalHeader().defaultSectionSize()
-        h = self.table.horizontalHeader().height() + row_h + 2 * self.table.frameWidth() + 2
+        from .common import rows_height
+
+        h = self.table.horizontalHeader().height() + rows_height(self.table, 8) + 2 * self.table.frameWidth() + 2
         self.table.setFixedHeight(max(h, 60))
 
     def _show_error(self, e) -> None:

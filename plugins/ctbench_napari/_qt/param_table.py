@@ -18,6 +18,8 @@ from qtpy.QtWidgets import QAbstractItemView, QHeaderView, QSizePolicy, QTableWi
 from ctbench.calibration import SPECS
 from ctbench.calibration.parameters import PER_VIEW
 
+from .common import rows_height
+
 HEADERS = ("parameter", "start", "estimate", "± 1 sd", "identifiability", "status")
 TIPS = ("the parameter and its unit (per-view shifts: the RMS over the views)",
         "where the calibration started (0: the nominal geometry)",
@@ -128,11 +130,7 @@ class ParameterTable(QTableWidget):
 
     def rows_fit(self) -> None:
         """As tall as the header and every row (up to MAX_VISIBLE rows: more scroll)."""
-        self.resizeRowsToContents()
-        rows = range(min(self.rowCount(), MAX_VISIBLE))
-        rows_h = sum(self.rowHeight(r) for r in rows) if self.rowCount() else \
-            self.verticalHeader().defaultSectionSize()
-        h = self.horizontalHeader().sizeHint().height() + rows_h + 2 * self.frameWidth()
+        h = self.horizontalHeader().sizeHint().height() + rows_height(self, MAX_VISIBLE) + 2 * self.frameWidth()
         if h != self.height() or self.minimumHeight() != h:
             self.setFixedHeight(h)
 
