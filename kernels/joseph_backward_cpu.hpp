@@ -55,6 +55,7 @@ struct BackOptions {
   bool padded = false;
   bool seamless = false;
   int depth_div = 0;
+  bool simd = false;
 };
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
@@ -71,6 +72,7 @@ struct ZOwnership {
 struct ScatterMode {
   bool pairs, rows;
   ZOwnership own;
+  bool simd = false;  // pair stencils by block_stencils_avx512 where the build has it
 };
 
 // The lower z row of sample n's stencil (z plane n for z-dominant rays), by
@@ -121,6 +123,55 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
     }
   }
 }
+
+#if defined(__AVX512F__)
+constexpr bool kSimdStencils = true;
+// block_stencils<true> (the pair path: sb == 1, float32) written out in 16-lane AVX-512: the same
+// terms, with fb and fc as fused multiply-adds (as GCC contracts the scalar form), and the four
+// weights of 16 planes transposed to sample order by eight two-source permutes straight into w4.
+// GCC vectorised the scalar loop in 8-lane halves with a permute per weight and sample (its
+// AOS stores), which took a fifth of scatter_row's time on W1 (perf, docs/INTERNALS.md,
+// "Backprojection, session 5").  Lanes past m are computed and never dereferenced.
+inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i iotai = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 Ab = _mm512_set1_ps(r.Ab), Bb = _mm512_set1_ps(r.Bb), Ac = _mm512_set1_ps(r.Ac),
+               Bc = _mm512_set1_ps(r.Bc), vv = _mm512_set1_ps(v), one = _mm512_set1_ps(1.0f);
+  // offsets modulo 2^32 as in block_stencils (32-bit lane products wrap the same way)
+  const __m512i sc = _mm512_set1_epi32((int)(unsigned)r.sc);
+  const __m512i sa16 = _mm512_set1_epi32((int)((unsigned)r.sa * 16u));
+  __m512i jsa = _mm512_mullo_epi32(iotai, _mm512_set1_epi32((int)(unsigned)r.sa));
+  // (w0, w1) pairs of samples 0-7 / 8-15, then 64-bit (pair) picks of samples 0-3, 4-7 (of each half)
+  const __m512i pair_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i pair_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i quad_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+  const __m512i quad_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+  for (int j0 = 0; j0 < m; j0 += kStencilLanes) {
+    const __m512 fn = _mm512_add_ps(_mm512_set1_ps((float)(n + j0)), iota);
+    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab), fc = _mm512_fmadd_ps(fn, Bc, Ac);
+    const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);  // interior: truncation is floor
+    const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib)), tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
+    const __m512i off = _mm512_add_epi32(_mm512_add_epi32(jsa, ib), _mm512_mullo_epi32(ic, sc));
+    _mm512_store_si512((void*)(s.off + j0), off);
+    jsa = _mm512_add_epi32(jsa, sa16);
+    const __m512 vb = _mm512_mul_ps(_mm512_sub_ps(one, tc), vv), vc = _mm512_mul_ps(tc, vv);
+    const __m512 ub = _mm512_sub_ps(one, tb);
+    const __m512 w0 = _mm512_mul_ps(ub, vb), w1 = _mm512_mul_ps(tb, vb);
+    const __m512 w2 = _mm512_mul_ps(ub, vc), w3 = _mm512_mul_ps(tb, vc);
+    const __m512d a_lo = _mm512_castps_pd(_mm512_permutex2var_ps(w0, pair_lo, w1));
+    const __m512d a_hi = _mm512_castps_pd(_mm512_permutex2var_ps(w0, pair_hi, w1));
+    const __m512d c_lo = _mm512_castps_pd(_mm512_permutex2var_ps(w2, pair_lo, w3));
+    const __m512d c_hi = _mm512_castps_pd(_mm512_permutex2var_ps(w2, pair_hi, w3));
+    float* w = &s.w4[j0][0];
+    _mm512_store_pd((double*)w, _mm512_permutex2var_pd(a_lo, quad_lo, c_lo));
+    _mm512_store_pd((double*)(w + 16), _mm512_permutex2var_pd(a_lo, quad_hi, c_lo));
+    _mm512_store_pd((double*)(w + 32), _mm512_permutex2var_pd(a_hi, quad_lo, c_hi));
+    _mm512_store_pd((double*)(w + 48), _mm512_permutex2var_pd(a_hi, quad_hi, c_hi));
+  }
+}
+#else
+constexpr bool kSimdStencils = false;
+#endif
 
 // The read-modify-writes of the first m planes of a block.
 template <typename real>
@@ -209,7 +260,11 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
         if (sb == 1 && pairs) {
-          block_stencils<true>(r, n, m, v, s);
+#if defined(__AVX512F__)
+          if (mode.simd) block_stencils_avx512(r, n, m, v, s);
+          else
+#endif
+            block_stencils<true>(r, n, m, v, s);
           if (rows) block_scatter_rows(vol + ((i64)n * sa - r.offset), sc, s, m);
           else block_scatter_pairs(vol + ((i64)n * sa - r.offset), sc, s, m);
           continue;
@@ -386,7 +441,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // A thin slab (2D scans) cannot feed every thread with z-chunks: then threads
   // take views instead and each accumulates into a private copy of the slab,
   // summed at the end (still no atomics).
-  const ScatterMode whole{opt.pairs, opt.rows, {INT_MIN, INT_MAX}};
+  const ScatterMode whole{opt.pairs, opt.rows, {INT_MIN, INT_MAX}, opt.simd};
   const bool thin = nz < 2 * nthreads && nthreads > 1 &&
                     (double)slab * batch * nthreads * sizeof(real) < 512.0 * (1 << 20);
   if (thin) {
@@ -510,7 +565,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int olo = seamless && (zlo > edge[ch] || halo_below) ? zlo : INT_MIN;
       const int ohi = seamless && (zhi < edge[ch + 1] || halo_above) ? zhi : INT_MAX;
       const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
-      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}};
+      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd};
       for (int k = 0; k < dw.n_views; ++k) {
         int ulo, uhi, vlo, vhi;
         slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);

@@ -80,6 +80,9 @@ constexpr BackPath kBackPaths[] = {
     // (BackOptions::depth_div), the same as -s4m up to N = 256 (N = 320, 1 thread, load 3.3:
     // 394 against 335 M samples per CPU-s; docs/INTERNALS.md, "Backprojection, session 4")
     {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
+#if defined(__AVX512F__)
+    {"pairs-padded-s4m-f16-avx512", {true, i64(4) << 20, false, true, true, 16, true}},
+#endif
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
     {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},
