@@ -56,6 +56,7 @@ struct BackOptions {
   bool seamless = false;
   int depth_div = 0;
   bool simd = false;
+  bool dup = false;
 };
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
@@ -73,6 +74,7 @@ struct ScatterMode {
   bool pairs, rows;
   ZOwnership own;
   bool simd = false;  // pair stencils by block_stencils_avx512 where the build has it
+  bool dup = false;   // the accumulators hold z-row pairs (see DupLayout)
 };
 
 // The lower z row of sample n's stencil (z plane n for z-dominant rays), by
@@ -100,7 +102,7 @@ struct ScatterBlock {
 // kStencilLanes planes (lanes past m are computed and never dereferenced).  The
 // arithmetic is the forward's (ray_forward) term by term.  Offsets wrap modulo
 // 2^32, exact for slabs of fewer than 2^31 voxels (the caller checks).
-template <bool AOS, typename real>
+template <bool AOS, typename real, bool DUP = false>
 inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBlock<real>& s) {
   const unsigned sa = (unsigned)r.sa, sb = (unsigned)r.sb, sc = (unsigned)r.sc;
   const real Ab = r.Ab, Bb = r.Bb, Ac = r.Ac, Bc = r.Bc;
@@ -115,7 +117,9 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
       s.off[j] = (unsigned)j * sa + (unsigned)ib * sb + (unsigned)ic * sc;
       const real vb = (real(1) - tc) * v, vc = tc * v;
       const real w0 = (real(1) - tb) * vb, w1 = tb * vb, w2 = (real(1) - tb) * vc, w3 = tb * vc;
-      if (AOS) {
+      if (DUP) {  // the order of the voxels in a z-row-pair accumulator: (b, c), (b, c+1), (b+1, c), (b+1, c+1)
+        s.w4[j][0] = w0; s.w4[j][1] = w2; s.w4[j][2] = w1; s.w4[j][3] = w3;
+      } else if (AOS) {
         s.w4[j][0] = w0; s.w4[j][1] = w1; s.w4[j][2] = w2; s.w4[j][3] = w3;
       } else {
         s.w[0][j] = w0; s.w[1][j] = w1; s.w[2][j] = w2; s.w[3][j] = w3;
@@ -132,6 +136,8 @@ constexpr bool kSimdStencils = true;
 // GCC vectorised the scalar loop in 8-lane halves with a permute per weight and sample (its
 // AOS stores), which took a fifth of scatter_row's time on W1 (perf, docs/INTERNALS.md,
 // "Backprojection, session 5").  Lanes past m are computed and never dereferenced.
+// DUP: the z-row-pair layout (sb == 2, weights in DupLayout's order).
+template <bool DUP = false>
 inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
   const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512i iotai = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -151,17 +157,20 @@ inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, Sc
     const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab), fc = _mm512_fmadd_ps(fn, Bc, Ac);
     const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);  // interior: truncation is floor
     const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib)), tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
-    const __m512i off = _mm512_add_epi32(_mm512_add_epi32(jsa, ib), _mm512_mullo_epi32(ic, sc));
+    const __m512i bo = DUP ? _mm512_add_epi32(ib, ib) : ib;
+    const __m512i off = _mm512_add_epi32(_mm512_add_epi32(jsa, bo), _mm512_mullo_epi32(ic, sc));
     _mm512_store_si512((void*)(s.off + j0), off);
     jsa = _mm512_add_epi32(jsa, sa16);
     const __m512 vb = _mm512_mul_ps(_mm512_sub_ps(one, tc), vv), vc = _mm512_mul_ps(tc, vv);
     const __m512 ub = _mm512_sub_ps(one, tb);
     const __m512 w0 = _mm512_mul_ps(ub, vb), w1 = _mm512_mul_ps(tb, vb);
     const __m512 w2 = _mm512_mul_ps(ub, vc), w3 = _mm512_mul_ps(tb, vc);
-    const __m512d a_lo = _mm512_castps_pd(_mm512_permutex2var_ps(w0, pair_lo, w1));
-    const __m512d a_hi = _mm512_castps_pd(_mm512_permutex2var_ps(w0, pair_hi, w1));
-    const __m512d c_lo = _mm512_castps_pd(_mm512_permutex2var_ps(w2, pair_lo, w3));
-    const __m512d c_hi = _mm512_castps_pd(_mm512_permutex2var_ps(w2, pair_hi, w3));
+    // pairs (w0, w1) and (w2, w3); DUP: (w0, w2) and (w1, w3)
+    const __m512 p0 = w0, p1 = DUP ? w2 : w1, p2 = DUP ? w1 : w2, p3 = w3;
+    const __m512d a_lo = _mm512_castps_pd(_mm512_permutex2var_ps(p0, pair_lo, p1));
+    const __m512d a_hi = _mm512_castps_pd(_mm512_permutex2var_ps(p0, pair_hi, p1));
+    const __m512d c_lo = _mm512_castps_pd(_mm512_permutex2var_ps(p2, pair_lo, p3));
+    const __m512d c_hi = _mm512_castps_pd(_mm512_permutex2var_ps(p2, pair_hi, p3));
     float* w = &s.w4[j0][0];
     _mm512_store_pd((double*)w, _mm512_permutex2var_pd(a_lo, quad_lo, c_lo));
     _mm512_store_pd((double*)(w + 16), _mm512_permutex2var_pd(a_lo, quad_hi, c_lo));
@@ -205,6 +214,16 @@ inline void block_scatter_pairs(float* CT_RESTRICT plane, i64 sc, const ScatterB
     const __m128 y = _mm_add_ps(x, _mm_load_ps(s.w4[j]));
     _mm_storel_pd((double*)p, _mm_castps_pd(y));
     _mm_storeh_pd((double*)(p + sc), _mm_castps_pd(y));
+  }
+}
+// The z-row-pair layout (DupLayout): a sample's four voxels are 16 contiguous bytes, one unaligned
+// 128-bit read-modify-write on one cache line (two in one sample of eight) instead of two 64-bit
+// ones on two lines.
+inline void block_scatter_dup(float* CT_RESTRICT plane, const ScatterBlock<float>& s, int m) {
+#pragma GCC unroll 4
+  for (int j = 0; j < m; ++j) {
+    float* p = plane + (i64)(int)s.off[j];
+    _mm_storeu_ps(p, _mm_add_ps(_mm_loadu_ps(p), _mm_load_ps(s.w4[j])));
   }
 }
 // The same updates with each row's pair read, added and written on its own
@@ -259,6 +278,15 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
       const int m = std::min(kScatterBlock, i1 - n);
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
+        if (mode.dup && sb == 2 && r.c == 2) {
+#if defined(__AVX512F__)
+          if (mode.simd) block_stencils_avx512<true>(r, n, m, v, s);
+          else
+#endif
+            block_stencils<true, float, true>(r, n, m, v, s);
+          block_scatter_dup(vol + ((i64)n * sa - r.offset), s, m);
+          continue;
+        }
         if (sb == 1 && pairs) {
 #if defined(__AVX512F__)
           if (mode.simd) block_stencils_avx512(r, n, m, v, s);
@@ -484,14 +512,19 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // (b = y contiguous, as the swapped accumulator below); each thread adds its
   // chunk of them into the output.
   // Where no length needs padding, the y/z accumulator is the output itself.
-  const i64 rowA = padded_length<real>(vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
-  const i64 rowB = padded_length<real>(vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
+  // dup (DupLayout): accumulator plane ("slot") z holds z rows z and z + 1 side by side, each voxel
+  // (x, y) a pair (row z, row z + 1): rows of 2 W (A) or 2 H (B) floats.  Seamless only: a slot's
+  // second half is row z + 1, which the next sub-chunk or z-chunk adds in after this one's.
+  const bool dup = opt.dup && opt.padded && opt.seamless && kPairScatter && std::is_same<real, float>::value;
+  const i64 per = dup ? 2 : 1;  // floats per voxel of a row
+  const i64 rowA = padded_length<real>(per * vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
+  const i64 rowB = padded_length<real>(per * vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
   // seamless across threads too (halo): each z-chunk's accumulators get one plane more, the first
   // plane of the next chunk, so that a thread scatters its boundary samples whole as between its own
   // sub-chunks; the halo planes are added into the output after all threads.  Needs both
   // accumulators private (an unpadded y/z one then too).
   const bool halo_wanted = opt.seamless && nchunks > 1;
-  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W || halo_wanted;
+  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W || halo_wanted || dup;
   const i64 halo_planes = halo_wanted ? nchunks : 0;
   const i64 slabA = ownA ? ((i64)nz + halo_planes) * planeA : 0, slabB = ((i64)nz + halo_planes) * planeB;
   const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
@@ -514,8 +547,8 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   Targets<real> tg{out_t, out_t};
   const bool halo = padded && halo_wanted;  // chunk ch's plane z at accumulator plane z - z0 + ch
   if (padded) {
-    if (ownA) tg.yz = Target<real>{bufA, slabA, true, 1, rowA, planeA, (i64)vw.z0 * planeA};
-    tg.x = Target<real>{bufB, slabB, true, rowB, 1, planeB, (i64)vw.z0 * planeB};
+    if (ownA) tg.yz = Target<real>{bufA, slabA, true, per, rowA, planeA, (i64)vw.z0 * planeA};
+    tg.x = Target<real>{bufB, slabB, true, rowB, per, planeB, (i64)vw.z0 * planeB};
   } else if (swap_acc) {
     tg.x = Target<real>{swapped.data(), slab, true, (i64)vw.H, 1, plane, (i64)vw.z0 * plane};
   }
@@ -528,10 +561,26 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
                       ? (int)std::max<i64>(std::max(4, min_planes), opt.block_bytes / std::max<i64>(1, plane_bytes))
                       : nz;
   const bool seamless = opt.seamless && small;  // scatter_ray's ownership test (ray_backward has none)
-  // Add accumulator plane p (of item q) into output plane z.
-  auto add_planes = [&](int q, int z, i64 p) {
+  // Add accumulator plane p (of item q) into output plane z; dup: the first halves of slot p and, where
+  // `below`, the second halves of slot p - 1 (row z of the samples whose lower row is z - 1).
+  auto add_planes = [&](int q, int z, i64 p, bool below) {
     real* o = vol + q * vol_batch_stride + (i64)(z - vw.z0) * plane;  // (y, x)
-    if (padded) {
+    if (padded && dup) {
+      const real* a = bufA + q * slabA + p * planeA;  // (y, x, pair)
+      const real* b = bufB + q * slabB + p * planeB;  // (x, y, pair)
+      for (int y = 0; y < vw.H; ++y)
+        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + 2 * x];
+      for (int y = 0; y < vw.H; ++y)
+        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + 2 * y];
+      if (below) {
+        const real* a1 = a - planeA + 1;
+        const real* b1 = b - planeB + 1;
+        for (int y = 0; y < vw.H; ++y)
+          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a1[(i64)y * rowA + 2 * x];
+        for (int y = 0; y < vw.H; ++y)
+          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b1[(i64)x * rowB + 2 * y];
+      }
+    } else if (padded) {
       const real* a = ownA ? bufA + q * slabA + p * planeA : nullptr;  // (y, x), padded
       const real* b = bufB + q * slabB + p * planeB;                   // (x, y), padded rows
       if (ownA)
@@ -565,7 +614,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int olo = seamless && (zlo > edge[ch] || halo_below) ? zlo : INT_MIN;
       const int ohi = seamless && (zhi < edge[ch + 1] || halo_above) ? zhi : INT_MAX;
       const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
-      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd};
+      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd, padded && dup};
       for (int k = 0; k < dw.n_views; ++k) {
         int ulo, uhi, vlo, vhi;
         slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
@@ -579,13 +628,13 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       }
       // add the sub-chunk's accumulators into the output while they are in cache
       for (int q = 0; q < batch; ++q)
-        for (int z = zlo; z < zhi; ++z) add_planes(q, z, z - vw.z0 + hp);
+        for (int z = zlo; z < zhi; ++z) add_planes(q, z, z - vw.z0 + hp, z > edge[ch]);
     }
   }
   // the halo planes, after every thread's own: chunk ch's is the first plane of chunk ch + 1
   if (halo)
     for (int ch = 0; ch + 1 < nchunks; ++ch)
-      for (int q = 0; q < batch; ++q) add_planes(q, edge[ch + 1], (i64)edge[ch + 1] - vw.z0 + ch);
+      for (int q = 0; q < batch; ++q) add_planes(q, edge[ch + 1], (i64)edge[ch + 1] - vw.z0 + ch, true);
 }
 
 }  // namespace ct

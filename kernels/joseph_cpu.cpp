@@ -82,6 +82,8 @@ constexpr BackPath kBackPaths[] = {
     {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
 #if defined(__AVX512F__)
     {"pairs-padded-s4m-f16-avx512", {true, i64(4) << 20, false, true, true, 16, true}},
+    {"dup-padded-s4m-f16-avx512", {true, i64(4) << 20, false, true, true, 16, true, true}},
+    {"dup-padded-s2m-f16-avx512", {true, i64(2) << 20, false, true, true, 16, true, true}},
 #endif
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
     {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
