@@ -48,6 +48,11 @@ namespace ct {
 // sub-chunks and are set up once in each (the reading the measurements fit:
 // N = 320 ran 18% faster with 20-plane sub-chunks; docs/INTERNALS.md,
 // "Backprojection, session 4").
+// simd: with pairs, the stencils by block_stencils_avx512 (AVX-512 builds; else ignored).
+// dup: with padded and seamless, float32 accumulators of z-row pair slots (DupLayout).
+// band_rows > 0: each (sub-)chunk's detector rows in bands of that many rows, every view per band
+// (band, view, row order), so that the accumulator rows a band's rays touch stay in cache across the
+// views instead of the whole chunk streaming through once per view.
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
@@ -57,7 +62,20 @@ struct BackOptions {
   int depth_div = 0;
   bool simd = false;
   bool dup = false;
+  int band_rows = 0;
 };
+
+// DupLayout: accumulator plane ("slot") z holds rows z and z + 1 side by side: voxel (x, y) of slot z
+// is the pair (row z, row z + 1), rows of 2 W (or 2 H) floats.  A sample whose stencil's lower z row
+// is c then updates 16 contiguous bytes of slot c: (b, c), (b, c+1), (b+1, c), (b+1, c+1), one
+// read-modify-write on one cache line (two lines for one sample of eight) instead of two 64-bit ones
+// on lines a plane apart.  Any single voxel (edge planes, z-dominant and planar rays) is written as
+// the first half of its own row's slot.  Output row z = first halves of slot z + second halves of
+// slot z - 1.  The slots double the accumulators, so they are taken only while a slot plane is at
+// most kDupMaxSlotPlane bytes: a band's slots then stay in a 2 MiB L2 (W1's planes, 128 KiB slots:
+// 0.57 against 0.60 CPU-s for pairs-padded-b8; N = 192, 288 KiB: 2.31 against 2.12 s, N = 256:
+// 5.9 against 5.2 s, 1 thread, docs/INTERNALS.md "Backprojection, session 5").
+constexpr i64 kDupMaxSlotPlane = i64(192) << 10;
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
 // A thread's sub-chunks [zlo, zhi) all lie in its own z-chunk, so a sample
@@ -74,7 +92,7 @@ struct ScatterMode {
   bool pairs, rows;
   ZOwnership own;
   bool simd = false;  // pair stencils by block_stencils_avx512 where the build has it
-  bool dup = false;   // the accumulators hold z-row pairs (see DupLayout)
+  bool dup = false;   // the accumulators hold z-row pair slots (DupLayout)
 };
 
 // The lower z row of sample n's stencil (z plane n for z-dominant rays), by
@@ -129,13 +147,13 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
 }
 
 #if defined(__AVX512F__)
-constexpr bool kSimdStencils = true;
 // block_stencils<true> (the pair path: sb == 1, float32) written out in 16-lane AVX-512: the same
-// terms, with fb and fc as fused multiply-adds (as GCC contracts the scalar form), and the four
-// weights of 16 planes transposed to sample order by eight two-source permutes straight into w4.
-// GCC vectorised the scalar loop in 8-lane halves with a permute per weight and sample (its
-// AOS stores), which took a fifth of scatter_row's time on W1 (perf, docs/INTERNALS.md,
-// "Backprojection, session 5").  Lanes past m are computed and never dereferenced.
+// terms, with fb and fc as fused multiply-adds (as GCC contracts the scalar form: W1 bitwise the
+// same), and the four weights of 16 planes transposed to sample order by eight two-source permutes
+// straight into w4.  GCC vectorised the scalar loop in 8-lane halves with a permute per weight and
+// sample.  Alone it did not shorten W1 beyond the noise (the pair loop waits on memory and hides the
+// stencils); the pair-slot paths need it (their scalar stencils were 1.7x slower).  Lanes past m are
+// computed and never dereferenced.
 // DUP: the z-row-pair layout (sb == 2, weights in DupLayout's order).
 template <bool DUP = false>
 inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
@@ -178,8 +196,6 @@ inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, Sc
     _mm512_store_pd((double*)(w + 48), _mm512_permutex2var_pd(a_hi, quad_hi, c_hi));
   }
 }
-#else
-constexpr bool kSimdStencils = false;
 #endif
 
 // The read-modify-writes of the first m planes of a block.
@@ -512,10 +528,11 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // (b = y contiguous, as the swapped accumulator below); each thread adds its
   // chunk of them into the output.
   // Where no length needs padding, the y/z accumulator is the output itself.
-  // dup (DupLayout): accumulator plane ("slot") z holds z rows z and z + 1 side by side, each voxel
-  // (x, y) a pair (row z, row z + 1): rows of 2 W (A) or 2 H (B) floats.  Seamless only: a slot's
-  // second half is row z + 1, which the next sub-chunk or z-chunk adds in after this one's.
-  const bool dup = opt.dup && opt.padded && opt.seamless && kPairScatter && std::is_same<real, float>::value;
+  // dup (DupLayout): rows of 2 W (A) or 2 H (B) floats.  Seamless only: slot z - 1's second halves
+  // belong to output row z, which the next sub-chunk or (through the halo) z-chunk adds in after
+  // this one's; clipped sub-chunks would share slots between threads.
+  const bool dup = opt.dup && opt.padded && opt.seamless && kPairScatter && std::is_same<real, float>::value &&
+                   2 * (i64)vw.H * vw.W * (i64)sizeof(float) <= kDupMaxSlotPlane;
   const i64 per = dup ? 2 : 1;  // floats per voxel of a row
   const i64 rowA = padded_length<real>(per * vw.W, 256), planeA = padded_length<real>((i64)vw.H * rowA, 4096);
   const i64 rowB = padded_length<real>(per * vw.H, 256), planeB = padded_length<real>((i64)vw.W * rowB, 4096);
@@ -615,16 +632,33 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
       const int ohi = seamless && (zhi < edge[ch + 1] || halo_above) ? zhi : INT_MAX;
       const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
       const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd, padded && dup};
-      for (int k = 0; k < dw.n_views; ++k) {
-        int ulo, uhi, vlo, vhi;
-        slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
-        ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
-        vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
-        const int o0 = u_inner ? vlo : ulo, o1 = u_inner ? vhi : uhi;
-        const int i0 = u_inner ? ulo : vlo, i1 = u_inner ? uhi : vhi;
-        for (int outer = o0; outer < o1; ++outer)
-          scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, i0, i1, zlo, zwin, tgc,
-                      small, mode);
+      // band_rows: the detector rows in bands of R, every view per band (G views a group; G = 1:
+      // view by view).  The rays and each ray's additions are the same; only the order of views
+      // and rows changes, fixed for a call (repeated and batched calls stay bitwise equal).
+      const int G = opt.band_rows > 0 ? dw.n_views : 1, R = std::max(1, opt.band_rows);
+      std::vector<int> bo0(G), bo1(G), bi0(G), bi1(G);
+      for (int k0 = 0; k0 < dw.n_views; k0 += G) {
+        const int k1 = std::min(dw.n_views, k0 + G);
+        int omin = INT_MAX, omax = INT_MIN;
+        for (int k = k0; k < k1; ++k) {
+          int ulo, uhi, vlo, vhi;
+          slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
+          ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+          vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+          const int j = k - k0;
+          bo0[j] = u_inner ? vlo : ulo; bo1[j] = u_inner ? vhi : uhi;
+          bi0[j] = u_inner ? ulo : vlo; bi1[j] = u_inner ? uhi : vhi;
+          if (bo0[j] < bo1[j]) { omin = std::min(omin, bo0[j]); omax = std::max(omax, bo1[j]); }
+        }
+        const int step = G == 1 ? std::max(1, omax - omin) : R;
+        for (int b0 = omin; b0 < omax; b0 += step)
+          for (int k = k0; k < k1; ++k) {
+            const int j = k - k0;
+            const int e0 = std::max(b0, bo0[j]), e1 = std::min(b0 + step, bo1[j]);
+            for (int outer = e0; outer < e1; ++outer)
+              scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, bi0[j], bi1[j], zlo,
+                          zwin, tgc, small, mode);
+          }
       }
       // add the sub-chunk's accumulators into the output while they are in cache
       for (int q = 0; q < batch; ++q)

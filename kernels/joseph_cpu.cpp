@@ -71,7 +71,19 @@ struct BackPath {
 };
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
-    // the default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
+    // the defaults (session 5, docs/INTERNALS.md "Backprojection, session 5"): no z sub-chunks; each
+    // thread's detector rows in bands of 8 (-b8), every view per band, so that a band's part of the
+    // accumulators stays in cache across the views (W1, 1 thread, interleaved, load 3.9: 0.60 against
+    // 0.76 CPU-s for pairs-padded-s4m-f16; N = 256: 5.2 against 7.5); dup-: the accumulators in z-row
+    // pair slots (DupLayout: one 16-byte read-modify-write per sample; W1 0.57), taken for planes up
+    // to kDupMaxSlotPlane and AVX-512 stencils only (GCC's vectorisation of the scalar pair-slot
+    // stencils ran W1 1.7x slower)
+#if defined(__AVX512F__)
+    {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
+#endif
+    {"pairs-padded-b8", {true, 0, false, true, true, 0, true, false, 8}},
+    {"pairs-padded-b4", {true, 0, false, true, true, 0, true, false, 4}},
+    // the previous default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
     // sub-chunk, so the volume no longer streams from far cache once per view (-z4m against
     // pairs-padded, 1 thread, loads 3-6: N = 192 1.3x, N = 256 1.2x; N = 128 the same or better);
     // -sNm: seamless sub-chunks, each sample scattered whole by one sub-chunk (ZOwnership), not
@@ -80,11 +92,6 @@ constexpr BackPath kBackPaths[] = {
     // (BackOptions::depth_div), the same as -s4m up to N = 256 (N = 320, 1 thread, load 3.3:
     // 394 against 335 M samples per CPU-s; docs/INTERNALS.md, "Backprojection, session 4")
     {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
-#if defined(__AVX512F__)
-    {"pairs-padded-s4m-f16-avx512", {true, i64(4) << 20, false, true, true, 16, true}},
-    {"dup-padded-s4m-f16-avx512", {true, i64(4) << 20, false, true, true, 16, true, true}},
-    {"dup-padded-s2m-f16-avx512", {true, i64(2) << 20, false, true, true, 16, true, true}},
-#endif
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
     {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
     {"pairs-padded-z4m", {true, i64(4) << 20, false, true}},

@@ -12,8 +12,9 @@ output;
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
-least max(H, W) / K planes; default ``pairs-padded-s4m-f16``) and ``blocked`` (four scalar updates
-per sample).  All compute the same samples; they differ only in
+least max(H, W) / K planes), the banded ``-bR`` forms (no sub-chunks; each thread's detector rows in
+bands of R, every view per band; ``dup-padded-b8``, accumulators in z-row pair slots, is the default of
+AVX-512 builds, ``pairs-padded-b8`` of the others) and ``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
 speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
@@ -27,6 +28,7 @@ the known ones); it is read at every call, so tests and benchmarks can switch pa
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 
@@ -80,12 +82,20 @@ def candidates(op: str, names: list[str]) -> list[str]:
     """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` paths where the library
     has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
     only once the volume leaves the cache; the measurement's slab stays in cache, so timing both would let
-    noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  The
-    view-by-view paths stay forceable by ``CTBENCH_CPU_PATH``."""
+    noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  Back: only
+    the banded ``-bR`` paths where the library has them, for the same reason (W1 0.76 against 0.60 CPU-s,
+    N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path).  The others stay forceable by
+    ``CTBENCH_CPU_PATH``."""
     if op == "forward":
         banded = [n for n in names if n.endswith("-bands")]
         return banded or list(names)
+    if op == "back":
+        banded = [n for n in names if _BACK_BANDS.search(n)]
+        return banded or list(names)
     return list(names)
+
+
+_BACK_BANDS = re.compile(r"-b\d+$")
 
 
 def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:

@@ -1,0 +1,101 @@
+"""The backprojection's banded paths (``-bR``: detector rows in bands of R, every view per band) and
+the z-row-pair accumulators (``dup-``), kernels/joseph_backward_cpu.hpp.
+
+A banded path visits the same rays as the view-by-view ones in another order (band, view, row), so
+its float32 sums differ from theirs by rounding only.  A ``dup-`` path keeps, per accumulator slot
+z, the rows z and z + 1 of each voxel side by side; row z of the output is the first half of slot z
+plus the second half of slot z - 1, whose samples another z-chunk (a thread's halo plane) may have
+scattered.  Here the scan has more rays than voxels (so the padded accumulators, and with them the
+pair slots, are taken), an odd depth whose centre plane carries rays planar in z (the central
+detector row) and 1, 2 and 3 threads (0, 1 and 2 z-chunk edges, each a
+halo): each path against the reference backend (float64 exactly, float32 within rounding), the exact
+adjoint identity, and bitwise repeated and batched calls.
+"""
+
+import math
+import os
+
+import pytest
+import torch
+
+from ctbench import Projector, circular_trajectory_3d
+from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+
+F64 = torch.float64
+SHAPE = (25, 40, 38)
+DET = (45, 33)  # odd: the central row passes through z = 0, the centre of voxel plane 12
+
+
+@pytest.fixture(scope="module")
+def band_paths():
+    names = [n for n in cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("back", [])
+             if "-b" in n]
+    if not names:
+        pytest.skip("this build has no banded back paths (float32 pair paths need SSE2)")
+    return names
+
+
+def _scan(n_views=24):
+    # the central detector row's rays are planar in z on plane 12 in every view.  Angles off the axes by
+    # 0.05 rad: with views exactly along x and y every back path (the scalar "blocked" one too) differs
+    # from the reference by 0.3% at the top plane of this volume, a matter of its own
+    angles = torch.arange(n_views, dtype=F64) * (2 * math.pi / n_views) + 0.05
+    traj = circular_trajectory_3d(n_views, 90.0, 180.0, angles=angles, dtype=F64)
+    kw = dict(voxel_spacing=(1.0, 1.1, 0.9), detector_spacing=(2.0, 1.7))
+    return Projector(traj, SHAPE, DET, backend="cpu", **kw), Projector(traj, SHAPE, DET, backend="reference", **kw)
+
+
+def test_banded_and_pair_slot_paths_match_reference_and_are_the_adjoint(band_paths, monkeypatch):
+    cpu, ref = _scan()
+    assert 24 * DET[0] * DET[1] >= math.prod(SHAPE) / 4  # the padded accumulators are taken
+    g = torch.Generator().manual_seed(7)
+    y = torch.rand((2, *cpu.projection_shape), generator=g, dtype=F64)
+    x = torch.rand(SHAPE, generator=g, dtype=F64)
+    want = ref.backproject(y)
+    scale = float(want.abs().max())
+    assert float(want[0, 12].abs().sum()) > 0
+    try:
+        for name in band_paths + ["pairs-padded-s4m-f16"]:
+            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                b64, b32 = cpu.backproject(y), cpu.backproject(y.float())
+                assert float((b64 - want).abs().max()) <= 1e-12 * scale, (name, threads)
+                assert float((b32.double() - want).abs().max()) <= 1e-5 * scale, (name, threads)
+                # every plane of the slab, the chunk edges' included: nothing lost or counted twice
+                per_plane = (b32.double() - want).abs().sum(dim=(2, 3)).max()
+                assert float(per_plane) <= 1e-5 * float(want.abs().sum(dim=(2, 3)).max()), (name, threads)
+                lhs = float((cpu.project(x) * y[0]).sum())
+                rhs = float((x * cpu.backproject(y[0])).sum())
+                assert abs(lhs - rhs) <= 1e-12 * abs(lhs), (name, threads)
+                assert torch.equal(cpu.backproject(y.float())[1], b32[1]), (name, threads)
+                assert torch.equal(cpu.backproject(y[1].float()), b32[1]), (name, threads)
+    finally:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+def test_rays_planar_on_a_chunk_edge_land_once(band_paths, monkeypatch):
+    """Only the central detector row, whose rays lie on voxel plane 12, and its neighbour: the rows a
+    halo or a pair slot's second half carries, alone."""
+    cpu, ref = _scan()
+    y = torch.zeros(cpu.projection_shape, dtype=F64)
+    y[:, :, DET[1] // 2] = 1.0
+    y[:, :, DET[1] // 2 + 1] = 0.5
+    want = ref.backproject(y)
+    try:
+        for name in band_paths:
+            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                got = cpu.backproject(y.float()).double()
+                assert float((got - want).abs().max()) <= 1e-5 * float(want.abs().max()), (name, threads)
+                assert abs(float(got.sum()) - float(want.sum())) <= 1e-5 * float(want.sum()), (name, threads)
+    finally:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+def test_measurement_ranks_the_banded_back_paths(band_paths):
+    """The measurement's slab (16 planes, in cache) cannot show what the bands pay for on a real
+    volume, so where the library has banded back paths only they are ranked."""
+    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
+    assert cpu_joseph_paths.candidates("back", known["back"]) == band_paths
