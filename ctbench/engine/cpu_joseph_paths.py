@@ -14,8 +14,8 @@ walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (eac
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
 least max(H, W) / K planes), the banded ``-bR`` forms (no sub-chunks; each thread's detector rows in
 bands of R, every view per band; ``dup-padded-b8``, accumulators in z-row pair slots, is the default of
-AVX-512 builds, ``pairs-padded-b8`` of the others) and ``blocked`` (four scalar updates per sample).  All compute the same samples; they differ only in
-speed (and in float32 rounding).
+AVX-512 builds, ``pairs-padded-b8`` of the others) and ``blocked`` (four scalar updates per sample).
+All compute the same samples; they differ only in speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
 choice cached beside the library (``cpu_paths.read_choice``) or, failing that, measured on a
