@@ -14,6 +14,7 @@ adjoint identity, and bitwise repeated and batched calls.
 
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ DET = (45, 33)  # odd: the central row passes through z = 0, the centre of voxel
 @pytest.fixture(scope="module")
 def band_paths():
     names = [n for n in cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("back", [])
-             if "-b" in n]
+             if re.search(r"-b\d+$", n)]
     if not names:
         pytest.skip("this build has no banded back paths (float32 pair paths need SSE2)")
     return names
@@ -99,3 +100,8 @@ def test_measurement_ranks_the_banded_back_paths(band_paths):
     volume, so where the library has banded back paths only they are ranked."""
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
     assert cpu_joseph_paths.candidates("back", known["back"]) == band_paths
+    # the build's default (its first path) is banded: pair slots where the build has AVX-512
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    avx512 = " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native"
+    assert known["back"][0] == ("dup-padded-b8" if avx512 else "pairs-padded-b8")
+    assert {"pairs-padded-b8", "pairs-padded-b4"} <= set(band_paths)
