@@ -429,8 +429,14 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
     except ImportError:        # versions without the GUI warm-up
         gui_warm_up = None
 
+    # As `ctbench gui` runs it: its process freezes the heap once warm (versions with that step).
+    freeze = getattr(launch, "freeze_heap_when_warm", None)
+    if freeze is not None and warm is not None:
+        freeze(viewer, warm)
+
     def warmed() -> bool:
-        return (warm is None or not warm.is_alive()) and (gui_warm_up is None or gui_warm_up.pending(viewer) == 0)
+        return (warm is None or not warm.is_alive()) and (gui_warm_up is None or gui_warm_up.pending(viewer) == 0) \
+            and (freeze is None or gui_warm_up.heap_frozen(viewer))
 
     if warm is not None or gui_warm_up is not None:
         # A user who acts after the workbench's start-up work is done; the start-up's own stalls are recorded.

@@ -3,6 +3,7 @@ comparison cells and designer preview layers appear one per event-loop turn."""
 
 import sys
 import threading
+import time
 
 import pytest
 
@@ -157,6 +158,53 @@ def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(
     for _ in range(5):
         viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
     assert loaded == []                    # no glyph rendered inside the action
+
+
+def test_the_workbench_freezes_the_heap_once_warm_and_unfreezes_when_its_window_goes(make_napari_viewer):
+    """A full collection walked the whole heap (0.2 s, GIL held) in the middle of actions: once the warm-up is
+    done the objects alive are frozen (never walked, never collected); later garbage is still collected."""
+    import gc
+    import weakref
+
+    from qtpy.QtCore import QEvent
+    from qtpy.QtWidgets import QApplication
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.unfreeze()
+    try:
+        viewer = make_napari_viewer(show=True)
+        viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")     # docking installs the warm-up
+        gate = threading.Event()           # stands for the launcher's sample thread
+        warm_up.freeze_heap_when_warm(viewer, gate.is_set)
+        wait_for(lambda: warm_up.pending(viewer) == 0 and warm_up.background_ready(0), timeout=120)
+        end = time.perf_counter() + 3 * warm_up.FREEZE_POLL_MS / 1000
+        wait_for(lambda: time.perf_counter() > end, timeout=10)
+        assert not warm_up.heap_frozen(viewer) and gc.get_freeze_count() == 0    # waits for the sample thread
+        before = cycle()                   # garbage made before the freeze
+        gate.set()
+        wait_for(lambda: warm_up.heap_frozen(viewer), timeout=10)
+        assert gc.get_freeze_count() > 10000
+        after = cycle()                    # garbage made after it
+        gc.collect()
+        assert after() is None             # still collected
+        assert before() is not None        # frozen: out of the collector's reach
+        viewer.close()
+        QApplication.sendPostedEvents(None, QEvent.DeferredDelete)      # the window is destroyed
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert before() is None            # collectable again once the workbench is gone
+    finally:
+        gc.unfreeze()
 
 
 def test_the_background_warm_up_builds_the_unit_registry_napari_gives_every_layer(monkeypatch):

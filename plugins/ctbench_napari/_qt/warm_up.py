@@ -20,13 +20,25 @@ loaded once per process: one glyph per event-loop turn on the GUI thread (the
 atlas is an OpenGL texture fed from that thread).  Colour maps are registered
 in napari's table, which has its own lock, the unit registry is built and
 pandas imported, in a background thread (none of them touches Qt).
+
+The workbench's process (``ctbench gui``) also freezes Python's heap once the
+warm-up is done (``freeze_heap_when_warm``): Python's full garbage collection
+walks every tracked object, and with torch, napari and vispy loaded that is
+about 450 000 objects and 0.19-0.23 s with the GIL held, at moments nobody
+chooses (every few layers made); the traced stall runs caught it inside the
+start-up and a SIRT run.  Objects alive at the end of the warm-up (modules,
+classes, the viewer) are moved out of the collector's reach (``gc.freeze``);
+whatever is made later is collected as before.  Only the launcher asks for
+it: a plugin docked into someone else's napari leaves the host's collector
+alone.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 
-from .common import Steps, log, qt_window, unwrap
+from .common import Steps, is_deleted, log, qt_window, unwrap
 
 # What napari's scale bar writes: a length ("0.5", "20", "1e+03") and its unit ("pixel", "mm", "µm", ...).
 SCALE_BAR_GLYPHS = "ÅÉÑŐjgpqy0123456789.e+- ixlmµnk"   # the first nine: vispy measures every line by them
@@ -52,6 +64,43 @@ def install(viewer) -> None:
     if font is not None:
         steps.run([_glyph_step(font, c) for c in SCALE_BAR_GLYPHS],
                   on_error=lambda e: log.debug("glyph warm-up failed: %s", e))
+
+
+FREEZE_POLL_MS = 200
+
+
+def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
+    """Once the warm-up of ``viewer`` is done (and ``extra_ready()``, e.g. the launcher's sample thread),
+    freeze the objects Python's collector tracks (``gc.freeze``); undone (``gc.unfreeze``) when the window is
+    destroyed.  For a process that is the workbench (see the module docstring)."""
+    real = unwrap(viewer)
+    window = qt_window(real)
+    if window is None or getattr(window, "_ctbench_heap_freeze", None) is not None:
+        return
+    from qtpy.QtCore import QTimer
+
+    timer = QTimer(window)            # dies with the window: never freezes for a closed viewer
+    timer.setInterval(FREEZE_POLL_MS)
+    window._ctbench_heap_freeze = timer
+
+    def check():
+        if is_deleted(window) or pending(real) or not background_ready(0) or not extra_ready():
+            return
+        timer.stop()
+        gc.freeze()      # O(1): the tracked objects join the permanent generation
+        timer.setProperty("frozen", True)
+        log.debug("heap frozen after the warm-up: %d objects", gc.get_freeze_count())
+
+    # A closed workbench lets its objects be collected again (a process that opens another one).
+    window.destroyed.connect(lambda *_: gc.unfreeze())
+    timer.timeout.connect(check)
+    timer.start()
+
+
+def heap_frozen(viewer) -> bool:
+    """Whether ``freeze_heap_when_warm`` has frozen the heap for ``viewer``."""
+    timer = getattr(qt_window(viewer), "_ctbench_heap_freeze", None)
+    return bool(timer is not None and timer.property("frozen"))
 
 
 def pending(viewer) -> int:
