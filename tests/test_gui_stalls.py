@@ -444,3 +444,87 @@ def test_a_comparison_grid_is_built_once_at_its_final_shape_while_its_cells_appe
     assert tuple(grid.shape) == (-1, -1)                          # napari's automatic shape again ...
     assert grid.actual_shape(viewer.layers) == (2, 3)             # ... which is the same
     assert sorted(c for c, _name in recon.comparison.cell_list) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+def _two_volumes(viewer):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    ref = viewer.add_image(rng.random((20, 24, 28), np.float32), name="phantom", scale=(1.0, 1.0, 1.0),
+                           translate=(-9.5, -11.5, -13.5), metadata={"ctbench": {"kind": "volume"}})
+    res = viewer.add_image(3 * rng.random((20, 24, 28), np.float32) - 1, name="result", scale=(1.0, 1.0, 1.0),
+                           translate=(-9.5, -11.5, -13.5), metadata={"ctbench": {"kind": "volume"}})
+    viewer.dims.ndisplay = 3
+    viewer.scene.camera.zoom = 0.05
+    return ref, res
+
+
+def test_a_result_shown_in_steps_ends_as_shown_at_once(make_napari_viewer):
+    """show_result's steps (one napari update per event-loop turn): contrast and visibility first, still in
+    3D; then the 2D switch; then sliders, central slice and camera; the end state is show_result's at once."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari._qt.display import fit_camera, show_result, show_result_steps
+
+    stepped = make_napari_viewer(show=True)
+    at_once = make_napari_viewer(show=True)
+    ref_s, res_s = _two_volumes(stepped)
+    ref_o, res_o = _two_volumes(at_once)
+    for v in (stepped, at_once):
+        v.window._qt_window.resize(1000, 800)
+    wait_for(lambda: tuple(stepped.canvas.size) == tuple(at_once.canvas.size), timeout=10)
+    steps = show_result_steps(stepped, res_s)
+    assert len(steps) == 3
+    steps[0]()
+    np.testing.assert_allclose(res_s.contrast_limits, percentile_window(res_s.data), rtol=1e-5)
+    assert not ref_s.visible and res_s.visible and stepped.dims.ndisplay == 3     # nothing else yet
+    steps[1]()
+    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z (mm)", "y (mm)", "x (mm)")
+    steps[2]()
+    show_result(at_once, res_o)
+    assert stepped.dims.point[0] == pytest.approx(0.0, abs=0.6)          # the central slice
+    assert tuple(stepped.dims.point) == tuple(at_once.dims.point)
+    assert tuple(map(tuple, stepped.dims.range)) == tuple(map(tuple, at_once.dims.range))
+    assert tuple(res_s.contrast_limits) == tuple(res_o.contrast_limits)
+    assert [x.visible for x in stepped.layers] == [x.visible for x in at_once.layers] == [False, True]
+    assert stepped.scene.camera.zoom == pytest.approx(at_once.scene.camera.zoom, rel=1e-6)
+    assert tuple(stepped.scene.camera.center) == pytest.approx(tuple(at_once.scene.camera.center))
+    zoom = stepped.scene.camera.zoom
+    fit_camera(stepped, [res_s])
+    assert stepped.scene.camera.zoom == pytest.approx(zoom)              # fitted already
+
+
+def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_viewer, monkeypatch):
+    """The Reconstruction widget hands show_result's steps to its Steps one by one (each its own turn), and
+    the preview ends displayed: its layer alone, 2D, central slice, percentile contrast."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import common
+
+    runs = []
+    real_run = common.Steps.run
+
+    def counting_run(self, steps, on_error=None):
+        steps = list(steps)
+        runs.append(len(steps))
+        return real_run(self, steps, on_error)
+    monkeypatch.setattr(common.Steps, "run", counting_run)
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    viewer.dims.ndisplay = 3
+    recon.select_algorithm("fbp")
+    runs.clear()
+    recon.preview_button.click()
+    wait_for(lambda: not recon.running, timeout=120)
+    assert recon.message.level != "error", recon.message.text()
+    assert runs and max(runs) >= 5        # next turn, contrast + visibility, 2D, placement, result_added
+    layer = viewer.layers[recon.last_run["name"]]
+    assert [x.name for x in viewer.layers if x.visible] == [layer.name]
+    assert viewer.dims.ndisplay == 2
+    np.testing.assert_allclose(layer.contrast_limits, percentile_window(np.asarray(layer.data)), rtol=1e-4)
+    assert np.asarray(layer.data).any()
