@@ -39,6 +39,9 @@ from __future__ import annotations
 import gc
 import threading
 
+from qtpy.QtCore import Qt, QTimer
+from qtpy.QtWidgets import QWidget
+
 from .common import Steps, is_deleted, log, qt_window, unwrap
 
 # What napari's scale bar writes: a length ("0.5", "20", "1e+03") and its unit ("pixel", "mm", "µm", ...).
@@ -73,7 +76,7 @@ FREEZE_POLL_MS = 200
 def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
     """Freeze the objects Python's collector tracks (``gc.freeze``) now, and again once the warm-up of
     ``viewer`` is done (and ``extra_ready()``, e.g. the launcher's sample thread); undone (``gc.unfreeze``)
-    when the window is destroyed.  For a process that is the workbench (see the module docstring).
+    when the window closes.  For a process that is the workbench (see the module docstring).
 
     Now as well: the warm-up itself makes enough objects (glyphs, pint's registry) to set off a full
     collection, which walked the whole heap inside the start-up (0.25 s); after a first freeze it walks
@@ -82,31 +85,57 @@ def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
     window = qt_window(real)
     if window is None or getattr(window, "_ctbench_heap_freeze", None) is not None:
         return
-    from qtpy.QtCore import QTimer
-
-    timer = QTimer(window)            # dies with the window: never freezes for a closed viewer
-    timer.setInterval(FREEZE_POLL_MS)
-    window._ctbench_heap_freeze = timer
-
-    def check():
-        if is_deleted(window) or pending(real) or not background_ready(0) or not extra_ready():
-            return
-        timer.stop()
-        gc.freeze()      # O(1): the tracked objects join the permanent generation
-        timer.setProperty("frozen", True)
-        log.debug("heap frozen after the warm-up: %d objects", gc.get_freeze_count())
-
-    # A closed workbench lets its objects be collected again (a process that opens another one).
-    window.destroyed.connect(lambda *_: gc.unfreeze())
-    gc.freeze()
-    timer.timeout.connect(check)
-    timer.start()
+    window._ctbench_heap_freeze = _HeapFreeze(window, lambda: not pending(real) and background_ready(0)
+                                              and extra_ready())
 
 
 def heap_frozen(viewer) -> bool:
-    """Whether ``freeze_heap_when_warm`` has frozen the heap for ``viewer``."""
-    timer = getattr(qt_window(viewer), "_ctbench_heap_freeze", None)
-    return bool(timer is not None and timer.property("frozen"))
+    """Whether ``freeze_heap_when_warm`` has frozen the heap for ``viewer`` after its warm-up (and it holds)."""
+    guard = getattr(qt_window(viewer), "_ctbench_heap_freeze", None)
+    return bool(guard is not None and not is_deleted(guard) and guard.frozen and not guard.off)
+
+
+class _HeapFreeze(QWidget):
+    """A 0x0 child of the workbench window that keeps the heap frozen while the window is on screen.
+
+    Its hide event comes with the window's close, at once (the window itself is deleted later, after a
+    caller may already collect it: a test fixture's leak check, a script opening another viewer), and
+    unfreezes; shown again (a minimised window restored) it freezes again."""
+
+    def __init__(self, window, ready):
+        super().__init__(window)
+        self.setFixedSize(0, 0)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.ready = ready
+        self.frozen = False      # the final freeze, after the warm-up, is done
+        self.off = False         # hidden since: unfrozen
+        self.timer = QTimer(self)
+        self.timer.setInterval(FREEZE_POLL_MS)
+        self.timer.timeout.connect(self._check)
+        self.destroyed.connect(lambda *_: gc.unfreeze())
+        gc.freeze()              # O(1): the tracked objects join the permanent generation
+        self.show()
+        self.timer.start()
+
+    def _check(self) -> None:
+        if not self.ready():
+            return
+        self.timer.stop()
+        if not self.off:
+            gc.freeze()
+        self.frozen = True
+        log.debug("heap frozen after the warm-up: %d objects", gc.get_freeze_count())
+
+    def hideEvent(self, event):  # noqa: N802 - Qt name
+        gc.unfreeze()
+        self.off = True
+        super().hideEvent(event)
+
+    def showEvent(self, event):  # noqa: N802 - Qt name
+        if self.off:
+            gc.freeze()
+            self.off = False
+        super().showEvent(event)
 
 
 def pending(viewer) -> int:
