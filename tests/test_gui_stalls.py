@@ -530,3 +530,35 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     assert viewer.dims.ndisplay == 2
     np.testing.assert_allclose(layer.contrast_limits, percentile_window(np.asarray(layer.data)), rtol=1e-4)
     assert np.asarray(layer.data).any()
+
+
+def test_bench_gui_trace_turns_names_the_step_inside_the_longest_gap(make_napari_viewer):
+    """``bench_gui.py --trace-turns``: the step that blocked the event loop is named, with its time, in the
+    longest gap of the probe; the hooks are undone on close."""
+    import importlib.util
+    from pathlib import Path
+
+    from ctbench_napari._qt import common
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gui.py"
+    spec = importlib.util.spec_from_file_location("bench_gui_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    viewer = make_napari_viewer(show=True)
+    original_run = common.Steps.run
+    probe = bench.StallProbe()
+    turns = bench.TurnTrace(probe)
+    try:
+        def slow_step():
+            time.sleep(0.15)
+
+        steps = common.Steps(viewer.window._qt_window)
+        stall, _wall = probe.measure(lambda: steps.run([common.next_turn, slow_step]), settle_s=0.5)
+        held = turns.take()["longest_gap_held"]
+    finally:
+        turns.close()
+    assert stall >= 130
+    step = [x for x in held if "step " in x and "slow_step" in x]
+    assert step, held
+    assert int(step[0].rsplit(" ", 2)[-2]) >= 150        # "+N ms step ...slow_step 150 ms"
+    assert common.Steps.run is original_run and probe.gap_hook is None
