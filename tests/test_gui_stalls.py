@@ -562,3 +562,32 @@ def test_bench_gui_trace_turns_names_the_step_inside_the_longest_gap(make_napari
     assert step, held
     assert int(step[0].rsplit(" ", 2)[-2]) >= 150        # "+N ms step ...slow_step 150 ms"
     assert common.Steps.run is original_run and probe.gap_hook is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_workers_run_at_a_lower_cpu_priority_than_the_gui_thread(qapp):
+    """A solver and its OpenMP threads took every core during a run and the GUI thread waited for the CPU:
+    every worker started through common.start_worker lowers its own thread's priority first (a generator
+    worker stays a generator worker), and the GUI thread keeps its own."""
+    import os
+
+    from ctbench_napari._qt import common
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    expected = min(19, main_nice + common.BACKGROUND_NICE)
+    seen = {}
+
+    def plain():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def generator():
+        yield os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return "done"
+
+    common.start_worker(plain, on_return=lambda v: seen.setdefault("plain", v))
+    common.start_worker(generator, on_yield=lambda v: seen.setdefault("generator", v),
+                        on_return=lambda v: seen.setdefault("returned", v))
+    wait_for(lambda: len(seen) == 3, timeout=30)
+    assert seen == {"plain": expected, "generator": expected, "returned": "done"}
+    assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == main_nice            # the GUI thread's own
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
