@@ -89,6 +89,9 @@ def open_when_ready(viewer, sample: str, warm) -> None:
 def _quietly(fn) -> None:
     import logging
 
+    from ._qt.common import background_priority
+
+    background_priority()    # the samples' projections and their OpenMP threads below the GUI thread
     try:
         fn()
     except Exception:  # noqa: BLE001 - a sample that fails here fails again, with its message, when opened
