@@ -31,8 +31,12 @@ def test_the_start_up_sample_is_computed_off_the_gui_thread(make_napari_viewer, 
     import napari
 
     import ctbench_napari
-    from ctbench_napari import _samples
+    from ctbench_napari import _launch, _samples
 
+    # A warm-up thread of an earlier launch (it runs below the GUI thread's priority, so it may still be
+    # going) would be reused and fill the caches this test empties: let it end first.
+    if _launch.WARM_UP is not None:
+        _launch.WARM_UP.join(120)
     threads = _spy_on_sample_projection(_samples, monkeypatch)
     monkeypatch.setattr(napari, "Viewer", make_napari_viewer)
     monkeypatch.setattr(napari, "run", lambda *a, **k: None)
