@@ -595,3 +595,30 @@ def test_workers_run_at_a_lower_cpu_priority_than_the_gui_thread(qapp):
     assert seen == {"plain": expected, "generator": expected, "returned": "done"}
     assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == main_nice            # the GUI thread's own
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_process_a_worker_starts_keeps_the_normal_priority(qapp):
+    """A child inherits its thread's nice value, and a worker's is raised for good: the detached job bridge
+    a worker starts goes through common.SPAWNER, whose thread has the GUI thread's priority."""
+    import os
+    import subprocess
+
+    from ctbench_napari._qt import common
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    seen = {}
+
+    def work():
+        direct = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        proc = common.SPAWNER.popen([sys.executable, "-c", "import os; print(os.nice(0))"],
+                                    stdout=subprocess.PIPE, text=True)
+        spawned = proc.communicate(timeout=60)[0].strip()
+        return int(direct), int(spawned)
+
+    common.start_worker(work, on_return=lambda v: seen.setdefault("nice", v))
+    wait_for(lambda: "nice" in seen, timeout=60)
+    direct, spawned = seen["nice"]
+    assert direct == min(19, main_nice + common.BACKGROUND_NICE)     # what a plain Popen in a worker gets
+    assert spawned == main_nice

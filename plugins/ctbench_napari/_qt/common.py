@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -310,6 +311,8 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     from napari.qt.threading import create_worker
 
     handle = on_error or (lambda e: log.error("ctbench worker failed: %s", e))
+    if threading.current_thread() is threading.main_thread():
+        spawner_ready()          # before any worker lowers a thread's priority (see _Spawner)
     func = _at_background_priority(func)
     if inspect.isgeneratorfunction(func):
         func = _runtime_errors_reported(func)
@@ -386,6 +389,58 @@ _LIVE_LOCK = threading.Lock()
 def _live(delta: int) -> None:
     with _LIVE_LOCK:
         _LIVE["workers"] = max(0, _LIVE["workers"] + delta)
+
+
+class _Spawner:
+    """Starts processes from a thread of normal priority: a child process inherits the nice value of the
+    thread that starts it, and a worker's (see ``background_priority``) can never go back down, so a
+    detached process a worker starts (the local job bridge, its jobs) would run below normal priority
+    for good.  The thread is made on first use from the GUI thread (``spawner_ready``) or else, with the
+    same effect, from whichever thread has the process's own priority."""
+
+    def __init__(self):
+        import queue
+
+        self._requests: "queue.Queue" = queue.Queue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def ready(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="ctbench-spawner", daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, kwargs, done = self._requests.get()
+            try:
+                done.append((True, fn(*args, **kwargs)))
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                done.append((False, e))
+
+    def popen(self, *args, **kwargs):
+        """``subprocess.Popen(*args, **kwargs)``, run in the spawner thread."""
+        import subprocess
+
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the process spawner was not started (common.spawner_ready on the GUI thread)")
+        done: list = []
+        self._requests.put((subprocess.Popen, args, kwargs, done))
+        while not done:
+            time.sleep(0.005)
+        ok, value = done[0]
+        if not ok:
+            raise value
+        return value
+
+
+SPAWNER = _Spawner()
+
+
+def spawner_ready() -> None:
+    """Start ``SPAWNER``'s thread (call from the GUI thread, whose priority it takes)."""
+    SPAWNER.ready()
 
 
 def _at_background_priority(func):
