@@ -11,7 +11,9 @@ panel docked without a bridge.  ``--label`` names the code measured (e.g.
 "before"/"after": run the script of each version, with PYTHONPATH pointing at
 that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
 ``--trace-paints`` counts each action's canvas paints and names where the
-longest ran; ``--trace-stacks`` samples the GUI thread's stack every 10 ms
+longest ran; ``--trace-turns`` lists what ran inside each action's longest gap
+(ctbench steps and runner events, napari rebuilds, paints, main-window
+repaints, garbage collections, with their times); ``--trace-stacks`` samples the GUI thread's stack every 10 ms
 while it stalls; ``--profile-stalls`` runs cProfile on the GUI thread between
 two probe ticks and keeps the functions of each action's longest gap
 (cumulative and own ms; cProfile slows Python, so use it to name causes, not
@@ -170,6 +172,8 @@ class StallProbe:
             gap = now - self.last - self.interval
             if prof is not None and gap > self.worst:
                 self.worst_profile = prof      # what the GUI thread ran in the longest gap so far
+            if self.gap_hook is not None and self.timer_active:
+                self.gap_hook(self.last, now, gap)
             self.worst = max(self.worst, gap)
         if prof is not None and self.timer_active:
             import cProfile
@@ -204,6 +208,7 @@ class StallProbe:
         return 1000 * self.worst, time.perf_counter() - t0
 
     profiling = False
+    gap_hook = None      # --trace-turns: called with (previous tick, this tick, gap) on every tick
 
     def take_profile(self, top: int = 10) -> dict:
         """The functions the GUI thread spent the longest gap in (cumulative ms under cProfile, which slows
@@ -362,6 +367,127 @@ class StackSampler:
         self._stop.set()
 
 
+class TurnTrace:
+    """What ran inside each action's longest gap of the probe, turn by turn: the ctbench steps
+    (``common.Steps``) and runner events, napari's scene-graph and grid rebuilds, new layer controls and
+    visuals, the canvas paints, the main window's repaints (Qt's UpdateRequest, the OpenGL canvas composed
+    in) and Python's garbage collections, each with its start (ms after the gap began) and its time.
+
+    Only slots over 10 ms are kept; nested entries (a napari method inside a step) are listed too, so the
+    times of one gap may add up to more than the gap.  Where the measured version lacks a hooked name
+    (an older plugin or napari), that entry is simply not traced."""
+
+    MIN_S = 0.010
+    GAP_S = 0.060
+
+    def __init__(self, probe: "StallProbe"):
+        import gc
+
+        self.log: list[tuple[float, float, str]] = []
+        self.gaps: list[tuple[float, float, float]] = []
+        self._undo: list = []
+        self._gc_t0 = None
+        probe.gap_hook = self._gap
+        self.probe = probe
+        self._hook_ctbench()
+        self._hook("napari._qt.qt_main_window", "_QtMainWindow", "event", self._window_event)
+        for name in ("_update_scenegraph", "_init_or_update_grid", "add_layer_visual_mapping"):
+            self._hook("napari._vispy.canvas", "VispyCanvas", name, f"napari {name}")
+        self._hook("napari._qt.layer_controls.qt_layer_controls_container", "QtLayerControlsContainer", "_add",
+                   "napari layer controls")
+        self._hook("vispy.app.backends._qt", "CanvasBackendDesktop", "paintGL", "canvas paint")
+        gc.callbacks.append(self._gc)
+
+    def _gap(self, t0: float, t1: float, gap: float) -> None:
+        if gap > self.GAP_S:
+            self.gaps.append((t0, t1, gap))
+
+    def _gc(self, phase, info) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._gc_t0 = now
+        elif self._gc_t0 is not None and now - self._gc_t0 > self.MIN_S:
+            self.log.append((self._gc_t0, now, f"garbage collection gen {info['generation']}"))
+
+    def _timed(self, fn, label):
+        trace = self
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                t1 = time.perf_counter()
+                if t1 - t0 > trace.MIN_S:
+                    trace.log.append((t0, t1, label(args) if callable(label) else label))
+        return timed
+
+    def _hook(self, module: str, cls: str, name: str, label) -> None:
+        import importlib
+
+        try:
+            owner = getattr(importlib.import_module(module), cls)
+            original = owner.__dict__[name]
+        except (ImportError, AttributeError, KeyError):
+            return
+        setattr(owner, name, self._timed(original, label))
+        self._undo.append((owner, name, original))
+
+    @staticmethod
+    def _window_event(args) -> str:
+        kind = int(args[1].type()) if len(args) > 1 else -1
+        return "main window repaint" if kind == 77 else f"main window event {kind}"     # 77: UpdateRequest
+
+    def _hook_ctbench(self) -> None:
+        try:
+            from ctbench_napari._qt import common
+        except ImportError:
+            return
+        steps_cls = getattr(common, "Steps", None)
+        if steps_cls is not None:
+            original_run = steps_cls.__dict__["run"]
+            trace = self
+
+            def run(steps_self, steps, *args, **kwargs):
+                return original_run(steps_self, [trace._timed(s, "step " + _callable_name(s)) for s in steps],
+                                    *args, **kwargs)
+            steps_cls.run = run
+            self._undo.append((steps_cls, "run", original_run))
+        try:
+            from ctbench_napari._qt import runner
+        except ImportError:
+            return
+        cls = getattr(runner, "LocalRunner", None)
+        if cls is not None and "_deliver_one" in cls.__dict__:
+            self._hook("ctbench_napari._qt.runner", "LocalRunner", "_deliver_one",
+                       lambda a: "runner " + (type(a[0]._queue[0]).__name__.lstrip("_") if a and a[0]._queue
+                                              else "idle"))
+
+    def take(self) -> dict:
+        gaps, log = self.gaps, self.log
+        self.gaps, self.log = [], []
+        if not gaps:
+            return {"longest_gap_held": []}
+        g0, g1, _gap = max(gaps, key=lambda g: g[2])
+        inside = sorted((t0, t1, what) for t0, t1, what in log if t1 > g0 and t0 < g1)
+        return {"longest_gap_held": [f"+{1000 * (t0 - g0):.0f} ms {what} {1000 * (t1 - t0):.0f} ms"
+                                     for t0, t1, what in inside]}
+
+    def close(self) -> None:
+        import gc
+
+        for owner, name, original in reversed(self._undo):
+            setattr(owner, name, original)
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+        self.probe.gap_hook = None
+
+
+def _callable_name(fn) -> str:
+    f = getattr(fn, "func", fn)           # functools.partial
+    return getattr(f, "__qualname__", type(f).__name__).replace(".<locals>", "")
+
+
 def _spin(seconds: float) -> None:
     from ctbench_napari._testing import wait_for
 
@@ -373,7 +499,7 @@ def _spin(seconds: float) -> None:
 
 
 def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_stacks: bool = False,
-                  profile: bool = False) -> list[dict]:
+                  profile: bool = False, trace_turns: bool = False) -> list[dict]:
     import napari
     import napari._qt.qt_main_window as qmw
 
@@ -398,6 +524,7 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
     probe.profiling = profile
     paints = PaintTrace() if trace_paints else None
     stacks = StackSampler(probe) if trace_stacks else None
+    turns = TurnTrace(probe) if trace_turns else None
     records = []
     def record(action: str, fn, settle_s: float = 0.5, **extra):
         try:
@@ -405,12 +532,16 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
                 paints.take()
             if stacks is not None:
                 stacks.take()
+            if turns is not None:
+                turns.take()
             stall, wall = probe.measure(fn, settle_s)
             rec = {"stall_ms": round(stall, 1), "wall_s": round(wall, 2), "meets_goal": stall <= STALL_GOAL_MS}
             if paints is not None:
                 rec.update(paints.take())
             if stacks is not None:
                 rec.update(stacks.take())
+            if turns is not None:
+                rec.update(turns.take())
             if profile:
                 rec.update(probe.take_profile())
         except Exception as e:  # noqa: BLE001 - an action the measured version lacks is recorded as such
@@ -429,8 +560,14 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
     except ImportError:        # versions without the GUI warm-up
         gui_warm_up = None
 
+    # As `ctbench gui` runs it: its process freezes the heap once warm (versions with that step).
+    freeze = getattr(launch, "freeze_heap_when_warm", None)
+    if freeze is not None and warm is not None:
+        freeze(viewer, warm)
+
     def warmed() -> bool:
-        return (warm is None or not warm.is_alive()) and (gui_warm_up is None or gui_warm_up.pending(viewer) == 0)
+        return (warm is None or not warm.is_alive()) and (gui_warm_up is None or gui_warm_up.pending(viewer) == 0) \
+            and (freeze is None or gui_warm_up.heap_frozen(viewer))
 
     if warm is not None or gui_warm_up is not None:
         # A user who acts after the workbench's start-up work is done; the start-up's own stalls are recorded.
@@ -507,6 +644,8 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
             jobs.timer.setInterval(200)
             record("jobs panel without a bridge (5 s)", lambda: None, settle_s=5.0)
     finally:
+        if turns is not None:      # before the paint trace: it wraps that trace's paintGL
+            turns.close()
         if paints is not None:
             paints.close()
         if stacks is not None:
@@ -529,6 +668,9 @@ def main(argv=None) -> int:
     p.add_argument("--label", default="current", help="name of the code version measured by --stalls")
     p.add_argument("--trace-paints", action="store_true",
                    help="with --stalls: count the canvas paints of each action and name where the longest ran")
+    p.add_argument("--trace-turns", action="store_true",
+                   help="name the steps, runner events, napari rebuilds, paints, repaints and garbage collections "
+                        "inside each action's longest gap")
     p.add_argument("--trace-stacks", action="store_true",
                    help="with --stalls: sample the GUI thread's stack while it stalls and name where it was")
     p.add_argument("--profile-stalls", action="store_true",
@@ -578,11 +720,13 @@ def _stalls_main(args, run_id: str) -> int:
         cmd = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", sys.executable, __file__, "--stalls",
                "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else []) \
             + (["--trace-paints"] if args.trace_paints else []) + (["--trace-stacks"] if args.trace_stacks else []) \
+            + (["--trace-turns"] if args.trace_turns else []) \
             + (["--profile-stalls"] if args.profile_stalls else [])
         return subprocess.run(cmd).returncode
     records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,
                 "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label, args.trace_paints,
-                                                                  args.trace_stacks, args.profile_stalls)
+                                                                  args.trace_stacks, args.profile_stalls,
+                                                                  args.trace_turns)
     if not args.no_out:
         out = Path(args.out).with_name("bench_gui_stalls.jsonl")
         out.parent.mkdir(parents=True, exist_ok=True)

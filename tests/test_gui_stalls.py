@@ -3,6 +3,7 @@ comparison cells and designer preview layers appear one per event-loop turn."""
 
 import sys
 import threading
+import time
 
 import pytest
 
@@ -30,8 +31,12 @@ def test_the_start_up_sample_is_computed_off_the_gui_thread(make_napari_viewer, 
     import napari
 
     import ctbench_napari
-    from ctbench_napari import _samples
+    from ctbench_napari import _launch, _samples
 
+    # A warm-up thread of an earlier launch (it runs below the GUI thread's priority, so it may still be
+    # going) would be reused and fill the caches this test empties: let it end first.
+    if _launch.WARM_UP is not None:
+        _launch.WARM_UP.join(120)
     threads = _spy_on_sample_projection(_samples, monkeypatch)
     monkeypatch.setattr(napari, "Viewer", make_napari_viewer)
     monkeypatch.setattr(napari, "run", lambda *a, **k: None)
@@ -157,6 +162,55 @@ def test_the_warm_up_loads_the_scale_bar_glyphs_and_colormaps_before_any_action(
     for _ in range(5):
         viewer.window._qt_viewer.canvas._scene_canvas.render()      # draws the bar's label
     assert loaded == []                    # no glyph rendered inside the action
+
+
+def test_the_workbench_freezes_the_heap_once_warm_and_unfreezes_when_its_window_goes(make_napari_viewer):
+    """A full collection walked the whole heap (0.2 s, GIL held) in the middle of actions: once the warm-up is
+    done the objects alive are frozen (never walked, never collected); later garbage is still collected."""
+    import gc
+    import weakref
+
+    from qtpy.QtCore import QEvent
+    from qtpy.QtWidgets import QApplication
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+
+    class Node:
+        pass
+
+    def cycle():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        return weakref.ref(a)
+
+    gc.unfreeze()
+    try:
+        viewer = make_napari_viewer(show=True)
+        viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")     # docking installs the warm-up
+        gate = threading.Event()           # stands for the launcher's sample thread
+        warm_up.freeze_heap_when_warm(viewer, gate.is_set)
+        early = gc.get_freeze_count()
+        assert early > 10000               # what is alive now is frozen at once (the warm-up's collections)
+        wait_for(lambda: warm_up.pending(viewer) == 0 and warm_up.background_ready(0), timeout=120)
+        end = time.perf_counter() + 3 * warm_up.FREEZE_POLL_MS / 1000
+        wait_for(lambda: time.perf_counter() > end, timeout=10)
+        assert not warm_up.heap_frozen(viewer) and gc.get_freeze_count() <= early   # waits for the sample thread
+        before = cycle()                   # garbage made before the final freeze
+        gate.set()
+        wait_for(lambda: warm_up.heap_frozen(viewer), timeout=10)
+        assert gc.get_freeze_count() > early
+        after = cycle()                    # garbage made after it
+        gc.collect()
+        assert after() is None             # still collected
+        assert before() is not None        # frozen: out of the collector's reach
+        viewer.close()                     # at once, before the window is deleted (a leak check collects)
+        assert gc.get_freeze_count() == 0
+        QApplication.sendPostedEvents(None, QEvent.DeferredDelete)      # the window is destroyed
+        gc.collect()
+        assert before() is None            # collectable again once the workbench is gone
+    finally:
+        gc.unfreeze()
 
 
 def test_the_background_warm_up_builds_the_unit_registry_napari_gives_every_layer(monkeypatch):
@@ -396,3 +450,175 @@ def test_a_comparison_grid_is_built_once_at_its_final_shape_while_its_cells_appe
     assert tuple(grid.shape) == (-1, -1)                          # napari's automatic shape again ...
     assert grid.actual_shape(viewer.layers) == (2, 3)             # ... which is the same
     assert sorted(c for c, _name in recon.comparison.cell_list) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+def _two_volumes(viewer):
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    ref = viewer.add_image(rng.random((20, 24, 28), np.float32), name="phantom", scale=(1.0, 1.0, 1.0),
+                           translate=(-9.5, -11.5, -13.5), metadata={"ctbench": {"kind": "volume"}})
+    res = viewer.add_image(3 * rng.random((20, 24, 28), np.float32) - 1, name="result", scale=(1.0, 1.0, 1.0),
+                           translate=(-9.5, -11.5, -13.5), metadata={"ctbench": {"kind": "volume"}})
+    viewer.dims.ndisplay = 3
+    viewer.scene.camera.zoom = 0.05
+    return ref, res
+
+
+def test_a_result_shown_in_steps_ends_as_shown_at_once(make_napari_viewer):
+    """show_result's steps (one napari update per event-loop turn): contrast and visibility first, still in
+    3D; then the 2D switch; then sliders, central slice and camera; the end state is show_result's at once."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari._qt.display import fit_camera, show_result, show_result_steps
+
+    stepped = make_napari_viewer(show=True)
+    at_once = make_napari_viewer(show=True)
+    ref_s, res_s = _two_volumes(stepped)
+    ref_o, res_o = _two_volumes(at_once)
+    for v in (stepped, at_once):
+        v.window._qt_window.resize(1000, 800)
+    wait_for(lambda: tuple(stepped.canvas.size) == tuple(at_once.canvas.size), timeout=10)
+    steps = show_result_steps(stepped, res_s)
+    assert len(steps) == 3
+    steps[0]()
+    np.testing.assert_allclose(res_s.contrast_limits, percentile_window(res_s.data), rtol=1e-5)
+    assert not ref_s.visible and res_s.visible and stepped.dims.ndisplay == 3     # nothing else yet
+    steps[1]()
+    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z (mm)", "y (mm)", "x (mm)")
+    steps[2]()
+    show_result(at_once, res_o)
+    assert stepped.dims.point[0] == pytest.approx(0.0, abs=0.6)          # the central slice
+    assert tuple(stepped.dims.point) == tuple(at_once.dims.point)
+    assert tuple(map(tuple, stepped.dims.range)) == tuple(map(tuple, at_once.dims.range))
+    assert tuple(res_s.contrast_limits) == tuple(res_o.contrast_limits)
+    assert [x.visible for x in stepped.layers] == [x.visible for x in at_once.layers] == [False, True]
+    assert stepped.scene.camera.zoom == pytest.approx(at_once.scene.camera.zoom, rel=1e-6)
+    assert tuple(stepped.scene.camera.center) == pytest.approx(tuple(at_once.scene.camera.center))
+    zoom = stepped.scene.camera.zoom
+    fit_camera(stepped, [res_s])
+    assert stepped.scene.camera.zoom == pytest.approx(zoom)              # fitted already
+
+
+def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_viewer, monkeypatch):
+    """The Reconstruction widget hands show_result's steps to its Steps one by one (each its own turn), and
+    the preview ends displayed: its layer alone, 2D, central slice, percentile contrast."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import common
+
+    runs = []
+    real_run = common.Steps.run
+
+    def counting_run(self, steps, on_error=None):
+        steps = list(steps)
+        runs.append(len(steps))
+        return real_run(self, steps, on_error)
+    monkeypatch.setattr(common.Steps, "run", counting_run)
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    viewer.dims.ndisplay = 3
+    recon.select_algorithm("fbp")
+    runs.clear()
+    recon.preview_button.click()
+    wait_for(lambda: not recon.running, timeout=120)
+    assert recon.message.level != "error", recon.message.text()
+    assert runs and max(runs) >= 5        # next turn, contrast + visibility, 2D, placement, result_added
+    layer = viewer.layers[recon.last_run["name"]]
+    assert [x.name for x in viewer.layers if x.visible] == [layer.name]
+    assert viewer.dims.ndisplay == 2
+    np.testing.assert_allclose(layer.contrast_limits, percentile_window(np.asarray(layer.data)), rtol=1e-4)
+    assert np.asarray(layer.data).any()
+
+
+def test_bench_gui_trace_turns_names_the_step_inside_the_longest_gap(make_napari_viewer):
+    """``bench_gui.py --trace-turns``: the step that blocked the event loop is named, with its time, in the
+    longest gap of the probe; the hooks are undone on close."""
+    import importlib.util
+    from pathlib import Path
+
+    from ctbench_napari._qt import common
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gui.py"
+    spec = importlib.util.spec_from_file_location("bench_gui_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    viewer = make_napari_viewer(show=True)
+    original_run = common.Steps.run
+    probe = bench.StallProbe()
+    turns = bench.TurnTrace(probe)
+    try:
+        def slow_step():
+            time.sleep(0.15)
+
+        steps = common.Steps(viewer.window._qt_window)
+        stall, _wall = probe.measure(lambda: steps.run([common.next_turn, slow_step]), settle_s=0.5)
+        held = turns.take()["longest_gap_held"]
+    finally:
+        turns.close()
+    assert stall >= 130
+    step = [x for x in held if "step " in x and "slow_step" in x]
+    assert step, held
+    assert int(step[0].rsplit(" ", 2)[-2]) >= 150        # "+N ms step ...slow_step 150 ms"
+    assert common.Steps.run is original_run and probe.gap_hook is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_workers_run_at_a_lower_cpu_priority_than_the_gui_thread(qapp):
+    """A solver and its OpenMP threads took every core during a run and the GUI thread waited for the CPU:
+    every worker started through common.start_worker lowers its own thread's priority first (a generator
+    worker stays a generator worker), and the GUI thread keeps its own."""
+    import os
+
+    from ctbench_napari._qt import common
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    expected = min(19, main_nice + common.BACKGROUND_NICE)
+    seen = {}
+
+    def plain():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def generator():
+        yield os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return "done"
+
+    common.start_worker(plain, on_return=lambda v: seen.setdefault("plain", v))
+    common.start_worker(generator, on_yield=lambda v: seen.setdefault("generator", v),
+                        on_return=lambda v: seen.setdefault("returned", v))
+    wait_for(lambda: len(seen) == 3, timeout=30)
+    assert seen == {"plain": expected, "generator": expected, "returned": "done"}
+    assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == main_nice            # the GUI thread's own
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main_nice
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_process_a_worker_starts_keeps_the_normal_priority(qapp):
+    """A child inherits its thread's nice value, and a worker's is raised for good: the detached job bridge
+    a worker starts goes through common.SPAWNER, whose thread has the GUI thread's priority."""
+    import os
+    import subprocess
+
+    from ctbench_napari._qt import common
+
+    main_nice = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    seen = {}
+
+    def work():
+        direct = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        proc = common.SPAWNER.popen([sys.executable, "-c", "import os; print(os.nice(0))"],
+                                    stdout=subprocess.PIPE, text=True)
+        spawned = proc.communicate(timeout=60)[0].strip()
+        return int(direct), int(spawned)
+
+    common.start_worker(work, on_return=lambda v: seen.setdefault("nice", v))
+    wait_for(lambda: "nice" in seen, timeout=60)
+    direct, spawned = seen["nice"]
+    assert direct == min(19, main_nice + common.BACKGROUND_NICE)     # what a plain Popen in a worker gets
+    assert spawned == main_nice

@@ -236,8 +236,11 @@ class _Reader:
         return out
 
 
-def ensure_local_bridge(state_dir=None, max_jobs: int = 1, timeout: float = 30.0) -> BridgeClient:
-    """A client of the local bridge of ``state_dir``, starting one (detached) if none answers."""
+def ensure_local_bridge(state_dir=None, max_jobs: int = 1, timeout: float = 30.0, popen=None) -> BridgeClient:
+    """A client of the local bridge of ``state_dir``, starting one (detached) if none answers.
+
+    ``popen`` (default ``subprocess.Popen``) starts the process: a caller whose thread runs at a lowered
+    priority passes one that starts it from a thread at normal priority (a child inherits its thread's)."""
     sd = state_dir_from_env(state_dir)
     try:
         c = BridgeClient(state_dir=sd, timeout=5)
@@ -250,9 +253,9 @@ def ensure_local_bridge(state_dir=None, max_jobs: int = 1, timeout: float = 30.0
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    subprocess.Popen([sys.executable, "-m", "ctbench.cli", "bridge", "serve", "--state-dir", str(sd),
-                      "--max-jobs", str(max_jobs)], stdout=log, stderr=subprocess.STDOUT,
-                     stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+    (popen or subprocess.Popen)([sys.executable, "-m", "ctbench.cli", "bridge", "serve", "--state-dir", str(sd),
+                                 "--max-jobs", str(max_jobs)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     log.close()
     deadline = time.monotonic() + timeout
     last = None

@@ -15,6 +15,7 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
         raise ValueError(f"sample must be one of {SAMPLES} or None, got {sample!r}")
     import napari
 
+    own = viewer is None      # the launcher's own viewer: this process is the workbench
     viewer = viewer or napari.Viewer(title="ctbench workbench")
     viewer.window._qt_window._ctbench_workbench = True     # samples of several layers arrive one per turn
     docks = [viewer.window.add_plugin_dock_widget(PLUGIN, name, tabify=True)[0] for name in WIDGETS]
@@ -23,6 +24,8 @@ def open_workbench(sample: str | None = "phantom", *, block: bool = True, viewer
     full_tab_titles(viewer)
     start_in(docks[0])   # tabbed together; a session starts in the designer
     warm = warm_up_samples()
+    if own:
+        freeze_heap_when_warm(viewer, warm)
     if sample is not None:
         open_when_ready(viewer, sample, warm)
     if block:
@@ -44,6 +47,17 @@ def warm_up_samples():
         WARM_UP = threading.Thread(target=_quietly, args=(warm_up,), name="ctbench-sample-warm-up", daemon=True)
         WARM_UP.start()
     return WARM_UP
+
+
+def freeze_heap_when_warm(viewer, warm) -> None:
+    """Freeze Python's heap once the workbench has warmed up and ``warm`` (the sample thread) has ended, so
+    full garbage collections never stall the window (``_qt/warm_up.py``).  ``open_workbench`` does it for
+    the viewer it creates (the process is then the workbench); a caller that passes its own viewer and owns
+    the process (``benchmarks/bench_gui.py``, which measures the workbench as ``ctbench gui`` opens it) calls
+    this itself."""
+    from ._qt.warm_up import freeze_heap_when_warm as freeze
+
+    freeze(viewer, lambda: not warm.is_alive())
 
 
 def open_when_ready(viewer, sample: str, warm) -> None:
@@ -75,6 +89,9 @@ def open_when_ready(viewer, sample: str, warm) -> None:
 def _quietly(fn) -> None:
     import logging
 
+    from ._qt.common import background_priority
+
+    background_priority()    # the samples' projections and their OpenMP threads below the GUI thread
     try:
         fn()
     except Exception:  # noqa: BLE001 - a sample that fails here fails again, with its message, when opened

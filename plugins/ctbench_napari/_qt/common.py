@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import sys
+import threading
+import time
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -307,6 +311,9 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     from napari.qt.threading import create_worker
 
     handle = on_error or (lambda e: log.error("ctbench worker failed: %s", e))
+    if threading.current_thread() is threading.main_thread():
+        spawner_ready()          # before any worker lowers a thread's priority (see _Spawner)
+    func = _at_background_priority(func)
     if inspect.isgeneratorfunction(func):
         func = _runtime_errors_reported(func)
     connect = {"errored": lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e)}
@@ -352,6 +359,116 @@ def _runtime_errors_reported(gen_func):
     return guarded
 
 
+BACKGROUND_NICE = 10     # how much nicer than the GUI thread a worker runs (Linux; the ``nice`` default)
+
+
+def background_priority() -> None:
+    """Lower the calling thread's CPU priority to the GUI thread's nice value + ``BACKGROUND_NICE`` (Linux).
+
+    A worker's solver and the OpenMP threads it starts (libgomp gives every calling thread its own team,
+    created with that thread's priority) took every core while a run went on, and the GUI thread, Qt's
+    repaints and llvmpipe's rasteriser threads waited for the CPU: the window's longest stalls were during
+    runs.  At a lower priority the workers still get every core the GUI leaves idle.  A thread's nice value
+    can only go up without privileges, so a pool thread stays at this level (it only ever runs workers).
+    Elsewhere (macOS: ``setpriority`` would renice the whole process) nothing changes."""
+    if not sys.platform.startswith("linux") or not hasattr(os, "setpriority"):
+        return
+    try:
+        target = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + BACKGROUND_NICE)   # pid: the main thread
+        tid = threading.get_native_id()
+        if tid != os.getpid() and os.getpriority(os.PRIO_PROCESS, tid) < target:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
+    except OSError:
+        log.debug("could not lower a worker's priority", exc_info=True)
+
+
+_LIVE = {"workers": 0}           # ctbench workers started and not yet ended (see keep_a_pool_thread_free)
+_LIVE_LOCK = threading.Lock()
+
+
+def _live(delta: int) -> None:
+    with _LIVE_LOCK:
+        _LIVE["workers"] = max(0, _LIVE["workers"] + delta)
+
+
+class _Spawner:
+    """Starts processes from a thread of normal priority: a child process inherits the nice value of the
+    thread that starts it, and a worker's (see ``background_priority``) can never go back down, so a
+    detached process a worker starts (the local job bridge, its jobs) would run below normal priority
+    for good.  The thread is made on first use from the GUI thread (``spawner_ready``) or else, with the
+    same effect, from whichever thread has the process's own priority."""
+
+    def __init__(self):
+        import queue
+
+        self._requests: "queue.Queue" = queue.Queue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def ready(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="ctbench-spawner", daemon=True)
+                self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, kwargs, done = self._requests.get()
+            try:
+                done.append((True, fn(*args, **kwargs)))
+            except BaseException as e:  # noqa: BLE001 - handed back to the caller
+                done.append((False, e))
+
+    def popen(self, *args, **kwargs):
+        """``subprocess.Popen(*args, **kwargs)``, run in the spawner thread."""
+        import subprocess
+
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the process spawner was not started (common.spawner_ready on the GUI thread)")
+        done: list = []
+        self._requests.put((subprocess.Popen, args, kwargs, done))
+        while not done:
+            time.sleep(0.005)
+        ok, value = done[0]
+        if not ok:
+            raise value
+        return value
+
+
+SPAWNER = _Spawner()
+
+
+def spawner_ready() -> None:
+    """Start ``SPAWNER``'s thread (call from the GUI thread, whose priority it takes)."""
+    SPAWNER.ready()
+
+
+def _at_background_priority(func):
+    """``func`` (a generator function stays one: napari picks its worker type by that) run after
+    ``background_priority`` in its worker thread, counted among the live workers until it ends."""
+    import inspect
+
+    _live(+1)      # from the start (GUI thread): a queued worker that has not run yet counts too
+    if inspect.isgeneratorfunction(func):
+        @functools.wraps(func)
+        def generator(*args, **kwargs):
+            try:
+                background_priority()
+                return (yield from func(*args, **kwargs))
+            finally:
+                _live(-1)
+        return generator
+
+    @functools.wraps(func)
+    def plain(*args, **kwargs):
+        try:
+            background_priority()
+            return func(*args, **kwargs)
+        finally:
+            _live(-1)
+    return plain
+
+
 def keep_a_pool_thread_free() -> None:
     """Let Qt's global thread pool grow so that one of its threads stays free of Python workers.
 
@@ -363,7 +480,9 @@ def keep_a_pool_thread_free() -> None:
     from qtpy.QtCore import QThreadPool
 
     pool = QThreadPool.globalInstance()
-    need = pool.activeThreadCount() + 2          # this worker, and one thread to spare
+    # Qt counts a thread as active once it has taken its task; a low-priority pool thread woken for a new
+    # worker may not have yet, so the workers this module started are counted as well.
+    need = max(pool.activeThreadCount() + 1, _LIVE["workers"]) + 1     # every worker, and one thread to spare
     if pool.maxThreadCount() < need:
         pool.setMaxThreadCount(need)
 

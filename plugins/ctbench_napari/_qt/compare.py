@@ -15,7 +15,7 @@ from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
 from .common import LayerPicker, Steps, next_turn, report_errors, same_layer, unwrap
-from .display import set_contrast, set_visible, show_frame
+from .display import set_contrast, set_visible, show_frame, show_frame_steps
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
 LINKED_ATTRIBUTES = ("contrast_limits", "colormap", "gamma")
@@ -269,7 +269,7 @@ class ComparePanel(QGroupBox):
         steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
         self.steps.run([next_turn, next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
-                        lambda: show_frame(self.viewer, shown, ndisplay=2),
+                        *show_frame_steps(self.viewer, shown, ndisplay=2),
                         lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
                        on_error=self._show_error)
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"

@@ -27,9 +27,12 @@ def bridge_client(url: str = "", token_file: str = ""):
     """A client of the bridge at ``url`` (with ``token_file``), or of the local one, started if needed."""
     from ctbench.jobs.client import BridgeClient, ensure_local_bridge
 
+    from .common import SPAWNER
+
     if url.strip():
         return BridgeClient(url.strip(), token_file=token_file.strip() or None)
-    return ensure_local_bridge()
+    # Called in workers, which run below normal priority: the detached bridge (and its jobs) must not.
+    return ensure_local_bridge(popen=SPAWNER.popen)
 
 
 class JobRunner(LocalRunner):

@@ -22,7 +22,7 @@ from .display_rule import install as install_display_rule
 from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
                      report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
-from .display import show_result
+from .display import show_result_steps
 from .estimate import EstimateLabel
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
@@ -438,7 +438,7 @@ class ReconstructionWidget(QWidget):
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                self.display_steps.run([next_turn, functools.partial(show_result, self.viewer, self.live_layer)],
+                self.display_steps.run([next_turn, *self._display_steps(self.live_layer)],
                                        on_error=lambda e: self.message.error(error_text(e)))
             self.n_live_updates += 1
 
@@ -462,17 +462,23 @@ class ReconstructionWidget(QWidget):
             self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
         if ev.request.mode == "full":
             self._add_result(layer)
-        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles (next turn).
-        self.display_steps.run([next_turn, functools.partial(self._show_finished, layer, shown.get("window"))],
+        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles, from the
+        # next turn on, one napari update per turn (display.show_result_steps); then the comparison hears of it.
+        self.display_steps.run([next_turn, *self._display_steps(layer, shown.get("window")),
+                                functools.partial(self.result_added.emit, layer)],
                                on_error=lambda e: self.message.error(error_text(e)))
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
 
-    def _show_finished(self, layer, window) -> None:
-        if layer in self.viewer.layers:
-            show_result(self.viewer, layer, limits=window)
-        self.result_added.emit(layer)
+    def _display_steps(self, layer, window=None) -> list:
+        """``show_result``'s steps for ``layer``, each skipped once the user has removed the layer."""
+        def guarded(step):
+            def run():
+                if layer in self.viewer.layers:
+                    step()
+            return run
+        return [guarded(s) for s in show_result_steps(self.viewer, layer, limits=window)]
 
     def _on_failed(self, exc) -> None:
         # The one error path: the message once (no toast), status and progress back to idle.

@@ -20,13 +20,29 @@ loaded once per process: one glyph per event-loop turn on the GUI thread (the
 atlas is an OpenGL texture fed from that thread).  Colour maps are registered
 in napari's table, which has its own lock, the unit registry is built and
 pandas imported, in a background thread (none of them touches Qt).
+
+The workbench's process (``ctbench gui``) also freezes Python's heap once the
+warm-up is done (``freeze_heap_when_warm``): Python's full garbage collection
+walks every tracked object, and with torch, napari and vispy loaded that is
+about 450 000 objects and 0.19-0.23 s with the GIL held, at moments nobody
+chooses (every few layers made); the traced stall runs caught it inside the
+start-up and a SIRT run.  Objects alive when the workbench docks its widgets
+and again at the end of the warm-up (modules, classes, the viewer) are moved
+out of the collector's reach (``gc.freeze``); whatever is made later is
+collected as before (a full collection then took 0.03-0.06 s at load 4).  Only the launcher asks for
+it: a plugin docked into someone else's napari leaves the host's collector
+alone.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 
-from .common import Steps, log, qt_window, unwrap
+from qtpy.QtCore import Qt, QTimer
+from qtpy.QtWidgets import QWidget
+
+from .common import Steps, is_deleted, log, qt_window, unwrap
 
 # What napari's scale bar writes: a length ("0.5", "20", "1e+03") and its unit ("pixel", "mm", "µm", ...).
 SCALE_BAR_GLYPHS = "ÅÉÑŐjgpqy0123456789.e+- ixlmµnk"   # the first nine: vispy measures every line by them
@@ -52,6 +68,74 @@ def install(viewer) -> None:
     if font is not None:
         steps.run([_glyph_step(font, c) for c in SCALE_BAR_GLYPHS],
                   on_error=lambda e: log.debug("glyph warm-up failed: %s", e))
+
+
+FREEZE_POLL_MS = 200
+
+
+def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
+    """Freeze the objects Python's collector tracks (``gc.freeze``) now, and again once the warm-up of
+    ``viewer`` is done (and ``extra_ready()``, e.g. the launcher's sample thread); undone (``gc.unfreeze``)
+    when the window closes.  For a process that is the workbench (see the module docstring).
+
+    Now as well: the warm-up itself makes enough objects (glyphs, pint's registry) to set off a full
+    collection, which walked the whole heap inside the start-up (0.25 s); after a first freeze it walks
+    only what was made since."""
+    real = unwrap(viewer)
+    window = qt_window(real)
+    if window is None or getattr(window, "_ctbench_heap_freeze", None) is not None:
+        return
+    window._ctbench_heap_freeze = _HeapFreeze(window, lambda: not pending(real) and background_ready(0)
+                                              and extra_ready())
+
+
+def heap_frozen(viewer) -> bool:
+    """Whether ``freeze_heap_when_warm`` has frozen the heap for ``viewer`` after its warm-up (and it holds)."""
+    guard = getattr(qt_window(viewer), "_ctbench_heap_freeze", None)
+    return bool(guard is not None and not is_deleted(guard) and guard.frozen and not guard.off)
+
+
+class _HeapFreeze(QWidget):
+    """A 0x0 child of the workbench window that keeps the heap frozen while the window is on screen.
+
+    Its hide event comes with the window's close, at once (the window itself is deleted later, after a
+    caller may already collect it: a test fixture's leak check, a script opening another viewer), and
+    unfreezes; shown again (a minimised window restored) it freezes again."""
+
+    def __init__(self, window, ready):
+        super().__init__(window)
+        self.setFixedSize(0, 0)
+        self.setAttribute(Qt.WA_TransparentForMouseEvents)
+        self.ready = ready
+        self.frozen = False      # the final freeze, after the warm-up, is done
+        self.off = False         # hidden since: unfrozen
+        self.timer = QTimer(self)
+        self.timer.setInterval(FREEZE_POLL_MS)
+        self.timer.timeout.connect(self._check)
+        self.destroyed.connect(lambda *_: gc.unfreeze())
+        gc.freeze()              # O(1): the tracked objects join the permanent generation
+        self.show()
+        self.timer.start()
+
+    def _check(self) -> None:
+        if not self.ready():
+            return
+        self.timer.stop()
+        if not self.off:
+            gc.freeze()
+        self.frozen = True
+        log.debug("heap frozen after the warm-up: %d objects", gc.get_freeze_count())
+
+    def hideEvent(self, event):  # noqa: N802 - Qt name
+        gc.unfreeze()
+        self.off = True
+        super().hideEvent(event)
+
+    def showEvent(self, event):  # noqa: N802 - Qt name
+        if self.off:
+            gc.freeze()
+            self.off = False
+        super().showEvent(event)
 
 
 def pending(viewer) -> int:
