@@ -30,6 +30,7 @@ struct ForwardPath {
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
   bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group)
+  bool tiles = false;       // fused, bands, and beyond the L2 view runs traced in plane tiles (fused_forward_tiled)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -39,13 +40,18 @@ struct ForwardPath {
 // running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
+// -fused-tiles (each build's default now): -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
+// W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
+// N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
+    {"avx512-gather-fused-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true},
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
     {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
+    {"avx2-gather-fused-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true},
     {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
     {"avx2-gather-fused", true, ct::fwd::LaneKind::Avx2Gather, false, true},
@@ -215,6 +221,25 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // cover a 64-byte line (2 threads, N = 64: 1.14x CPU-s against 4 rows, 1.17x for 64; N = 128 1.10x).
 #ifndef CT_FORWARD_CHUNK
 #define CT_FORWARD_CHUNK 16
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if constexpr (lanes) {
+    const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band) : 0;
+    if (tile > 0) {
+      const float* sw = copy ? swapped.data : nullptr;
+#if defined(__AVX512F__)
+      if (path.kind != ct::fwd::LaneKind::Avx2Gather) {
+        ct::fwd::fused_forward_tiled<true, false>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep,
+                                                  cone, dw, u_inner, band, tile, out, out_batch_stride, accumulate,
+                                                  nthreads);
+        return;
+      }
+#endif
+      ct::fwd::fused_forward_tiled<true, true>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep, cone,
+                                               dw, u_inner, band, tile, out, out_batch_stride, accumulate, nthreads);
+      return;
+    }
+  }
 #endif
 #pragma omp parallel for schedule(dynamic, CT_FORWARD_CHUNK) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {

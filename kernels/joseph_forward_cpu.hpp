@@ -19,7 +19,9 @@
 #endif
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <vector>
 
 #include "joseph.cuh"
 
@@ -552,6 +554,27 @@ inline FusedFrame fused_frame(const VolumeWindow<float>& vw, int a, int zlo, int
   return f;
 }
 
+// Lanes [o, o + w) of R restricted to planes [t0, t1) (the view tiles' segments; all planes by default):
+// the traced lanes with planes there, those of them whose interior meets the range, the planes marched
+// [lo, hi) and the common interior [c0, c1) of the latter.
+struct FusedSpan {
+  unsigned traced = 0, part = 0;  // bit g: lane o + g
+  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
+  FusedSpan(const FusedRays& R, int o, int w, int t0, int t1) {
+    for (int g = 0; g < w; ++g) {
+      const int l = o + g;
+      if (!((R.traced >> l) & 1u) || R.n0[l] >= t1 || R.n1[l] <= t0) continue;
+      traced |= 1u << g;
+      lo = std::min(lo, R.n0[l]); hi = std::max(hi, R.n1[l]);
+      if (((R.part >> l) & 1u) && R.i0[l] < t1 && R.i1[l] > t0) {
+        part |= 1u << g;
+        c0 = std::max(c0, R.i0[l]); c1 = std::min(c1, R.i1[l]);
+      }
+    }
+    lo = std::max(lo, t0); hi = std::min(hi, t1); c0 = std::max(c0, t0); c1 = std::min(c1, t1);
+  }
+};
+
 #endif
 
 #if defined(__AVX512F__)
@@ -766,8 +789,8 @@ inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, 
 // every marching lane where some lane is at an edge plane (outside its interior, within [n0, n1)), else
 // the pair loop for the lanes inside their interior.
 template <bool GATHER>
-inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G, int n_begin, int n_end,
-                        __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
+inline void fused_mixed(const float* vol, const FusedRays& R, unsigned traced, const LaneGroup& G, int n_begin,
+                        int n_end, __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
   if (n_begin >= n_end) return;
   const CheckedLanes C(R);
   const PairLanes L(G);
@@ -775,8 +798,8 @@ inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G
   const i64 sa = R.sa;
   const float* plane = vol + ((i64)n_begin * sa - R.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
-    const __mmask16 marched = marched_mask(C, R.traced, n);
-    const __mmask16 inside = R.part ? interior_mask(L, n) : (__mmask16)0;
+    const __mmask16 marched = marched_mask(C, traced, n);
+    const __mmask16 inside = G.part ? interior_mask(L, n) : (__mmask16)0;
     if (marched & ~inside) {
       if (pairs_ok) checked_pair_plane(C, plane, n, marched, acc_lo, acc_hi);
       else checked_plane(C, plane, n, marched, acc_e);
@@ -792,34 +815,30 @@ inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G
 // N = 64-256: a group at the volume's side enters it lane after lane over many planes; splitting the
 // planes into runs of checked and pair planes cost 10% more at N = 64 in call overhead.)
 template <bool GATHER>
-inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
+inline void fused_sums(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
   __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps(), acc_e = _mm512_setzero_ps();
-  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
-  for (int g = 0; g < 16; ++g) {
-    if (!((R.traced >> g) & 1u)) continue;
-    lo = std::min(lo, R.n0[g]); hi = std::max(hi, R.n1[g]);
-    if ((R.part >> g) & 1u) { c0 = std::max(c0, R.i0[g]); c1 = std::min(c1, R.i1[g]); }
-  }
-  if (R.traced) {
+  const FusedSpan sp(R, 0, 16, t0, t1);
+  const unsigned tr = sp.traced, pt = sp.part;
+  if (tr) {
     LaneGroup G;
     std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
     std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
     std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
-    G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
-    if (R.part && c0 < c1) {
-      fused_mixed<GATHER>(vol, R, G, lo, c0, acc_lo, acc_hi, acc_e);
-      planes_avx512<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
-      fused_checked(vol, R, R.traced & ~R.part, c0, c1, acc_e);
-      fused_mixed<GATHER>(vol, R, G, c1, hi, acc_lo, acc_hi, acc_e);
+    G.part = pt; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
+    if (pt && sp.c0 < sp.c1) {
+      fused_mixed<GATHER>(vol, R, tr, G, sp.lo, sp.c0, acc_lo, acc_hi, acc_e);
+      planes_avx512<false, GATHER>(vol, G, sp.c0, sp.c1, acc_lo, acc_hi);
+      fused_checked(vol, R, tr & ~pt, sp.c0, sp.c1, acc_e);
+      fused_mixed<GATHER>(vol, R, tr, G, sp.c1, sp.hi, acc_lo, acc_hi, acc_e);
     } else {
-      fused_mixed<GATHER>(vol, R, G, lo, hi, acc_lo, acc_hi, acc_e);
+      fused_mixed<GATHER>(vol, R, tr, G, sp.lo, sp.hi, acc_lo, acc_hi, acc_e);
     }
   }
   alignas(64) float p[32], e[16];
   _mm512_store_ps(p, acc_lo);
   _mm512_store_ps(p + 16, acc_hi);
   _mm512_store_ps(e, acc_e);
-  for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+  for (int g = 0; g < 16; ++g) s[g] = ((tr >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
 }
 
 #endif
@@ -1012,19 +1031,15 @@ inline void fused_mixed8(const float* vol, const FusedRays& R, const CheckedLane
 
 // fused_sums in 8 lanes, the group's two halves one after the other.
 template <bool GATHER>
-inline void fused_sums_avx2(const float* vol, const FusedRays& R, float* s) {
+inline void fused_sums_avx2(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
   for (int o = 0; o < 16; o += 8) {
-    const unsigned tr = (R.traced >> o) & 0xffu, pt = (R.part >> o) & 0xffu;
+    const FusedSpan sp(R, o, 8, t0, t1);
+    const unsigned tr = sp.traced, pt = sp.part;
     if (!tr) {
       for (int g = 0; g < 8; ++g) s[o + g] = 0.f;
       continue;
     }
-    int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
-    for (int g = 0; g < 8; ++g) {
-      if (!((tr >> g) & 1u)) continue;
-      lo = std::min(lo, R.n0[o + g]); hi = std::max(hi, R.n1[o + g]);
-      if ((pt >> g) & 1u) { c0 = std::max(c0, R.i0[o + g]); c1 = std::min(c1, R.i1[o + g]); }
-    }
+    const int lo = sp.lo, hi = sp.hi, c0 = sp.c0, c1 = sp.c1;
     LaneGroup G;
     std::memcpy(G.Ab, R.Ab + o, 8 * sizeof(float)); std::memcpy(G.Bb, R.Bb + o, 8 * sizeof(float));
     std::memcpy(G.Ac, R.Ac + o, 8 * sizeof(float)); std::memcpy(G.Bc, R.Bc + o, 8 * sizeof(float));
@@ -1074,98 +1089,228 @@ inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone
   return a;
 }
 
-// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up in
-// lanes once (one pass per dominant axis present, at most 3), traced per item with fused_sums; pixels
-// the lanes do not take (planar or parallel rays, a non-finite set-up, x-dominant rays without the
-// swapped copy) go through make_ray and ray_forward one by one.  `swapped` is the (z, x, y) copy of the
-// slab (nullptr: none), each item `slab` elements.
+// The set-up of one group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k: the lanes set up
+// in lanes once (one pass per dominant axis present, at most 3; pass p traces array base[p], items
+// bstride[p] apart), and the lanes `left` that the lanes do not take (planar or parallel rays, a
+// non-finite set-up, x-dominant rays without the swapped copy), for make_ray and ray_forward one by one.
+// `swapped` is the (z, x, y) copy of the slab (nullptr: none), each item `slab` elements.
+struct FusedPlan {
+  FusedRays R[3];
+  const float* base[3];
+  i64 bstride[3];
+  int passes = 0;
+  unsigned left = 0;
+};
+template <bool AVX2>
+inline void fused_plan(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab,
+                       const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                       const float* vstep, int cone, int k, const int* ius, const int* ivs, const DetectorWindow& dw,
+                       int cnt, double* geo, double* su, double* sv, FusedPlan& P) {
+  for (int q = 0; q < 3; ++q) {
+    geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
+    geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
+  }
+  for (int g = 0; g < 16; ++g) {
+    const int h = g < cnt ? g : 0;
+    su[g] = double(ius[h]) - 0.5 * double(dw.U - 1);
+    sv[g] = double(ivs[h]) - 0.5 * double(dw.V - 1);
+  }
+  P.passes = 0;
+  P.left = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);  // lanes not yet set up
+  int a = fused_axis(vw, geo, cone, su[(cnt - 1) / 2], sv[(cnt - 1) / 2]);
+  bool tried[3] = {false, false, false};
+  while (P.left && P.passes < 3 && !tried[a]) {
+    tried[a] = true;
+    FusedRays& R = P.R[P.passes];
+    const i64 HW = (i64)vw.H * vw.W;
+    R.offset = (i64)vw.z0 * HW;
+    unsigned done = 0;
+    if (a != 0 || swapped) {
+      R.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
+      R.sc = a == 2 ? vw.W : HW;
+      P.base[P.passes] = a == 0 ? swapped : vol;
+      P.bstride[P.passes] = a == 0 ? slab : vol_batch_stride;
+#if defined(__AVX512F__)
+      if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, P.left, a, vw.z0, vw.z1, R);
+#endif
+#if defined(__AVX2__)
+      if (AVX2) done = fused_setup_avx2(vw, geo, cone, su, sv, P.left, a, vw.z0, vw.z1, R);
+#endif
+    }
+    if (done) ++P.passes;
+    P.left &= ~done;
+    if (!P.left) break;
+    // the next axis: that of the first lane left (if already tried, the lanes left go one by one)
+    const int g = __builtin_ctz(P.left);
+    a = fused_axis(vw, geo, cone, su[g], sv[g]);
+  }
+}
+
+// Line integrals of the lanes of P.left (make_ray / ray_forward), item q, into val[g] (0 for a miss).
+inline void fused_leftovers(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                            const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                            const float* vstep, int cone, int k, const int* ius, const int* ivs,
+                            const DetectorWindow& dw, int cnt, unsigned left, float* val, int val_batch_stride) {
+  for (int g = 0; g < cnt; ++g) {
+    if (!((left >> g) & 1u)) continue;
+    double o[3], d[3];
+    pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
+    Ray<float> r{};
+    const bool hit = make_ray(vw, o, d, vw.z0, vw.z1, r);
+    const float* sbase = vol;
+    i64 sstride = vol_batch_stride;
+    if (hit && r.a == 0 && swapped) {
+      ray_use_strides(r, (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
+      sbase = swapped;
+      sstride = slab;
+    }
+    for (int q = 0; q < batch; ++q) val[q * val_batch_stride + g] = hit ? ray_forward(sbase + q * sstride, r) : 0.f;
+  }
+}
+
+// fused_sums of the AVX-512 (or AVX2) lanes.
+template <bool GATHER, bool AVX2>
+inline void fused_trace(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
+#if defined(__AVX512F__)
+  if (!AVX2) fused_sums<GATHER>(vol, R, s, t0, t1);
+#endif
+#if defined(__AVX2__)
+  if (AVX2) fused_sums_avx2<GATHER>(vol, R, s, t0, t1);
+#endif
+}
+
+// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up once
+// (fused_plan), traced per item with fused_sums, the lanes left one by one (fused_leftovers).
 template <bool GATHER, bool AVX2 = false>
 inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
                         const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
                         const float* vstep, int cone, int k, const int* ius, const int* ivs,
                         const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate) {
   double geo[12];
-  for (int q = 0; q < 3; ++q) {
-    geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
-    geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
-  }
   alignas(64) double su[16], sv[16];
-  for (int g = 0; g < 16; ++g) {
-    const int h = g < cnt ? g : 0;
-    su[g] = double(ius[h]) - 0.5 * double(dw.U - 1);
-    sv[g] = double(ivs[h]) - 0.5 * double(dw.V - 1);
-  }
-  const unsigned all = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);
-  FusedRays R[3];
-  const float* base[3];
-  i64 bstride[3];
-  int passes = 0;
-  unsigned left = all;  // lanes not yet set up
-  int a = fused_axis(vw, geo, cone, su[(cnt - 1) / 2], sv[(cnt - 1) / 2]);
-  bool tried[3] = {false, false, false};
-  while (left && passes < 3 && !tried[a]) {
-    tried[a] = true;
-    FusedRays& P = R[passes];
-    const i64 HW = (i64)vw.H * vw.W;
-    P.offset = (i64)vw.z0 * HW;
-    unsigned done = 0;
-    if (a != 0 || swapped) {
-      P.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
-      P.sc = a == 2 ? vw.W : HW;
-      base[passes] = a == 0 ? swapped : vol;
-      bstride[passes] = a == 0 ? slab : vol_batch_stride;
-#if defined(__AVX512F__)
-      if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
-#endif
-#if defined(__AVX2__)
-      if (AVX2) done = fused_setup_avx2(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
-#endif
-    }
-    if (done) ++passes;
-    left &= ~done;
-    if (!left) break;
-    // the next axis: that of the first lane left (if already tried, the lanes left go one by one)
-    const int g = __builtin_ctz(left);
-    a = fused_axis(vw, geo, cone, su[g], sv[g]);
-  }
-  Ray<float> r[16];
-  bool hit[16];
-  const float* sbase[16];
-  i64 sstride[16];
-  for (int g = 0; g < cnt; ++g) {
-    if (!((left >> g) & 1u)) continue;
-    double o[3], d[3];
-    pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
-    r[g] = Ray<float>{};
-    hit[g] = make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
-    sbase[g] = vol;
-    sstride[g] = vol_batch_stride;
-    if (hit[g] && r[g].a == 0 && swapped) {
-      ray_use_strides(r[g], (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
-      sbase[g] = swapped;
-      sstride[g] = slab;
-    }
-  }
+  FusedPlan P;
+  fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, geo,
+                   su, sv, P);
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   for (int q = 0; q < batch; ++q) {
     alignas(64) float val[16] = {};
-    for (int p = 0; p < passes; ++p) {
+    for (int p = 0; p < P.passes; ++p) {
       alignas(64) float s[16];
-#if defined(__AVX512F__)
-      if (!AVX2) fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
-#endif
-#if defined(__AVX2__)
-      if (AVX2) fused_sums_avx2<GATHER>(base[p] + q * bstride[p], R[p], s);
-#endif
+      fused_trace<GATHER, AVX2>(P.base[p] + q * P.bstride[p], P.R[p], s);
       for (int g = 0; g < cnt; ++g)
-        if ((R[p].traced >> g) & 1u) val[g] = s[g];
+        if ((P.R[p].traced >> g) & 1u) val[g] = s[g];
     }
-    for (int g = 0; g < cnt; ++g)
-      if (((left >> g) & 1u) && hit[g]) val[g] = ray_forward(sbase[g] + q * sstride[g], r[g]);
+    if (P.left)
+      fused_leftovers(vol + q * vol_batch_stride, vol_batch_stride, swapped ? swapped + q * slab : nullptr, slab, 1,
+                      vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, P.left, val, 16);
     for (int g = 0; g < cnt; ++g) {
       const i64 oi = ((i64)k * nu + (ius[g] - dw.u0)) * nv + (ivs[g] - dw.v0);
       float& dst = out[q * out_batch_stride + oi];
       dst = accumulate ? dst + val[g] : val[g];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- view tiles
+// The -fused-tiles paths (docs/INTERNALS.md, "Forward flat cost, session 5"): beyond N ~ 256 a band's
+// rays of one view touch more of the volume than the L2 holds (at N = 320 a band of 5 rows covers about
+// 6 z rows of every (x, y) line: ~2.4 MiB), and the views turn the sheets by up to ~2 planes each, so each
+// view fetched most of its band again from L3.  Here a band's views are taken in runs of
+// CT_FORWARD_TILE_VIEWS; each run's groups are set up once (fused_plan, kept), then traced tile by tile of
+// CT_FORWARD_TILE_PLANES planes of their dominant axis: within a tile all the run's rays touch the same
+// few planes, which stay in the L2 across the run.  Each lane's value is the sum of its segments' sums
+// (float32 rounding differs from -fused-bands; the same samples).
+#ifndef CT_FORWARD_TILE_PLANES
+#define CT_FORWARD_TILE_PLANES 64
+#endif
+#ifndef CT_FORWARD_TILE_VIEWS
+#define CT_FORWARD_TILE_VIEWS 4
+#endif
+// Planes per tile (0: no tiles) for bands of `band` rows over planes of `plane_bytes`: tiles only where
+// a band's planes (with a margin of two for the cone's spread) exceed 2 MiB, the L2 of current cores.
+inline int forward_tile_planes(i64 plane_bytes, int band) {
+  if (CT_FORWARD_TILE_PLANES <= 0 || band <= 0) return 0;
+  return (i64)(band + 2) * plane_bytes > (i64(2) << 20) ? CT_FORWARD_TILE_PLANES : 0;
+}
+
+// The whole forward of the -fused-tiles paths where forward_tile_planes gives tiles: work items are (band of
+// `band` detector rows, run of views), taken by the threads dynamically.
+template <bool GATHER, bool AVX2>
+inline void fused_forward_tiled(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                                const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                                const float* vstep, int cone, const DetectorWindow& dw, bool u_inner, int band,
+                                int tile, float* out, i64 out_batch_stride, int accumulate, int nthreads) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
+  const int run = std::max(1, CT_FORWARD_TILE_VIEWS);
+  const int n_bands = (n_outer + band - 1) / band, n_runs = (dw.n_views + run - 1) / run;
+  const int per_row = (n_inner + 15) / 16;
+  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index n lies in [0, n_planes)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (i64 item = 0; item < (i64)n_bands * n_runs; ++item) {
+    const int k0 = (int)(item % n_runs) * run, k1 = std::min(dw.n_views, k0 + run);
+    const int o0 = (int)(item / n_runs) * band, o1 = std::min(n_outer, o0 + band);
+    const int ng = (k1 - k0) * (o1 - o0) * per_row;
+    std::vector<FusedRays> rays;
+    rays.reserve((size_t)ng + 8);
+    std::vector<int> first((size_t)ng + 1, 0), lo, hi;
+    std::vector<const float*> base;
+    std::vector<i64> bstride;
+    std::vector<float> val((size_t)batch * ng * 16, 0.f);
+    const i64 vstride = (i64)ng * 16;
+    // set up every group of the run once; the lanes the set-up does not take are traced whole here
+    for (int gi = 0; gi < ng; ++gi) {
+      const int k = k0 + gi / ((o1 - o0) * per_row), outer = o0 + (gi / per_row) % (o1 - o0);
+      const int inner0 = (gi % per_row) * 16, cnt = std::min(16, n_inner - inner0);
+      int ius[16], ivs[16];
+      for (int g = 0; g < cnt; ++g) {
+        ius[g] = dw.u0 + (u_inner ? inner0 + g : outer);
+        ivs[g] = dw.v0 + (u_inner ? outer : inner0 + g);
+      }
+      double geo[12];
+      alignas(64) double su[16], sv[16];
+      FusedPlan P;
+      fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt,
+                       geo, su, sv, P);
+      for (int p = 0; p < P.passes; ++p) {
+        if (!P.R[p].traced) continue;
+        int l = 1 << 30, h = -(1 << 30);
+        for (int g = 0; g < 16; ++g)
+          if ((P.R[p].traced >> g) & 1u) { l = std::min(l, P.R[p].n0[g]); h = std::max(h, P.R[p].n1[g]); }
+        rays.push_back(P.R[p]);
+        lo.push_back(l); hi.push_back(h);
+        base.push_back(P.base[p]); bstride.push_back(P.bstride[p]);
+      }
+      first[gi + 1] = (int)rays.size();
+      if (P.left)
+        fused_leftovers(vol, vol_batch_stride, swapped, slab, batch, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw,
+                        cnt, P.left, val.data() + (i64)gi * 16, (int)vstride);
+    }
+    for (int t0 = 0; t0 < n_planes; t0 += tile) {
+      const int t1 = std::min(n_planes, t0 + tile);
+      for (int gi = 0; gi < ng; ++gi)
+        for (int p = first[gi]; p < first[gi + 1]; ++p) {
+          if (hi[p] <= t0 || lo[p] >= t1) continue;
+          for (int q = 0; q < batch; ++q) {
+            alignas(64) float s[16];
+            fused_trace<GATHER, AVX2>(base[p] + q * bstride[p], rays[p], s, t0, t1);
+            float* v = val.data() + q * vstride + (i64)gi * 16;
+            for (int g = 0; g < 16; ++g) v[g] += s[g];  // 0 for the lanes not traced in [t0, t1)
+          }
+        }
+    }
+    for (int gi = 0; gi < ng; ++gi) {
+      const int k = k0 + gi / ((o1 - o0) * per_row), outer = o0 + (gi / per_row) % (o1 - o0);
+      const int inner0 = (gi % per_row) * 16, cnt = std::min(16, n_inner - inner0);
+      for (int g = 0; g < cnt; ++g) {
+        const int ju = u_inner ? inner0 + g : outer, jv = u_inner ? outer : inner0 + g;
+        const i64 oi = ((i64)k * nu + ju) * nv + jv;
+        for (int q = 0; q < batch; ++q) {
+          float& dst = out[q * out_batch_stride + oi];
+          const float x = val[q * vstride + (i64)gi * 16 + g];
+          dst = accumulate ? dst + x : x;
+        }
+      }
     }
   }
 }

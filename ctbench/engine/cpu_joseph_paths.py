@@ -7,8 +7,8 @@ the AVX-512 and AVX2 ones only where the build targets them), ``avx512-gather-fu
 ``avx2-gather-fused`` (the ray set-up and the edge planes in the lanes too) and ``beams`` (scalar
 rays in lockstep), each also as ``NAME-bands`` (the detector rows in bands, all views per band, so
 that a band's part of the volume stays in cache across the views; the same rays, bitwise the same
-output;
-``avx512-gather-fused-bands`` or ``avx2-gather-fused-bands`` is the build's default); back ``pairs``, ``rows``
+output), ``avx512-gather-fused-tiles`` and ``avx2-gather-fused-tiles`` (the fused bands, and where a band's
+planes exceed the L2 its views taken in runs traced plane tile by plane tile: the build's default); back ``pairs``, ``rows``
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
@@ -77,13 +77,13 @@ def _measure_scan(n: int, nz: int, views: int):
 
 
 def candidates(op: str, names: list[str]) -> list[str]:
-    """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` paths where the library
-    has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
+    """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` and ``-tiles`` paths where
+    the library has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
     only once the volume leaves the cache; the measurement's slab stays in cache, so timing both would let
     noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  The
     view-by-view paths stay forceable by ``CTBENCH_CPU_PATH``."""
     if op == "forward":
-        banded = [n for n in names if n.endswith("-bands")]
+        banded = [n for n in names if n.endswith(("-bands", "-tiles"))]
         return banded or list(names)
     return list(names)
 
