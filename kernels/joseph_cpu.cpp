@@ -31,6 +31,7 @@ struct ForwardPath {
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
   bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group)
   bool tiles = false;       // fused, bands, and beyond the L2 view runs traced in plane tiles (fused_forward_tiled)
+  bool pad = false;         // fused, rays through zero-bordered copies of small slabs (fwd::pad_slab)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -43,14 +44,18 @@ struct ForwardPath {
 // -fused-tiles (each build's default now): -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
 // W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
 // N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
+// -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
+// copies (fwd::pad_slab), so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
+    {"avx512-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true, true},
     {"avx512-gather-fused-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true},
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
     {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
+    {"avx2-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true, true},
     {"avx2-gather-fused-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true},
     {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
@@ -223,6 +228,23 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
 #define CT_FORWARD_CHUNK 16
 #endif
 #if defined(__AVX512F__) || defined(__AVX2__)
+  // -pad: zero-bordered copies of a small slab (both orders), so that the lanes' interior planes reach
+  // past the window and the checked edge planes shrink to the rounding margin (a slab above 32 MiB
+  // spends little of its time on edge planes, and the copies would cost memory: both at most 64 MiB)
+  const i64 pslab = ct::fwd::padded_slab(nz, vw.H, vw.W);
+  const bool pad = lanes && use_lanes && path.pad && copy && 2 * pslab * batch * (i64)sizeof(real) <= (i64(64) << 20);
+  ct::SlabBuffer<real> padded(pad ? (size_t)(2 * pslab * batch) : 0);
+  ct::fwd::PaddedSlab ps;
+  if constexpr (lanes) {
+    if (pad) {
+      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, false, padded.data, pslab, nthreads);
+      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, true, padded.data + pslab * batch, pslab,
+                        nthreads);
+      ps = {padded.data, padded.data + pslab * batch, pslab};
+    }
+  }
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
   if constexpr (lanes) {
     const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band) : 0;
     if (tile > 0) {
@@ -231,12 +253,12 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
       if (path.kind != ct::fwd::LaneKind::Avx2Gather) {
         ct::fwd::fused_forward_tiled<true, false>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep,
                                                   cone, dw, u_inner, band, tile, out, out_batch_stride, accumulate,
-                                                  nthreads);
+                                                  nthreads, ps);
         return;
       }
 #endif
       ct::fwd::fused_forward_tiled<true, true>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep, cone,
-                                               dw, u_inner, band, tile, out, out_batch_stride, accumulate, nthreads);
+                                               dw, u_inner, band, tile, out, out_batch_stride, accumulate, nthreads, ps);
       return;
     }
   }
@@ -263,12 +285,12 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         if (use_lanes && path.fused && path.kind == ct::fwd::LaneKind::Avx2Gather) {
           ct::fwd::fused_group<true, true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src,
                                            ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride,
-                                           accumulate);
+                                           accumulate, ps);
           continue;
         }
         if (use_lanes && path.fused) {
           ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
-                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);
+                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate, ps);
           continue;
         }
       }

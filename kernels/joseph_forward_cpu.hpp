@@ -535,6 +535,7 @@ struct FusedRays {
   unsigned part = 0;    // traced lanes with interior planes
   int lob = 0, hib = 0, loc = 0, hic = 0;
   i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
+  bool padded = false;  // the array has a zero border of one voxel: interior planes may reach it
 };
 
 // What both set-up widths start from: the other two axes of dominant axis a, inverse spacings, sizes, the
@@ -544,13 +545,36 @@ struct FusedFrame {
   double isp[3];
   int nn[3], lo[3], hi[3];
   bool thin;
+  double in_b[2], in_c[2];  // the b and c ranges of interior planes (the stencil read without checks)
+  double sh[3];  // added to the b and c coordinates: a padded array's (so that they stay positive), else 0
 };
+// The zero border of the -pad paths' copies, in voxels: the planes a lane marches (restrict_planes' conservative
+// integer bounds) reach up to about 2 voxels past the window, so with 3 they are all interior planes.
+#ifndef CT_FORWARD_PAD
+#define CT_FORWARD_PAD 3
+#endif
+constexpr int kPad = CT_FORWARD_PAD;
 inline FusedFrame fused_frame(const VolumeWindow<float>& vw, int a, int zlo, int zhi, FusedRays& R) {
   const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
   FusedFrame f{b, c, {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz}, {vw.W, vw.H, vw.D},
-               {0, 0, zlo}, {vw.W, vw.H, zhi}, false};
+               {0, 0, zlo}, {vw.W, vw.H, zhi}, false, {0, 0}, {0, 0}, {0, 0, 0}};
+  if (R.padded)  // b and c in the padded array's coordinates (x + P, y + P, z - zlo + P); a stays global
+    for (int q : {b, c}) {
+      const int s = q == 2 ? kPad - zlo : kPad;
+      f.sh[q] = double(s); f.lo[q] += s; f.hi[q] += s;
+    }
   R.lob = f.lo[b]; R.hib = f.hi[b]; R.loc = f.lo[c]; R.hic = f.hi[c];
   f.thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  // the margin m keeps float rounding of the coefficients from reaching past the range
+  const double m = 1.0 / 64.0;
+  if (R.padded) {  // the zero border stands for the checked stencil's zeros: the stencil may reach kPad voxels out
+    f.thin = false;
+    f.in_b[0] = double(R.lob - kPad) + m; f.in_b[1] = double(R.hib - 1 + kPad) - m;
+    f.in_c[0] = double(R.loc - kPad) + m; f.in_c[1] = double(R.hic - 1 + kPad) - m;
+  } else {
+    f.in_b[0] = double(R.lob) + m; f.in_b[1] = double(R.hib - 1) - m;
+    f.in_c[0] = double(R.loc) + m; f.in_c[1] = double(R.hic - 1) - m;
+  }
   return f;
 }
 
@@ -603,8 +627,7 @@ inline void clip_pd(__m512d A, __m512d iB, double lo, double hi, __m512d& nlo, _
 // lanes; R.traced is the subset that touches the window [0, W) x [0, H) x [zlo, zhi).
 inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                             const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
-  const double m = 1.0 / 64.0;
+  const auto [b, c, isp, nn, lo, hi, thin, in_b, in_c, sh] = fused_frame(vw, a, zlo, zhi, R);
   const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
   unsigned done = 0, traced = 0;
   for (int h = 0; h < 2; ++h) {
@@ -619,7 +642,7 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
       const __m512d p = _mm512_fmadd_pd(v, _mm512_set1_pd(geo[9 + q]),
                                         _mm512_fmadd_pd(u, _mm512_set1_pd(geo[6 + q]), _mm512_set1_pd(geo[3 + q])));
       const __m512d o = cone ? s : p, d = cone ? _mm512_sub_pd(p, s) : s;
-      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1)));
+      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1) + sh[q]));
       fd[q] = _mm512_mul_pd(d, _mm512_set1_pd(isp[q]));
       dd = _mm512_fmadd_pd(d, d, dd);
       fin &= finite_pd(fo[q]) & finite_pd(fd[q]);
@@ -657,8 +680,8 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
     hit &= (__mmask8)_mm256_cmpgt_epi32_mask(a1, a0);
     // interior_planes for b (window [lob, hib - 1]) and c
     __m512d ilo = _mm512_cvtepi32_pd(a0), ihi = _mm512_cvtepi32_pd(_mm256_sub_epi32(a1, _mm256_set1_epi32(1)));
-    clip_pd(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
-    clip_pd(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    clip_pd(Ab, iBb, in_b[0], in_b[1], ilo, ihi);
+    clip_pd(Ac, iBc, in_c[0], in_c[1], ilo, ihi);
     __m256i b0 = _mm256_max_epi32(floor_clamped(ilo, 1), a0);
     __m256i b1 = _mm256_min_epi32(_mm256_add_epi32(floor_clamped(ihi, 0), _mm256_set1_epi32(1)), a1);
     const __mmask8 inner = thin ? (__mmask8)0
@@ -877,8 +900,7 @@ inline void clip4(__m256d A, __m256d iB, double lo, double hi, __m256d& nlo, __m
 // fused_setup in AVX2 (same lanes, same result up to float32 rounding).
 inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                                  const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
-  const double m = 1.0 / 64.0;
+  const auto [b, c, isp, nn, lo, hi, thin, in_b, in_c, sh] = fused_frame(vw, a, zlo, zhi, R);
   const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
   const __m128i ione = _mm_set1_epi32(1), lane_bits = _mm_set_epi32(8, 4, 2, 1);
   unsigned done = 0, traced = 0;
@@ -893,7 +915,7 @@ inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* ge
       const __m256d p = _mm256_fmadd_pd(v, _mm256_set1_pd(geo[9 + q]),
                                         _mm256_fmadd_pd(u, _mm256_set1_pd(geo[6 + q]), _mm256_set1_pd(geo[3 + q])));
       const __m256d o = cone ? s : p, d = cone ? _mm256_sub_pd(p, s) : s;
-      fo[q] = _mm256_fmadd_pd(o, _mm256_set1_pd(isp[q]), _mm256_set1_pd(0.5 * double(nn[q] - 1)));
+      fo[q] = _mm256_fmadd_pd(o, _mm256_set1_pd(isp[q]), _mm256_set1_pd(0.5 * double(nn[q] - 1) + sh[q]));
       fd[q] = _mm256_mul_pd(d, _mm256_set1_pd(isp[q]));
       dd = _mm256_fmadd_pd(d, d, dd);
       fin &= finite4(fo[q]) & finite4(fd[q]);
@@ -928,8 +950,8 @@ inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* ge
     hit &= bits4(_mm_cmpgt_epi32(a1, a0));
     // interior_planes for b (window [lob, hib - 1]) and c
     __m256d ilo = _mm256_cvtepi32_pd(a0), ihi = _mm256_cvtepi32_pd(_mm_sub_epi32(a1, ione));
-    clip4(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
-    clip4(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    clip4(Ab, iBb, in_b[0], in_b[1], ilo, ihi);
+    clip4(Ac, iBc, in_c[0], in_c[1], ilo, ihi);
     __m128i b0 = _mm_max_epi32(floor_clamped4(ilo, true), a0);
     __m128i b1 = _mm_min_epi32(_mm_add_epi32(floor_clamped4(ihi, false), ione), a1);
     const int inner = thin ? 0 : (cmp4<_CMP_LE_OQ>(ilo, ihi) & bits4(_mm_cmpgt_epi32(b1, b0)));
@@ -1101,11 +1123,45 @@ struct FusedPlan {
   int passes = 0;
   unsigned left = 0;
 };
+// The slab (items src_stride apart, nz x H x W) into dst with a zero border of kPad voxels on every side, items
+// dst_stride apart: (nz + 2P, H + 2P, W + 2P), or with swap (nz + 2P, W + 2P, H + 2P) indexed [z][x][y].
+inline i64 padded_slab(int nz, int H, int W) { return (i64)(nz + 2 * kPad) * (H + 2 * kPad) * (W + 2 * kPad); }
+inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, bool swap, float* dst,
+                     i64 dst_stride, int nthreads) {
+  const int P = kPad, R = swap ? W + 2 * P : H + 2 * P, C = swap ? H + 2 * P : W + 2 * P;  // rows, row length
+  const i64 plane = (i64)R * C;
+  const int nzp = nz + 2 * P;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (i64 qz = 0; qz < (i64)batch * nzp; ++qz) {
+    const int q = (int)(qz / nzp), z = (int)(qz % nzp);
+    float* d = dst + q * dst_stride + (i64)z * plane;
+    std::memset(d, 0, sizeof(float) * (size_t)plane);
+    if (z < P || z >= nz + P) continue;
+    const float* s = src + q * src_stride + (i64)(z - P) * H * W;
+    if (!swap) {
+      for (int y = 0; y < H; ++y) std::memcpy(d + (i64)(y + P) * C + P, s + (i64)y * W, sizeof(float) * (size_t)W);
+      continue;
+    }
+    const int t = 32;  // transposed in tiles
+    for (int y0 = 0; y0 < H; y0 += t)
+      for (int x0 = 0; x0 < W; x0 += t)
+        for (int y = y0; y < std::min(H, y0 + t); ++y)
+          for (int x = x0; x < std::min(W, x0 + t); ++x) d[(i64)(x + P) * C + (y + P)] = s[(i64)y * W + x];
+  }
+}
+
+// Zero-bordered copies of the slab (the -pad paths, pad_slab): `zyx` and `zxy` (x/y swapped), each item `slab`
+// elements apart; nullptr: none.
+struct PaddedSlab {
+  const float* zyx = nullptr;
+  const float* zxy = nullptr;
+  i64 slab = 0;
+};
 template <bool AVX2>
 inline void fused_plan(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab,
                        const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
                        const float* vstep, int cone, int k, const int* ius, const int* ivs, const DetectorWindow& dw,
-                       int cnt, double* geo, double* su, double* sv, FusedPlan& P) {
+                       int cnt, double* geo, double* su, double* sv, FusedPlan& P, const PaddedSlab& pad = {}) {
   for (int q = 0; q < 3; ++q) {
     geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
     geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
@@ -1125,11 +1181,26 @@ inline void fused_plan(const float* vol, i64 vol_batch_stride, const float* swap
     const i64 HW = (i64)vw.H * vw.W;
     R.offset = (i64)vw.z0 * HW;
     unsigned done = 0;
-    if (a != 0 || swapped) {
-      R.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
-      R.sc = a == 2 ? vw.W : HW;
-      P.base[P.passes] = a == 0 ? swapped : vol;
-      P.bstride[P.passes] = a == 0 ? slab : vol_batch_stride;
+    R.padded = pad.zyx != nullptr;
+    if (R.padded) {
+      // (x, y, z) of the window at padded (x + P, y + P, z - z0 + P), the set-up's b and c coordinates
+      // already shifted so (fused_frame), axis a's plane n by the offset; strides of x, y, z in the array
+      const i64 W2 = vw.W + 2 * kPad, H2 = vw.H + 2 * kPad;
+      const i64 st[3] = {a == 0 ? H2 : 1, a == 0 ? 1 : W2, H2 * W2};
+      const int c = (a == 2) ? 1 : 2;
+      R.sa = st[a];
+      R.sc = st[c];
+      R.offset = -(i64)(a == 2 ? kPad - vw.z0 : kPad) * st[a];
+      P.base[P.passes] = a == 0 ? pad.zxy : pad.zyx;
+      P.bstride[P.passes] = pad.slab;
+    }
+    if (R.padded || a != 0 || swapped) {
+      if (!R.padded) {
+        R.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
+        R.sc = a == 2 ? vw.W : HW;
+        P.base[P.passes] = a == 0 ? swapped : vol;
+        P.bstride[P.passes] = a == 0 ? slab : vol_batch_stride;
+      }
 #if defined(__AVX512F__)
       if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, P.left, a, vw.z0, vw.z1, R);
 #endif
@@ -1185,12 +1256,13 @@ template <bool GATHER, bool AVX2 = false>
 inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
                         const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
                         const float* vstep, int cone, int k, const int* ius, const int* ivs,
-                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate) {
+                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate,
+                        const PaddedSlab& pad = {}) {
   double geo[12];
   alignas(64) double su[16], sv[16];
   FusedPlan P;
   fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, geo,
-                   su, sv, P);
+                   su, sv, P, pad);
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   for (int q = 0; q < batch; ++q) {
     alignas(64) float val[16] = {};
@@ -1239,7 +1311,8 @@ template <bool GATHER, bool AVX2>
 inline void fused_forward_tiled(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
                                 const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
                                 const float* vstep, int cone, const DetectorWindow& dw, bool u_inner, int band,
-                                int tile, float* out, i64 out_batch_stride, int accumulate, int nthreads) {
+                                int tile, float* out, i64 out_batch_stride, int accumulate, int nthreads,
+                                const PaddedSlab& pad = {}) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
   const int run = std::max(1, CT_FORWARD_TILE_VIEWS);
@@ -1271,7 +1344,7 @@ inline void fused_forward_tiled(const float* vol, i64 vol_batch_stride, const fl
       alignas(64) double su[16], sv[16];
       FusedPlan P;
       fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt,
-                       geo, su, sv, P);
+                       geo, su, sv, P, pad);
       for (int p = 0; p < P.passes; ++p) {
         if (!P.R[p].traced) continue;
         int l = 1 << 30, h = -(1 << 30);

@@ -3,7 +3,8 @@ or AVX2 lanes and the edge planes traced in lanes (every fused path this build h
 the pure-torch reference backend on the cases their code treats apart: views at 45 degrees (a row group's rays split between two dominant axes),
 odd detectors whose centre row and column are parallel to a voxel plane (lanes handed to make_ray),
 b axes too narrow for pair reads, z-slab windows whose sum is the whole projection, and detector tiles;
-and the -fused-tiles paths' view runs traced in plane tiles (volumes whose bands exceed the L2).
+and the -fused-tiles paths' view runs traced in plane tiles (volumes whose bands exceed the L2), and the
+-pad paths' rays through zero-bordered copies of the slab (scans with more rays than voxels / 4).
 """
 
 import math
@@ -17,9 +18,11 @@ from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
 from ctbench.engine.cpu_joseph_paths import FORWARD_ARGS
 
 F64 = torch.float64
-FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands", "avx512-gather-fused-tiles", "avx2-gather-fused",
-         "avx2-gather-fused-bands", "avx2-gather-fused-tiles")
-TILED = ("avx512-gather-fused-tiles", "avx2-gather-fused-tiles")
+FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands", "avx512-gather-fused-tiles", "avx512-gather-fused-pad-tiles",
+         "avx2-gather-fused", "avx2-gather-fused-bands", "avx2-gather-fused-tiles", "avx2-gather-fused-pad-tiles")
+TILED = ("avx512-gather-fused-tiles", "avx512-gather-fused-pad-tiles", "avx2-gather-fused-tiles",
+         "avx2-gather-fused-pad-tiles")
+PADDED = ("avx512-gather-fused-pad-tiles", "avx2-gather-fused-pad-tiles")
 
 
 @pytest.fixture(scope="module")
@@ -143,3 +146,46 @@ def test_tiled_forward_matches_reference(fused, monkeypatch):
             assert _close32(tile, want[0][:, 30:53, 1:9]), name
     finally:
         torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+@pytest.mark.parametrize("shape,det,angles", [
+    # rays entering through every face, a 45-degree view (two passes), axis-aligned views with an odd detector
+    ((13, 30, 28), (47, 23), [0.0, 0.25, math.pi / 4, 1.3, math.pi / 2, 2.2, math.pi, 4.0]),
+    # b axes of 1 and 2 voxels (no interior planes without the border)
+    ((7, 2, 30), (19, 11), [0.0, 0.4, math.pi / 2, 2.5]),
+    ((7, 30, 2), (19, 11), [math.pi / 2, 1.9, 0.05]),
+])
+def test_padded_forward_matches_reference(fused, monkeypatch, shape, det, angles):
+    """The -pad paths on scans with more rays than voxels / 4 (where the forward copies the slab, and these
+    paths copy it with a zero border): against the reference, per item bitwise as in the batch, z-slab
+    windows adding up to the projection, at 1 and 2 threads."""
+    padded = [n for n in PADDED if n in fused]
+    if not padded:
+        pytest.skip("no -pad path in this build")
+    D, H, W = shape
+    assert len(angles) * det[0] * det[1] >= D * H * W / 4  # the copies are made
+    cpu, ref = _pair(shape, det, angles, spacing=(1.0, 1.0, 1.0))
+    x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(8), dtype=F64) + 0.1
+    want = ref.project(x)
+    assert bool((want > 0).any()) and bool((want == 0).any())
+    monkeypatch.setenv(cpu_paths.PATH_ENV, "forward=avx2-gather-fused-bands")
+    unpadded = cpu.project(x.float())
+    traj = cpu.trajectory
+    geom = [t.to(torch.float32).contiguous() for t in
+            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+    xf = x[0].float()
+    for name in padded:
+        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        got = cpu.project(x.float())
+        assert _close32(got, want), (name, float((got.double() - want).abs().max()))
+        # edge samples through the pair loop round differently from the checked stencil's: equal would mean
+        # the copies were not used
+        assert not torch.equal(got, unpadded), name
+        assert torch.equal(cpu.project(x[1].float()), got[1]), name
+        for threads in (1, 2):
+            out = torch.zeros((len(angles), *det), dtype=torch.float32)
+            cuts = (0, D // 3, D // 3 + 1, D)
+            for z0, z1 in zip(cuts[:-1], cuts[1:]):
+                _kernel_forward(xf[z0:z1].contiguous(), z0, z1, D, geom, det, len(angles), (1.0, 1.0, 1.0), out,
+                                accumulate=True, threads=threads)
+            assert _close32(out, want[0]), (name, threads, float((out.double() - want[0]).abs().max()))
