@@ -76,14 +76,25 @@ def _measure_scan(n: int, nz: int, views: int):
     return geom, vol.to(torch.float32).contiguous()
 
 
+def _slab_twin(name: str, names: list[str]) -> bool:
+    """Whether ``name`` (``X-fused-bands`` or ``X-fused-tiles``) has an ``X-fused-pad-tiles`` twin that runs its
+    loop on the measurement's slab: the tiles start beyond the L2 and the padded copies at one ray per voxel
+    (the slab has 0.375), so ranking both would let noise choose between the same code."""
+    for tail in ("-fused-bands", "-fused-tiles"):
+        if name.endswith(tail) and name[: -len(tail)] + "-fused-pad-tiles" in names:
+            return True
+    return False
+
+
 def candidates(op: str, names: list[str]) -> list[str]:
     """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` and ``-tiles`` paths where
     the library has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
     only once the volume leaves the cache; the measurement's slab stays in cache, so timing both would let
     noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  The
-    view-by-view paths stay forceable by ``CTBENCH_CPU_PATH``."""
+    view-by-view paths stay forceable by ``CTBENCH_CPU_PATH``; so do the ``-fused-bands`` and
+    ``-fused-tiles`` paths where a ``-fused-pad-tiles`` twin exists (:func:`_slab_twin`)."""
     if op == "forward":
-        banded = [n for n in names if n.endswith(("-bands", "-tiles"))]
+        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _slab_twin(n, names)]
         return banded or list(names)
     return list(names)
 
