@@ -256,17 +256,18 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   if constexpr (lanes) {
     const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band) : 0;
     if (tile > 0) {
+      const int tband = ct::fwd::tiled_band_rows(band, n_outer);
       const float* sw = copy ? swapped.data : nullptr;
 #if defined(__AVX512F__)
       if (path.kind != ct::fwd::LaneKind::Avx2Gather) {
         ct::fwd::fused_forward_tiled<true, false>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep,
-                                                  cone, dw, u_inner, band, tile, out, out_batch_stride, accumulate,
+                                                  cone, dw, u_inner, tband, tile, out, out_batch_stride, accumulate,
                                                   nthreads, ps);
         return;
       }
 #endif
       ct::fwd::fused_forward_tiled<true, true>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep, cone,
-                                               dw, u_inner, band, tile, out, out_batch_stride, accumulate, nthreads, ps);
+                                               dw, u_inner, tband, tile, out, out_batch_stride, accumulate, nthreads, ps);
       return;
     }
   }

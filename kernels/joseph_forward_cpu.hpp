@@ -1323,6 +1323,14 @@ inline int forward_tile_planes(i64 plane_bytes, int band) {
   return (i64)(band + 2) * plane_bytes > (i64(2) << 20) ? CT_FORWARD_TILE_PLANES : 0;
 }
 
+// Rows per band where the view tiles run: 8 (the 2 MiB rule's 5 rows at N = 320 left 5% on the table: within
+// a tile more rows share each z row, and the tile bounds what the run touches; 1 thread, load 2.8-3.4:
+// N = 320 933 -> 981 M samples/CPU-s, 12 rows 934).
+inline int tiled_band_rows(int band, int n_outer) {
+  if (CT_FORWARD_BAND_ROWS > 0) return band;
+  return std::max(1, std::min(8, n_outer));
+}
+
 // The whole forward of the -fused-tiles paths where forward_tile_planes gives tiles: work items are (band of
 // `band` detector rows, run of views), taken by the threads dynamically.
 template <bool GATHER, bool AVX2>
