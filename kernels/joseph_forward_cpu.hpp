@@ -581,6 +581,9 @@ inline FusedFrame fused_frame(const VolumeWindow<float>& vw, int a, int zlo, int
 #ifndef CT_FUSED_SPAN_SCALAR
 #define CT_FUSED_SPAN_SCALAR 0
 #endif
+#ifndef CT_FUSED_SCALAR_TAILS  // 1: the set-up's part mask and fused_sums' final sums lane by lane (measurements)
+#define CT_FUSED_SCALAR_TAILS 0
+#endif
 // Lanes [o, o + w) of R restricted to planes [t0, t1) (the view tiles' segments; all planes by default):
 // the traced lanes with planes there, those of them whose interior meets the range, the planes marched
 // [lo, hi) and the common interior [c0, c1) of the latter.
@@ -715,9 +718,14 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
     traced |= (unsigned)hit << (8 * h);
   }
   R.traced = traced;
+#if CT_FUSED_SCALAR_TAILS
   R.part = 0;
   for (int g = 0; g < 16; ++g)
     if (((traced >> g) & 1u) && R.i0[g] < R.i1[g]) R.part |= 1u << g;
+#else
+  // lanes not set up hold stale i0, i1: the traced mask drops them
+  R.part = (unsigned)_mm512_mask_cmplt_epi32_mask((__mmask16)traced, _mm512_load_si512(R.i0), _mm512_load_si512(R.i1));
+#endif
   return done;
 }
 
@@ -875,11 +883,19 @@ inline void fused_sums(const float* vol, const FusedRays& R, float* s, int t0 = 
       fused_mixed<GATHER>(vol, R, tr, G, sp.lo, sp.hi, acc_lo, acc_hi, acc_e);
     }
   }
+#if CT_FUSED_SCALAR_TAILS
   alignas(64) float p[32], e[16];
   _mm512_store_ps(p, acc_lo);
   _mm512_store_ps(p + 16, acc_hi);
   _mm512_store_ps(e, acc_e);
   for (int g = 0; g < 16; ++g) s[g] = ((tr >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+#else
+  // lane g's pair sum p[2g] + p[2g + 1] (pair halves: lanes 0-7 in acc_lo, 8-15 in acc_hi), then as above
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512 pair = _mm512_add_ps(_mm512_permutex2var_ps(acc_lo, even, acc_hi), _mm512_permutex2var_ps(acc_lo, odd, acc_hi));
+  _mm512_storeu_ps(s, _mm512_maskz_mul_ps((__mmask16)tr, _mm512_add_ps(pair, acc_e), _mm512_load_ps(R.w)));
+#endif
 }
 
 #endif
