@@ -69,6 +69,13 @@ def test_fused_forward_matches_reference(fused, monkeypatch, shape, det, angles)
         assert torch.equal(cpu.project(x[1].float()), got[1]), name
 
 
+def _geom(cpu):
+    """The kernels' float32 geometry of a _pair projector (detector steps of 2.1 and 1.7)."""
+    traj = cpu.trajectory
+    return [t.to(torch.float32).contiguous() for t in
+            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+
+
 def _kernel_forward(vol, z0, z1, D, geom, det, views, spacing, out, accumulate, tile=None, threads=1):
     lib = cpu_build.load_cpu_library("joseph")
     cpu_joseph_paths.apply(lib)
@@ -91,9 +98,7 @@ def test_fused_slab_windows_add_up_to_the_projection(fused, monkeypatch):
     cpu, ref = _pair((D, H, W), det, angles, spacing=(1.0, 1.0, 1.0))
     x = torch.rand((D, H, W), generator=torch.Generator().manual_seed(6), dtype=F64) + 0.1
     want = ref.project(x)
-    traj = cpu.trajectory
-    geom = [t.to(torch.float32).contiguous() for t in
-            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+    geom = _geom(cpu)
     xf = x.float()
     for name in fused:
         monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
@@ -125,9 +130,7 @@ def test_tiled_forward_matches_reference(fused, monkeypatch):
     assert bool((want > 0).all())
     monkeypatch.setenv(cpu_paths.PATH_ENV, "forward=avx2-gather-fused-bands")
     banded = cpu.project(x.float())
-    traj = cpu.trajectory
-    geom = [t.to(torch.float32).contiguous() for t in
-            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+    geom = _geom(cpu)
     try:
         for name in tiled:
             monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
@@ -170,9 +173,7 @@ def test_padded_forward_matches_reference(fused, monkeypatch, shape, det, angles
     assert bool((want > 0).any()) and bool((want == 0).any())
     monkeypatch.setenv(cpu_paths.PATH_ENV, "forward=avx2-gather-fused-bands")
     unpadded = cpu.project(x.float())
-    traj = cpu.trajectory
-    geom = [t.to(torch.float32).contiguous() for t in
-            (traj.source, traj.detector_center, traj.detector_u * 2.1, traj.detector_v * 1.7)]
+    geom = _geom(cpu)
     xf = x[0].float()
     for name in padded:
         monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
