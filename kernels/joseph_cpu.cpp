@@ -30,6 +30,8 @@ struct ForwardPath {
   ct::fwd::LaneKind kind;   // which lane loop
   bool bands;               // detector rows in bands, all views per band (forward_band_rows)
   bool fused = false;       // ray set-up and edge planes in the lanes too (fwd::fused_group)
+  bool tiles = false;       // fused, bands, and beyond the L2 view runs traced in plane tiles (fused_forward_tiled)
+  bool pad = false;         // fused, rays through zero-bordered copies of small slabs (fwd::pad_slab)
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
@@ -39,13 +41,22 @@ struct ForwardPath {
 // running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
+// -fused-tiles (each build's default now): -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
+// W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
+// N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
+// -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
+// copies (fwd::pad_slab), so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
+    {"avx512-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true, true},
+    {"avx512-gather-fused-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true},
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
     {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
+    {"avx2-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true, true},
+    {"avx2-gather-fused-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true},
     {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
     {"avx2-gather-fused", true, ct::fwd::LaneKind::Avx2Gather, false, true},
@@ -204,8 +215,22 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const i64 slab = (i64)nz * vw.H * vw.W;
   // Worth it when there are more rays than voxels to copy.
   const bool copy = slab > 0 && vw.H > 1 && vw.W > 1 && rows * nv >= slab / 4;
-  ct::SlabBuffer<real> swapped(copy ? (size_t)(slab * batch) : 0);
-  if (copy) ct::swap_xy(vol, swapped.data, slab, batch, nz, vw.H, vw.W, nthreads);
+  // -pad paths: zero-bordered copies of a small slab (both orders, fwd::pad_slab) instead, so that the lanes'
+  // interior planes reach past the window and the checked stencil almost never runs.  Only with at least as
+  // many rays as voxels (the copies cost about what the edge planes save at a quarter of that: path
+  // measurement slab, 0.375 rays per voxel, 10.4 against 9.2 ms) and both copies at most 64 MiB (a larger slab
+  // spends little of its time on edge planes).
+  const ForwardPath& path = kForwardPaths[current_path(0)];
+#if defined(__AVX512F__) || defined(__AVX2__)
+  const i64 pslab = ct::fwd::padded_slab(nz, vw.H, vw.W);
+  const bool pad = std::is_same<real, float>::value && ct::fwd::kForwardLanes > 0 && path.pad && copy &&
+                   rows * nv >= slab && slab < (i64(1) << 31) - 1 &&
+                   2 * pslab * batch * (i64)sizeof(real) <= (i64(64) << 20);
+#else
+  const bool pad = false;
+#endif
+  ct::SlabBuffer<real> swapped(copy && !pad ? (size_t)(slab * batch) : 0);
+  if (copy && !pad) ct::swap_xy(vol, swapped.data, slab, batch, nz, vw.H, vw.W, nthreads);
   // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
   const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
   const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
@@ -215,7 +240,6 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // code addresses a plane with 32-bit offsets: slabs below 2^31 elements.
   constexpr bool lanes = std::is_same<real, float>::value && ct::fwd::kForwardLanes > 0;
   constexpr int kGroup = lanes ? ct::fwd::kForwardLanes : kBeam;
-  const ForwardPath& path = kForwardPaths[current_path(0)];
   const bool use_lanes = lanes && path.lanes && slab < (i64(1) << 31) - 1;
   const int group = use_lanes ? kGroup : kBeam;
   // Row order: view by view, or (bands) detector rows in bands of `band` rows, all views per band: a
@@ -227,6 +251,38 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   // cover a 64-byte line (2 threads, N = 64: 1.14x CPU-s against 4 rows, 1.17x for 64; N = 128 1.10x).
 #ifndef CT_FORWARD_CHUNK
 #define CT_FORWARD_CHUNK 16
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+  ct::SlabBuffer<real> padded(pad ? (size_t)(2 * pslab * batch) : 0);
+  ct::fwd::PaddedSlab ps;
+  if constexpr (lanes) {
+    if (pad) {
+      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, false, padded.data, pslab, nthreads);
+      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, true, padded.data + pslab * batch, pslab,
+                        nthreads);
+      ps = {padded.data, padded.data + pslab * batch, pslab};
+    }
+  }
+#endif
+#if defined(__AVX512F__) || defined(__AVX2__)
+  if constexpr (lanes) {
+    const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band) : 0;
+    if (tile > 0) {
+      const int tband = ct::fwd::tiled_band_rows(band, n_outer);
+      const float* sw = copy ? swapped.data : nullptr;
+#if defined(__AVX512F__)
+      if (path.kind != ct::fwd::LaneKind::Avx2Gather) {
+        ct::fwd::fused_forward_tiled<true, false>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep,
+                                                  cone, dw, u_inner, tband, tile, out, out_batch_stride, accumulate,
+                                                  nthreads, ps);
+        return;
+      }
+#endif
+      ct::fwd::fused_forward_tiled<true, true>(vol, vol_batch_stride, sw, slab, batch, vw, src, ctr, ustep, vstep, cone,
+                                               dw, u_inner, tband, tile, out, out_batch_stride, accumulate, nthreads, ps);
+      return;
+    }
+  }
 #endif
 #pragma omp parallel for schedule(dynamic, CT_FORWARD_CHUNK) num_threads(nthreads)
   for (i64 row = 0; row < nrows; ++row) {
@@ -250,12 +306,12 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
         if (use_lanes && path.fused && path.kind == ct::fwd::LaneKind::Avx2Gather) {
           ct::fwd::fused_group<true, true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src,
                                            ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride,
-                                           accumulate);
+                                           accumulate, ps);
           continue;
         }
         if (use_lanes && path.fused) {
           ct::fwd::fused_group<true>(vol, vol_batch_stride, copy ? swapped.data : nullptr, slab, batch, vw, src, ctr,
-                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate);
+                                     ustep, vstep, cone, k, ius, ivs, dw, cnt, out, out_batch_stride, accumulate, ps);
           continue;
         }
       }

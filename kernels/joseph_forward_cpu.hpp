@@ -19,7 +19,9 @@
 #endif
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
+#include <vector>
 
 #include "joseph.cuh"
 
@@ -533,6 +535,7 @@ struct FusedRays {
   unsigned part = 0;    // traced lanes with interior planes
   int lob = 0, hib = 0, loc = 0, hic = 0;
   i64 sa = 0, sc = 0, offset = 0;  // strides of axes a and c (b is contiguous), global -> slab index
+  bool padded = false;  // the array has a zero border of one voxel: interior planes may reach it
 };
 
 // What both set-up widths start from: the other two axes of dominant axis a, inverse spacings, sizes, the
@@ -542,15 +545,80 @@ struct FusedFrame {
   double isp[3];
   int nn[3], lo[3], hi[3];
   bool thin;
+  double in_b[2], in_c[2];  // the b and c ranges of interior planes (the stencil read without checks)
+  double sh[3];  // added to the b and c coordinates: a padded array's (so that they stay positive), else 0
 };
+// The zero border of the -pad paths' copies, in voxels: the planes a lane marches (restrict_planes' conservative
+// integer bounds) reach up to about 2 voxels past the window, so with 3 they are all interior planes.
+#ifndef CT_FORWARD_PAD
+#define CT_FORWARD_PAD 3
+#endif
+constexpr int kPad = CT_FORWARD_PAD;
 inline FusedFrame fused_frame(const VolumeWindow<float>& vw, int a, int zlo, int zhi, FusedRays& R) {
   const int b = (a == 0) ? 1 : 0, c = (a == 2) ? 1 : 2;
   FusedFrame f{b, c, {1.0 / (double)vw.dx, 1.0 / (double)vw.dy, 1.0 / (double)vw.dz}, {vw.W, vw.H, vw.D},
-               {0, 0, zlo}, {vw.W, vw.H, zhi}, false};
+               {0, 0, zlo}, {vw.W, vw.H, zhi}, false, {0, 0}, {0, 0}, {0, 0, 0}};
+  if (R.padded)  // b and c in the padded array's coordinates (x + P, y + P, z - zlo + P); a stays global
+    for (int q : {b, c}) {
+      const int s = q == 2 ? kPad - zlo : kPad;
+      f.sh[q] = double(s); f.lo[q] += s; f.hi[q] += s;
+    }
   R.lob = f.lo[b]; R.hib = f.hi[b]; R.loc = f.lo[c]; R.hic = f.hi[c];
   f.thin = (R.hib - 1) - R.lob < 1 || (R.hic - 1) - R.loc < 1;  // no interior planes
+  // the margin m keeps float rounding of the coefficients from reaching past the range
+  const double m = 1.0 / 64.0;
+  if (R.padded) {  // the zero border stands for the checked stencil's zeros: the stencil may reach kPad voxels out
+    f.thin = false;
+    f.in_b[0] = double(R.lob - kPad) + m; f.in_b[1] = double(R.hib - 1 + kPad) - m;
+    f.in_c[0] = double(R.loc - kPad) + m; f.in_c[1] = double(R.hic - 1 + kPad) - m;
+  } else {
+    f.in_b[0] = double(R.lob) + m; f.in_b[1] = double(R.hib - 1) - m;
+    f.in_c[0] = double(R.loc) + m; f.in_c[1] = double(R.hic - 1) - m;
+  }
   return f;
 }
+
+#ifndef CT_FUSED_SPAN_SCALAR
+#define CT_FUSED_SPAN_SCALAR 0
+#endif
+#ifndef CT_FUSED_SCALAR_TAILS  // 1: the set-up's part mask and fused_sums' final sums lane by lane (measurements)
+#define CT_FUSED_SCALAR_TAILS 0
+#endif
+// Lanes [o, o + w) of R restricted to planes [t0, t1) (the view tiles' segments; all planes by default):
+// the traced lanes with planes there, those of them whose interior meets the range, the planes marched
+// [lo, hi) and the common interior [c0, c1) of the latter.
+struct FusedSpan {
+  unsigned traced = 0, part = 0;  // bit g: lane o + g
+  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
+  FusedSpan(const FusedRays& R, int o, int w, int t0, int t1) {
+#if defined(__AVX512F__) && !CT_FUSED_SPAN_SCALAR
+    // in mask registers (the scalar loop's branches cost about 2% at N = 64)
+    const __mmask16 lanes = (__mmask16)((((1u << w) - 1u) << o) & R.traced);
+    const __m512i n0 = _mm512_load_si512(R.n0), n1 = _mm512_load_si512(R.n1);
+    const __m512i i0 = _mm512_load_si512(R.i0), i1 = _mm512_load_si512(R.i1);
+    const __m512i v0 = _mm512_set1_epi32(t0), v1 = _mm512_set1_epi32(t1);
+    const __mmask16 tr = _mm512_mask_cmpgt_epi32_mask(_mm512_mask_cmplt_epi32_mask(lanes, n0, v1), n1, v0);
+    const __mmask16 pt = _mm512_mask_cmpgt_epi32_mask(
+        _mm512_mask_cmplt_epi32_mask(tr & (__mmask16)R.part, i0, v1), i1, v0);
+    traced = (unsigned)tr >> o;
+    part = (unsigned)pt >> o;
+    if (tr) { lo = _mm512_mask_reduce_min_epi32(tr, n0); hi = _mm512_mask_reduce_max_epi32(tr, n1); }
+    if (pt) { c0 = _mm512_mask_reduce_max_epi32(pt, i0); c1 = _mm512_mask_reduce_min_epi32(pt, i1); }
+#else
+    for (int g = 0; g < w; ++g) {
+      const int l = o + g;
+      if (!((R.traced >> l) & 1u) || R.n0[l] >= t1 || R.n1[l] <= t0) continue;
+      traced |= 1u << g;
+      lo = std::min(lo, R.n0[l]); hi = std::max(hi, R.n1[l]);
+      if (((R.part >> l) & 1u) && R.i0[l] < t1 && R.i1[l] > t0) {
+        part |= 1u << g;
+        c0 = std::max(c0, R.i0[l]); c1 = std::min(c1, R.i1[l]);
+      }
+    }
+#endif
+    lo = std::max(lo, t0); hi = std::min(hi, t1); c0 = std::max(c0, t0); c1 = std::min(c1, t1);
+  }
+};
 
 #endif
 
@@ -580,8 +648,7 @@ inline void clip_pd(__m512d A, __m512d iB, double lo, double hi, __m512d& nlo, _
 // lanes; R.traced is the subset that touches the window [0, W) x [0, H) x [zlo, zhi).
 inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                             const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
-  const double m = 1.0 / 64.0;
+  const auto [b, c, isp, nn, lo, hi, thin, in_b, in_c, sh] = fused_frame(vw, a, zlo, zhi, R);
   const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
   unsigned done = 0, traced = 0;
   for (int h = 0; h < 2; ++h) {
@@ -596,7 +663,7 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
       const __m512d p = _mm512_fmadd_pd(v, _mm512_set1_pd(geo[9 + q]),
                                         _mm512_fmadd_pd(u, _mm512_set1_pd(geo[6 + q]), _mm512_set1_pd(geo[3 + q])));
       const __m512d o = cone ? s : p, d = cone ? _mm512_sub_pd(p, s) : s;
-      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1)));
+      fo[q] = _mm512_fmadd_pd(o, _mm512_set1_pd(isp[q]), _mm512_set1_pd(0.5 * double(nn[q] - 1) + sh[q]));
       fd[q] = _mm512_mul_pd(d, _mm512_set1_pd(isp[q]));
       dd = _mm512_fmadd_pd(d, d, dd);
       fin &= finite_pd(fo[q]) & finite_pd(fd[q]);
@@ -634,8 +701,8 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
     hit &= (__mmask8)_mm256_cmpgt_epi32_mask(a1, a0);
     // interior_planes for b (window [lob, hib - 1]) and c
     __m512d ilo = _mm512_cvtepi32_pd(a0), ihi = _mm512_cvtepi32_pd(_mm256_sub_epi32(a1, _mm256_set1_epi32(1)));
-    clip_pd(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
-    clip_pd(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    clip_pd(Ab, iBb, in_b[0], in_b[1], ilo, ihi);
+    clip_pd(Ac, iBc, in_c[0], in_c[1], ilo, ihi);
     __m256i b0 = _mm256_max_epi32(floor_clamped(ilo, 1), a0);
     __m256i b1 = _mm256_min_epi32(_mm256_add_epi32(floor_clamped(ihi, 0), _mm256_set1_epi32(1)), a1);
     const __mmask8 inner = thin ? (__mmask8)0
@@ -651,9 +718,14 @@ inline unsigned fused_setup(const VolumeWindow<float>& vw, const double* geo, in
     traced |= (unsigned)hit << (8 * h);
   }
   R.traced = traced;
+#if CT_FUSED_SCALAR_TAILS
   R.part = 0;
   for (int g = 0; g < 16; ++g)
     if (((traced >> g) & 1u) && R.i0[g] < R.i1[g]) R.part |= 1u << g;
+#else
+  // lanes not set up hold stale i0, i1: the traced mask drops them
+  R.part = (unsigned)_mm512_mask_cmplt_epi32_mask((__mmask16)traced, _mm512_load_si512(R.i0), _mm512_load_si512(R.i1));
+#endif
   return done;
 }
 
@@ -766,8 +838,8 @@ inline void fused_checked(const float* vol, const FusedRays& R, unsigned lanes, 
 // every marching lane where some lane is at an edge plane (outside its interior, within [n0, n1)), else
 // the pair loop for the lanes inside their interior.
 template <bool GATHER>
-inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G, int n_begin, int n_end,
-                        __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
+inline void fused_mixed(const float* vol, const FusedRays& R, unsigned traced, const LaneGroup& G, int n_begin,
+                        int n_end, __m512& acc_lo, __m512& acc_hi, __m512& acc_e) {
   if (n_begin >= n_end) return;
   const CheckedLanes C(R);
   const PairLanes L(G);
@@ -775,8 +847,8 @@ inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G
   const i64 sa = R.sa;
   const float* plane = vol + ((i64)n_begin * sa - R.offset);
   for (int n = n_begin; n < n_end; ++n, plane += sa) {
-    const __mmask16 marched = marched_mask(C, R.traced, n);
-    const __mmask16 inside = R.part ? interior_mask(L, n) : (__mmask16)0;
+    const __mmask16 marched = marched_mask(C, traced, n);
+    const __mmask16 inside = G.part ? interior_mask(L, n) : (__mmask16)0;
     if (marched & ~inside) {
       if (pairs_ok) checked_pair_plane(C, plane, n, marched, acc_lo, acc_hi);
       else checked_plane(C, plane, n, marched, acc_e);
@@ -792,34 +864,38 @@ inline void fused_mixed(const float* vol, const FusedRays& R, const LaneGroup& G
 // N = 64-256: a group at the volume's side enters it lane after lane over many planes; splitting the
 // planes into runs of checked and pair planes cost 10% more at N = 64 in call overhead.)
 template <bool GATHER>
-inline void fused_sums(const float* vol, const FusedRays& R, float* s) {
+inline void fused_sums(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
   __m512 acc_lo = _mm512_setzero_ps(), acc_hi = _mm512_setzero_ps(), acc_e = _mm512_setzero_ps();
-  int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
-  for (int g = 0; g < 16; ++g) {
-    if (!((R.traced >> g) & 1u)) continue;
-    lo = std::min(lo, R.n0[g]); hi = std::max(hi, R.n1[g]);
-    if ((R.part >> g) & 1u) { c0 = std::max(c0, R.i0[g]); c1 = std::min(c1, R.i1[g]); }
-  }
-  if (R.traced) {
+  const FusedSpan sp(R, 0, 16, t0, t1);
+  const unsigned tr = sp.traced, pt = sp.part;
+  if (tr) {
     LaneGroup G;
     std::memcpy(G.Ab, R.Ab, sizeof G.Ab); std::memcpy(G.Bb, R.Bb, sizeof G.Bb);
     std::memcpy(G.Ac, R.Ac, sizeof G.Ac); std::memcpy(G.Bc, R.Bc, sizeof G.Bc);
     std::memcpy(G.i0, R.i0, sizeof G.i0); std::memcpy(G.i1, R.i1, sizeof G.i1);
-    G.part = R.part; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
-    if (R.part && c0 < c1) {
-      fused_mixed<GATHER>(vol, R, G, lo, c0, acc_lo, acc_hi, acc_e);
-      planes_avx512<false, GATHER>(vol, G, c0, c1, acc_lo, acc_hi);
-      fused_checked(vol, R, R.traced & ~R.part, c0, c1, acc_e);
-      fused_mixed<GATHER>(vol, R, G, c1, hi, acc_lo, acc_hi, acc_e);
+    G.part = pt; G.sa = R.sa; G.sc = R.sc; G.offset = R.offset;
+    if (pt && sp.c0 < sp.c1) {
+      fused_mixed<GATHER>(vol, R, tr, G, sp.lo, sp.c0, acc_lo, acc_hi, acc_e);
+      planes_avx512<false, GATHER>(vol, G, sp.c0, sp.c1, acc_lo, acc_hi);
+      fused_checked(vol, R, tr & ~pt, sp.c0, sp.c1, acc_e);
+      fused_mixed<GATHER>(vol, R, tr, G, sp.c1, sp.hi, acc_lo, acc_hi, acc_e);
     } else {
-      fused_mixed<GATHER>(vol, R, G, lo, hi, acc_lo, acc_hi, acc_e);
+      fused_mixed<GATHER>(vol, R, tr, G, sp.lo, sp.hi, acc_lo, acc_hi, acc_e);
     }
   }
+#if CT_FUSED_SCALAR_TAILS
   alignas(64) float p[32], e[16];
   _mm512_store_ps(p, acc_lo);
   _mm512_store_ps(p + 16, acc_hi);
   _mm512_store_ps(e, acc_e);
-  for (int g = 0; g < 16; ++g) s[g] = ((R.traced >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+  for (int g = 0; g < 16; ++g) s[g] = ((tr >> g) & 1u) ? ((p[2 * g] + p[2 * g + 1]) + e[g]) * R.w[g] : 0.f;
+#else
+  // lane g's pair sum p[2g] + p[2g + 1] (pair halves: lanes 0-7 in acc_lo, 8-15 in acc_hi), then as above
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512 pair = _mm512_add_ps(_mm512_permutex2var_ps(acc_lo, even, acc_hi), _mm512_permutex2var_ps(acc_lo, odd, acc_hi));
+  _mm512_storeu_ps(s, _mm512_maskz_mul_ps((__mmask16)tr, _mm512_add_ps(pair, acc_e), _mm512_load_ps(R.w)));
+#endif
 }
 
 #endif
@@ -858,8 +934,7 @@ inline void clip4(__m256d A, __m256d iB, double lo, double hi, __m256d& nlo, __m
 // fused_setup in AVX2 (same lanes, same result up to float32 rounding).
 inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* geo, int cone, const double* su,
                                  const double* sv, unsigned want, int a, int zlo, int zhi, FusedRays& R) {
-  const auto [b, c, isp, nn, lo, hi, thin] = fused_frame(vw, a, zlo, zhi, R);
-  const double m = 1.0 / 64.0;
+  const auto [b, c, isp, nn, lo, hi, thin, in_b, in_c, sh] = fused_frame(vw, a, zlo, zhi, R);
   const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
   const __m128i ione = _mm_set1_epi32(1), lane_bits = _mm_set_epi32(8, 4, 2, 1);
   unsigned done = 0, traced = 0;
@@ -874,7 +949,7 @@ inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* ge
       const __m256d p = _mm256_fmadd_pd(v, _mm256_set1_pd(geo[9 + q]),
                                         _mm256_fmadd_pd(u, _mm256_set1_pd(geo[6 + q]), _mm256_set1_pd(geo[3 + q])));
       const __m256d o = cone ? s : p, d = cone ? _mm256_sub_pd(p, s) : s;
-      fo[q] = _mm256_fmadd_pd(o, _mm256_set1_pd(isp[q]), _mm256_set1_pd(0.5 * double(nn[q] - 1)));
+      fo[q] = _mm256_fmadd_pd(o, _mm256_set1_pd(isp[q]), _mm256_set1_pd(0.5 * double(nn[q] - 1) + sh[q]));
       fd[q] = _mm256_mul_pd(d, _mm256_set1_pd(isp[q]));
       dd = _mm256_fmadd_pd(d, d, dd);
       fin &= finite4(fo[q]) & finite4(fd[q]);
@@ -909,8 +984,8 @@ inline unsigned fused_setup_avx2(const VolumeWindow<float>& vw, const double* ge
     hit &= bits4(_mm_cmpgt_epi32(a1, a0));
     // interior_planes for b (window [lob, hib - 1]) and c
     __m256d ilo = _mm256_cvtepi32_pd(a0), ihi = _mm256_cvtepi32_pd(_mm_sub_epi32(a1, ione));
-    clip4(Ab, iBb, double(R.lob) + m, double(R.hib - 1) - m, ilo, ihi);
-    clip4(Ac, iBc, double(R.loc) + m, double(R.hic - 1) - m, ilo, ihi);
+    clip4(Ab, iBb, in_b[0], in_b[1], ilo, ihi);
+    clip4(Ac, iBc, in_c[0], in_c[1], ilo, ihi);
     __m128i b0 = _mm_max_epi32(floor_clamped4(ilo, true), a0);
     __m128i b1 = _mm_min_epi32(_mm_add_epi32(floor_clamped4(ihi, false), ione), a1);
     const int inner = thin ? 0 : (cmp4<_CMP_LE_OQ>(ilo, ihi) & bits4(_mm_cmpgt_epi32(b1, b0)));
@@ -1012,19 +1087,15 @@ inline void fused_mixed8(const float* vol, const FusedRays& R, const CheckedLane
 
 // fused_sums in 8 lanes, the group's two halves one after the other.
 template <bool GATHER>
-inline void fused_sums_avx2(const float* vol, const FusedRays& R, float* s) {
+inline void fused_sums_avx2(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
   for (int o = 0; o < 16; o += 8) {
-    const unsigned tr = (R.traced >> o) & 0xffu, pt = (R.part >> o) & 0xffu;
+    const FusedSpan sp(R, o, 8, t0, t1);
+    const unsigned tr = sp.traced, pt = sp.part;
     if (!tr) {
       for (int g = 0; g < 8; ++g) s[o + g] = 0.f;
       continue;
     }
-    int lo = 1 << 30, hi = -(1 << 30), c0 = -(1 << 30), c1 = 1 << 30;
-    for (int g = 0; g < 8; ++g) {
-      if (!((tr >> g) & 1u)) continue;
-      lo = std::min(lo, R.n0[o + g]); hi = std::max(hi, R.n1[o + g]);
-      if ((pt >> g) & 1u) { c0 = std::max(c0, R.i0[o + g]); c1 = std::min(c1, R.i1[o + g]); }
-    }
+    const int lo = sp.lo, hi = sp.hi, c0 = sp.c0, c1 = sp.c1;
     LaneGroup G;
     std::memcpy(G.Ab, R.Ab + o, 8 * sizeof(float)); std::memcpy(G.Bb, R.Bb + o, 8 * sizeof(float));
     std::memcpy(G.Ac, R.Ac + o, 8 * sizeof(float)); std::memcpy(G.Bc, R.Bc + o, 8 * sizeof(float));
@@ -1074,98 +1145,287 @@ inline int fused_axis(const VolumeWindow<float>& vw, const double* geo, int cone
   return a;
 }
 
-// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up in
-// lanes once (one pass per dominant axis present, at most 3), traced per item with fused_sums; pixels
-// the lanes do not take (planar or parallel rays, a non-finite set-up, x-dominant rays without the
-// swapped copy) go through make_ray and ray_forward one by one.  `swapped` is the (z, x, y) copy of the
-// slab (nullptr: none), each item `slab` elements.
-template <bool GATHER, bool AVX2 = false>
-inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
-                        const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
-                        const float* vstep, int cone, int k, const int* ius, const int* ivs,
-                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate) {
-  double geo[12];
+// The set-up of one group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k: the lanes set up
+// in lanes once (one pass per dominant axis present, at most 3; pass p traces array base[p], items
+// bstride[p] apart), and the lanes `left` that the lanes do not take (planar or parallel rays, a
+// non-finite set-up, x-dominant rays without the swapped copy), for make_ray and ray_forward one by one.
+// `swapped` is the (z, x, y) copy of the slab (nullptr: none), each item `slab` elements.
+struct FusedPlan {
+  FusedRays R[3];
+  const float* base[3];
+  i64 bstride[3];
+  int passes = 0;
+  unsigned left = 0;
+};
+// The slab (items src_stride apart, nz x H x W) into dst with a zero border of kPad voxels on every side, items
+// dst_stride apart: (nz + 2P, H + 2P, W + 2P), or with swap (nz + 2P, W + 2P, H + 2P) indexed [z][x][y].
+inline i64 padded_slab(int nz, int H, int W) { return (i64)(nz + 2 * kPad) * (H + 2 * kPad) * (W + 2 * kPad); }
+inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, bool swap, float* dst,
+                     i64 dst_stride, int nthreads) {
+  const int P = kPad, R = swap ? W + 2 * P : H + 2 * P, C = swap ? H + 2 * P : W + 2 * P;  // rows, row length
+  const i64 plane = (i64)R * C;
+  const int nzp = nz + 2 * P;
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (i64 qz = 0; qz < (i64)batch * nzp; ++qz) {
+    const int q = (int)(qz / nzp), z = (int)(qz % nzp);
+    float* d = dst + q * dst_stride + (i64)z * plane;
+    std::memset(d, 0, sizeof(float) * (size_t)plane);
+    if (z < P || z >= nz + P) continue;
+    const float* s = src + q * src_stride + (i64)(z - P) * H * W;
+    if (!swap) {
+      for (int y = 0; y < H; ++y) std::memcpy(d + (i64)(y + P) * C + P, s + (i64)y * W, sizeof(float) * (size_t)W);
+      continue;
+    }
+    const int t = 32;  // transposed in tiles
+    for (int y0 = 0; y0 < H; y0 += t)
+      for (int x0 = 0; x0 < W; x0 += t)
+        for (int y = y0; y < std::min(H, y0 + t); ++y)
+          for (int x = x0; x < std::min(W, x0 + t); ++x) d[(i64)(x + P) * C + (y + P)] = s[(i64)y * W + x];
+  }
+}
+
+// Zero-bordered copies of the slab (the -pad paths, pad_slab): `zyx` and `zxy` (x/y swapped), each item `slab`
+// elements apart; nullptr: none.
+struct PaddedSlab {
+  const float* zyx = nullptr;
+  const float* zxy = nullptr;
+  i64 slab = 0;
+};
+template <bool AVX2>
+inline void fused_plan(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab,
+                       const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                       const float* vstep, int cone, int k, const int* ius, const int* ivs, const DetectorWindow& dw,
+                       int cnt, double* geo, double* su, double* sv, FusedPlan& P, const PaddedSlab& pad = {}) {
   for (int q = 0; q < 3; ++q) {
     geo[q] = (double)src[3 * k + q]; geo[3 + q] = (double)ctr[3 * k + q];
     geo[6 + q] = (double)ustep[3 * k + q]; geo[9 + q] = (double)vstep[3 * k + q];
   }
-  alignas(64) double su[16], sv[16];
   for (int g = 0; g < 16; ++g) {
     const int h = g < cnt ? g : 0;
     su[g] = double(ius[h]) - 0.5 * double(dw.U - 1);
     sv[g] = double(ivs[h]) - 0.5 * double(dw.V - 1);
   }
-  const unsigned all = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);
-  FusedRays R[3];
-  const float* base[3];
-  i64 bstride[3];
-  int passes = 0;
-  unsigned left = all;  // lanes not yet set up
+  P.passes = 0;
+  P.left = cnt >= 16 ? 0xffffu : ((1u << cnt) - 1u);  // lanes not yet set up
   int a = fused_axis(vw, geo, cone, su[(cnt - 1) / 2], sv[(cnt - 1) / 2]);
   bool tried[3] = {false, false, false};
-  while (left && passes < 3 && !tried[a]) {
+  while (P.left && P.passes < 3 && !tried[a]) {
     tried[a] = true;
-    FusedRays& P = R[passes];
+    FusedRays& R = P.R[P.passes];
     const i64 HW = (i64)vw.H * vw.W;
-    P.offset = (i64)vw.z0 * HW;
+    R.offset = (i64)vw.z0 * HW;
     unsigned done = 0;
-    if (a != 0 || swapped) {
-      P.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
-      P.sc = a == 2 ? vw.W : HW;
-      base[passes] = a == 0 ? swapped : vol;
-      bstride[passes] = a == 0 ? slab : vol_batch_stride;
+    R.padded = pad.zyx != nullptr;
+    if (R.padded) {
+      // (x, y, z) of the window at padded (x + P, y + P, z - z0 + P), the set-up's b and c coordinates
+      // already shifted so (fused_frame), axis a's plane n by the offset; strides of x, y, z in the array
+      const i64 W2 = vw.W + 2 * kPad, H2 = vw.H + 2 * kPad;
+      const i64 st[3] = {a == 0 ? H2 : 1, a == 0 ? 1 : W2, H2 * W2};
+      const int c = (a == 2) ? 1 : 2;
+      R.sa = st[a];
+      R.sc = st[c];
+      R.offset = -(i64)(a == 2 ? kPad - vw.z0 : kPad) * st[a];
+      P.base[P.passes] = a == 0 ? pad.zxy : pad.zyx;
+      P.bstride[P.passes] = pad.slab;
+    }
+    if (R.padded || a != 0 || swapped) {
+      if (!R.padded) {
+        R.sa = a == 0 ? vw.H : (a == 1 ? vw.W : HW);
+        R.sc = a == 2 ? vw.W : HW;
+        P.base[P.passes] = a == 0 ? swapped : vol;
+        P.bstride[P.passes] = a == 0 ? slab : vol_batch_stride;
+      }
 #if defined(__AVX512F__)
-      if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+      if (!AVX2) done = fused_setup(vw, geo, cone, su, sv, P.left, a, vw.z0, vw.z1, R);
 #endif
 #if defined(__AVX2__)
-      if (AVX2) done = fused_setup_avx2(vw, geo, cone, su, sv, left, a, vw.z0, vw.z1, P);
+      if (AVX2) done = fused_setup_avx2(vw, geo, cone, su, sv, P.left, a, vw.z0, vw.z1, R);
 #endif
     }
-    if (done) ++passes;
-    left &= ~done;
-    if (!left) break;
+    if (done) ++P.passes;
+    P.left &= ~done;
+    if (!P.left) break;
     // the next axis: that of the first lane left (if already tried, the lanes left go one by one)
-    const int g = __builtin_ctz(left);
+    const int g = __builtin_ctz(P.left);
     a = fused_axis(vw, geo, cone, su[g], sv[g]);
   }
-  Ray<float> r[16];
-  bool hit[16];
-  const float* sbase[16];
-  i64 sstride[16];
+}
+
+// Line integrals of the lanes of P.left (make_ray / ray_forward), item q, into val[g] (0 for a miss).
+inline void fused_leftovers(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                            const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                            const float* vstep, int cone, int k, const int* ius, const int* ivs,
+                            const DetectorWindow& dw, int cnt, unsigned left, float* val, int val_batch_stride) {
   for (int g = 0; g < cnt; ++g) {
     if (!((left >> g) & 1u)) continue;
     double o[3], d[3];
     pixel_ray(src, ctr, ustep, vstep, cone, k, ius[g], ivs[g], dw.U, dw.V, o, d);
-    r[g] = Ray<float>{};
-    hit[g] = make_ray(vw, o, d, vw.z0, vw.z1, r[g]);
-    sbase[g] = vol;
-    sstride[g] = vol_batch_stride;
-    if (hit[g] && r[g].a == 0 && swapped) {
-      ray_use_strides(r[g], (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
-      sbase[g] = swapped;
-      sstride[g] = slab;
+    Ray<float> r{};
+    const bool hit = make_ray(vw, o, d, vw.z0, vw.z1, r);
+    const float* sbase = vol;
+    i64 sstride = vol_batch_stride;
+    if (hit && r.a == 0 && swapped) {
+      ray_use_strides(r, (i64)vw.H, (i64)1, (i64)vw.H * vw.W);
+      sbase = swapped;
+      sstride = slab;
     }
+    for (int q = 0; q < batch; ++q) val[q * val_batch_stride + g] = hit ? ray_forward(sbase + q * sstride, r) : 0.f;
   }
+}
+
+// fused_sums of the AVX-512 (or AVX2) lanes.
+template <bool GATHER, bool AVX2>
+inline void fused_trace(const float* vol, const FusedRays& R, float* s, int t0 = INT_MIN, int t1 = INT_MAX) {
+#if defined(__AVX512F__)
+  if (!AVX2) fused_sums<GATHER>(vol, R, s, t0, t1);
+#endif
+#if defined(__AVX2__)
+  if (AVX2) fused_sums_avx2<GATHER>(vol, R, s, t0, t1);
+#endif
+}
+
+// One group of cnt (<= 16) neighbouring pixels (ius[g], ivs[g]) of view k, all batch items: set up once
+// (fused_plan), traced per item with fused_sums, the lanes left one by one (fused_leftovers).
+template <bool GATHER, bool AVX2 = false>
+inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                        const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                        const float* vstep, int cone, int k, const int* ius, const int* ivs,
+                        const DetectorWindow& dw, int cnt, float* out, i64 out_batch_stride, int accumulate,
+                        const PaddedSlab& pad = {}) {
+  double geo[12];
+  alignas(64) double su[16], sv[16];
+  FusedPlan P;
+  fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, geo,
+                   su, sv, P, pad);
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   for (int q = 0; q < batch; ++q) {
     alignas(64) float val[16] = {};
-    for (int p = 0; p < passes; ++p) {
+    for (int p = 0; p < P.passes; ++p) {
       alignas(64) float s[16];
-#if defined(__AVX512F__)
-      if (!AVX2) fused_sums<GATHER>(base[p] + q * bstride[p], R[p], s);
-#endif
-#if defined(__AVX2__)
-      if (AVX2) fused_sums_avx2<GATHER>(base[p] + q * bstride[p], R[p], s);
-#endif
+      fused_trace<GATHER, AVX2>(P.base[p] + q * P.bstride[p], P.R[p], s);
       for (int g = 0; g < cnt; ++g)
-        if ((R[p].traced >> g) & 1u) val[g] = s[g];
+        if ((P.R[p].traced >> g) & 1u) val[g] = s[g];
     }
-    for (int g = 0; g < cnt; ++g)
-      if (((left >> g) & 1u) && hit[g]) val[g] = ray_forward(sbase[g] + q * sstride[g], r[g]);
+    if (P.left)
+      fused_leftovers(vol + q * vol_batch_stride, vol_batch_stride, swapped ? swapped + q * slab : nullptr, slab, 1,
+                      vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt, P.left, val, 16);
     for (int g = 0; g < cnt; ++g) {
       const i64 oi = ((i64)k * nu + (ius[g] - dw.u0)) * nv + (ivs[g] - dw.v0);
       float& dst = out[q * out_batch_stride + oi];
       dst = accumulate ? dst + val[g] : val[g];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- view tiles
+// The -fused-tiles paths (docs/INTERNALS.md, "Forward flat cost, session 5"): beyond N ~ 256 a band's
+// rays of one view touch more of the volume than the L2 holds (at N = 320 a band of 5 rows covers about
+// 6 z rows of every (x, y) line: ~2.4 MiB), and the views turn the sheets by up to ~2 planes each, so each
+// view fetched most of its band again from L3.  Here a band's views are taken in runs of
+// CT_FORWARD_TILE_VIEWS; each run's groups are set up once (fused_plan, kept), then traced tile by tile of
+// CT_FORWARD_TILE_PLANES planes of their dominant axis: within a tile all the run's rays touch the same
+// few planes, which stay in the L2 across the run.  Each lane's value is the sum of its segments' sums
+// (float32 rounding differs from -fused-bands; the same samples).
+#ifndef CT_FORWARD_TILE_PLANES
+#define CT_FORWARD_TILE_PLANES 64
+#endif
+#ifndef CT_FORWARD_TILE_VIEWS
+#define CT_FORWARD_TILE_VIEWS 4
+#endif
+// Planes per tile (0: no tiles) for bands of `band` rows over planes of `plane_bytes`: tiles only where
+// a band's planes (with a margin of two for the cone's spread) exceed 2 MiB, the L2 of current cores.
+inline int forward_tile_planes(i64 plane_bytes, int band) {
+  if (CT_FORWARD_TILE_PLANES <= 0 || band <= 0) return 0;
+  return (i64)(band + 2) * plane_bytes > (i64(2) << 20) ? CT_FORWARD_TILE_PLANES : 0;
+}
+
+// Rows per band where the view tiles run: 8 (the 2 MiB rule's 5 rows at N = 320 left 5% on the table: within
+// a tile more rows share each z row, and the tile bounds what the run touches; 1 thread, load 2.8-3.4:
+// N = 320 933 -> 981 M samples/CPU-s, 12 rows 934).
+inline int tiled_band_rows(int band, int n_outer) {
+  if (CT_FORWARD_BAND_ROWS > 0) return band;
+  return std::max(1, std::min(8, n_outer));
+}
+
+// The whole forward of the -fused-tiles paths where forward_tile_planes gives tiles: work items are (band of
+// `band` detector rows, run of views), taken by the threads dynamically.
+template <bool GATHER, bool AVX2>
+inline void fused_forward_tiled(const float* vol, i64 vol_batch_stride, const float* swapped, i64 slab, int batch,
+                                const VolumeWindow<float>& vw, const float* src, const float* ctr, const float* ustep,
+                                const float* vstep, int cone, const DetectorWindow& dw, bool u_inner, int band,
+                                int tile, float* out, i64 out_batch_stride, int accumulate, int nthreads,
+                                const PaddedSlab& pad = {}) {
+  const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
+  const int n_outer = u_inner ? nv : nu, n_inner = u_inner ? nu : nv;
+  const int run = std::max(1, CT_FORWARD_TILE_VIEWS);
+  const int n_bands = (n_outer + band - 1) / band, n_runs = (dw.n_views + run - 1) / run;
+  const int per_row = (n_inner + 15) / 16;
+  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index n lies in [0, n_planes)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nthreads)
+  for (i64 item = 0; item < (i64)n_bands * n_runs; ++item) {
+    const int k0 = (int)(item % n_runs) * run, k1 = std::min(dw.n_views, k0 + run);
+    const int o0 = (int)(item / n_runs) * band, o1 = std::min(n_outer, o0 + band);
+    const int ng = (k1 - k0) * (o1 - o0) * per_row;
+    std::vector<FusedRays> rays;
+    rays.reserve((size_t)ng + 8);
+    std::vector<int> first((size_t)ng + 1, 0), lo, hi;
+    std::vector<const float*> base;
+    std::vector<i64> bstride;
+    std::vector<float> val((size_t)batch * ng * 16, 0.f);
+    const i64 vstride = (i64)ng * 16;
+    // set up every group of the run once; the lanes the set-up does not take are traced whole here
+    for (int gi = 0; gi < ng; ++gi) {
+      const int k = k0 + gi / ((o1 - o0) * per_row), outer = o0 + (gi / per_row) % (o1 - o0);
+      const int inner0 = (gi % per_row) * 16, cnt = std::min(16, n_inner - inner0);
+      int ius[16], ivs[16];
+      for (int g = 0; g < cnt; ++g) {
+        ius[g] = dw.u0 + (u_inner ? inner0 + g : outer);
+        ivs[g] = dw.v0 + (u_inner ? outer : inner0 + g);
+      }
+      double geo[12];
+      alignas(64) double su[16], sv[16];
+      FusedPlan P;
+      fused_plan<AVX2>(vol, vol_batch_stride, swapped, slab, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw, cnt,
+                       geo, su, sv, P, pad);
+      for (int p = 0; p < P.passes; ++p) {
+        if (!P.R[p].traced) continue;
+        int l = 1 << 30, h = -(1 << 30);
+        for (int g = 0; g < 16; ++g)
+          if ((P.R[p].traced >> g) & 1u) { l = std::min(l, P.R[p].n0[g]); h = std::max(h, P.R[p].n1[g]); }
+        rays.push_back(P.R[p]);
+        lo.push_back(l); hi.push_back(h);
+        base.push_back(P.base[p]); bstride.push_back(P.bstride[p]);
+      }
+      first[gi + 1] = (int)rays.size();
+      if (P.left)
+        fused_leftovers(vol, vol_batch_stride, swapped, slab, batch, vw, src, ctr, ustep, vstep, cone, k, ius, ivs, dw,
+                        cnt, P.left, val.data() + (i64)gi * 16, (int)vstride);
+    }
+    for (int t0 = 0; t0 < n_planes; t0 += tile) {
+      const int t1 = std::min(n_planes, t0 + tile);
+      for (int gi = 0; gi < ng; ++gi)
+        for (int p = first[gi]; p < first[gi + 1]; ++p) {
+          if (hi[p] <= t0 || lo[p] >= t1) continue;
+          for (int q = 0; q < batch; ++q) {
+            alignas(64) float s[16];
+            fused_trace<GATHER, AVX2>(base[p] + q * bstride[p], rays[p], s, t0, t1);
+            float* v = val.data() + q * vstride + (i64)gi * 16;
+            for (int g = 0; g < 16; ++g) v[g] += s[g];  // 0 for the lanes not traced in [t0, t1)
+          }
+        }
+    }
+    for (int gi = 0; gi < ng; ++gi) {
+      const int k = k0 + gi / ((o1 - o0) * per_row), outer = o0 + (gi / per_row) % (o1 - o0);
+      const int inner0 = (gi % per_row) * 16, cnt = std::min(16, n_inner - inner0);
+      for (int g = 0; g < cnt; ++g) {
+        const int ju = u_inner ? inner0 + g : outer, jv = u_inner ? outer : inner0 + g;
+        const i64 oi = ((i64)k * nu + ju) * nv + jv;
+        for (int q = 0; q < batch; ++q) {
+          float& dst = out[q * out_batch_stride + oi];
+          const float x = val[q * vstride + (i64)gi * 16 + g];
+          dst = accumulate ? dst + x : x;
+        }
+      }
     }
   }
 }

@@ -7,8 +7,8 @@ the AVX-512 and AVX2 ones only where the build targets them), ``avx512-gather-fu
 ``avx2-gather-fused`` (the ray set-up and the edge planes in the lanes too) and ``beams`` (scalar
 rays in lockstep), each also as ``NAME-bands`` (the detector rows in bands, all views per band, so
 that a band's part of the volume stays in cache across the views; the same rays, bitwise the same
-output;
-``avx512-gather-fused-bands`` or ``avx2-gather-fused-bands`` is the build's default); back ``pairs``, ``rows``
+output), ``avx512-gather-fused-tiles`` and ``avx2-gather-fused-tiles`` (the fused bands, and where a band's
+planes exceed the L2 its views taken in runs traced plane tile by plane tile: the build's default); back ``pairs``, ``rows``
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
@@ -78,16 +78,27 @@ def _measure_scan(n: int, nz: int, views: int):
     return geom, vol.to(torch.float32).contiguous()
 
 
+def _slab_twin(name: str, names: list[str]) -> bool:
+    """Whether ``name`` (``X-fused-bands`` or ``X-fused-tiles``) has an ``X-fused-pad-tiles`` twin that runs its
+    loop on the measurement's slab: the tiles start beyond the L2 and the padded copies at one ray per voxel
+    (the slab has 0.375), so ranking both would let noise choose between the same code."""
+    for tail in ("-fused-bands", "-fused-tiles"):
+        if name.endswith(tail) and name[: -len(tail)] + "-fused-pad-tiles" in names:
+            return True
+    return False
+
+
 def candidates(op: str, names: list[str]) -> list[str]:
-    """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` paths where the library
-    has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
+    """The paths of ``op`` that the measurement ranks.  Forward: only the ``-bands`` and ``-tiles`` paths where
+    the library has them.  A view-by-view path traces the same rays as its ``-bands`` twin in another order, which pays
     only once the volume leaves the cache; the measurement's slab stays in cache, so timing both would let
     noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  Back: only
     the banded ``-bR`` paths where the library has them, for the same reason (W1 0.76 against 0.60 CPU-s,
     N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path).  The others stay forceable by
-    ``CTBENCH_CPU_PATH``."""
+    ``CTBENCH_CPU_PATH``; so do the ``-fused-bands`` and ``-fused-tiles`` paths where a
+    ``-fused-pad-tiles`` twin exists (:func:`_slab_twin`)."""
     if op == "forward":
-        banded = [n for n in names if n.endswith("-bands")]
+        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _slab_twin(n, names)]
         return banded or list(names)
     if op == "back":
         banded = [n for n in names if _BACK_BANDS.search(n)]
