@@ -36,11 +36,12 @@ def band_paths():
     return names
 
 
-def _scan(n_views=24):
-    # the central detector row's rays are planar in z on plane 12 in every view.  Angles off the axes by
-    # 0.05 rad: with views exactly along x and y every back path (the scalar "blocked" one too) differs
-    # from the reference by 0.3% at the top plane of this volume, a matter of its own
-    angles = torch.arange(n_views, dtype=F64) * (2 * math.pi / n_views) + 0.05
+def _scan(n_views=24, offset=0.05):
+    # the central detector row's rays are planar in z on plane 12 in every view.  Angles turned by
+    # 0.05 rad: unturned, one detector column of the 45-degree view runs exactly along the voxel
+    # diagonal, a tie of the dominant axis that the backends break differently (see
+    # test_a_dominant_axis_tie_is_the_only_difference_from_the_reference)
+    angles = torch.arange(n_views, dtype=F64) * (2 * math.pi / n_views) + offset
     traj = circular_trajectory_3d(n_views, 90.0, 180.0, angles=angles, dtype=F64)
     kw = dict(voxel_spacing=(1.0, 1.1, 0.9), detector_spacing=(2.0, 1.7))
     return Projector(traj, SHAPE, DET, backend="cpu", **kw), Projector(traj, SHAPE, DET, backend="reference", **kw)
@@ -105,3 +106,31 @@ def test_measurement_ranks_the_banded_back_paths(band_paths):
     avx512 = " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native"
     assert known["back"][0] == ("dup-padded-b8" if avx512 else "pairs-padded-b8")
     assert {"pairs-padded-b8", "pairs-padded-b4"} <= set(band_paths)
+
+
+def test_a_dominant_axis_tie_is_the_only_difference_from_the_reference():
+    """Unturned views of this scan: in the 45-degree view (k = 3) detector column 13's rays have
+    |dx / 0.9| = |dy / 1.1| exactly (the voxel diagonal).  The CPU kernels scale by the reciprocal
+    spacing, which rounds the two equal and takes x (the first); the reference divides, rounds
+    |fd_y| one unit in the last place above and takes y.  Both are Joseph projectors of that ray, each
+    the exact adjoint of its own backprojection; every other ray agrees to rounding, and a turn by
+    1e-9 rad removes the tie."""
+    cpu, ref = _scan(offset=0.0)
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(SHAPE, generator=g, dtype=F64)
+    y = torch.rand(cpu.projection_shape, generator=g, dtype=F64)
+    fc, fr = cpu.project(x), ref.project(x)
+    scale = float(fr.abs().max())
+    tie = torch.zeros(cpu.projection_shape, dtype=torch.bool)
+    tie[3, 13, :] = True
+    assert float((fc - fr).abs()[tie].max()) > 1e-3 * scale  # the two interpolations of the tied rays
+    assert float((fc - fr).abs()[~tie].max()) <= 1e-12 * scale
+    # the backprojections of everything but the tied rays agree; each backend is its own exact adjoint
+    y_off = y.masked_fill(tie, 0.0)
+    assert float((cpu.backproject(y_off) - ref.backproject(y_off)).abs().max()) <= 1e-12 * float(
+        ref.backproject(y_off).abs().max())
+    for p in (cpu, ref):
+        lhs, rhs = float((p.project(x) * y).sum()), float((x * p.backproject(y)).sum())
+        assert abs(lhs - rhs) <= 1e-12 * abs(lhs)
+    cpu_t, ref_t = _scan(offset=1e-9)
+    assert float((cpu_t.project(x) - ref_t.project(x)).abs().max()) <= 1e-12 * scale
