@@ -70,7 +70,9 @@ import traceback
 from pathlib import Path
 
 import numpy as np
-import torch
+
+import ctbench  # noqa: F401  before torch, as the GUI and the CLI load it: its OpenMP defaults (ctbench/openmp_env.py)
+import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads import W1, w1_projector  # noqa: E402
@@ -190,7 +192,8 @@ def machine_info() -> dict:
         load = None
     return {"cpu": cpu_model(), "nproc": os.cpu_count(), "cores": physical_cores(), "caches": cpu_caches(),
             "simd": cpu_flags(), "cpus_usable": affinity,
-            "torch_threads": torch.get_num_threads(), "loadavg": load, "python": platform.python_version(),
+            "torch_threads": torch.get_num_threads(), "loadavg": load,
+            "openmp_env": {k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}, "python": platform.python_version(),
             "platform": platform.platform(),
             "versions": package_versions(["ctbench", "torch", "numpy", "itk-rtk", "itk", "astra-toolbox",
                                           "diffct"])}

@@ -57,7 +57,7 @@ def read_lines(results_dir: Path) -> list[dict]:
 
 # Fields that tell the result lines of one run apart (beyond workload/op/impl/ratio,
 # those other benchmarks use).
-_EXTRA_IDENT = ("benchmark", "partition", "processes", "backend", "device", "mode", "variant", "case")
+_EXTRA_IDENT = ("benchmark", "partition", "processes", "backend", "device", "mode", "variant", "case", "action")
 
 
 def _key(line: dict) -> tuple:
@@ -217,8 +217,19 @@ def _first_number(line: dict, keys) -> float | None:
     return None
 
 
+def _stall_row(x: dict) -> list[str]:
+    """A GUI action's longest event-loop stall (bench_gui.py --stalls) against the 250 ms goal."""
+    goal = "within 250 ms" if x.get("meets_goal") else "over 250 ms"
+    load = x.get("loadavg")
+    where = f"load {load[0]:.1f}" if isinstance(load, list) and load else ""
+    return [_label(x, str(x.get("action", ""))), "longest GUI-thread stall", x.get("label") or "",
+            f"{x['stall_ms']:.0f} ms", goal, where]
+
+
 def _generic_row(x: dict) -> list[str]:
     """workload, op, what, seconds, value, rate of one result line of any benchmark."""
+    if _num(x.get("stall_ms")) is not None:
+        return _stall_row(x)
     if "ratio" in x:
         return [x.get("workload") or "", x.get("op") or "", _label(x, f"ratio {x['ratio']}"), "", fmt_ratio(x), ""]
     what = x.get("impl") or ", ".join(f"{k}={x[k]}" for k in _EXTRA_IDENT if x.get(k) is not None)
@@ -243,7 +254,8 @@ def _generic_row(x: dict) -> list[str]:
 def bench_table(bench: str, run: dict) -> str:
     """Generic table of one bench: a row per (workload, op, impl) result and a row per ratio line."""
     rows = [_generic_row(x) for x in run["lines"]
-            if "ratio" in x or "impl" in x or "op" in x or _first_number(x, ("seconds", "seconds_per_iteration"))]
+            if "ratio" in x or "impl" in x or "op" in x or "stall_ms" in x
+            or _first_number(x, ("seconds", "seconds_per_iteration"))]
     title = f"#### {bench}"
     h = run["header"]
     if h:

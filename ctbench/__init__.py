@@ -8,6 +8,10 @@ here too (the :mod:`ctbench.compat` package, with diffct's module layout;
 docs/FROM_DIFFCT.md), so a diffct script runs with its import changed.
 """
 
+from .openmp_env import shorten_idle_spin as _shorten_idle_spin
+
+_shorten_idle_spin()  # before anything loads torch and its libgomp (ctbench/openmp_env.py)
+
 # Names load on first use (PEP 562), so that ``import ctbench.io`` (file readers, no torch) does not pay
 # for torch and the engine; ``from ctbench import Projector`` and ``ctbench.Projector`` work as usual.
 _LAZY = {

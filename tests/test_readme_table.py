@@ -1,0 +1,26 @@
+"""benchmarks/readme_table.py renders the GUI stall lines (bench_gui.py --stalls) one row per action, with the
+stall and whether it is within the 250 ms goal."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import readme_table  # noqa: E402
+
+
+def test_every_actions_stall_is_a_row_of_the_latest_run(tmp_path):
+    old = {"bench": "gui", "run_id": "A", "kind": "stall", "action": "compare", "stall_ms": 400.0,
+           "meets_goal": False, "loadavg": [1.0]}
+    new = [{"bench": "gui", "run_id": "B", "kind": "stall", "action": a, "stall_ms": ms, "meets_goal": ms <= 250,
+            "label": "quiet", "loadavg": [0.2]} for a, ms in (("compare", 85.3), ("FDK run", 261.6))]
+    (tmp_path / "bench_gui_stalls.jsonl").write_text("".join(json.dumps(x) + "\n" for x in [old, *new]))
+    text = readme_table.render(tmp_path)
+    rows = [r for r in text.splitlines() if "longest GUI-thread stall" in r]
+    assert len(rows) == 2                               # both actions of run B, not run A's compare
+    compare = next(r for r in rows if r.startswith("| compare"))
+    fdk = next(r for r in rows if r.startswith("| FDK run"))
+    assert "85 ms" in compare and "within 250 ms" in compare and "400" not in text
+    assert "262 ms" in fdk and "over 250 ms" in fdk and "load 0.2" in fdk
