@@ -41,7 +41,7 @@ struct ForwardPath {
 // running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
-// -fused-tiles (each build's default now): -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
+// -fused-tiles: -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
 // W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
 // N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
 // -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
