@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 import threading
-import time
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -413,11 +413,11 @@ class _Spawner:
 
     def _serve(self) -> None:
         while True:
-            fn, args, kwargs, done = self._requests.get()
+            fn, args, kwargs, future = self._requests.get()
             try:
-                done.append((True, fn(*args, **kwargs)))
+                future.set_result(fn(*args, **kwargs))
             except BaseException as e:  # noqa: BLE001 - handed back to the caller
-                done.append((False, e))
+                future.set_exception(e)
 
     def popen(self, *args, **kwargs):
         """``subprocess.Popen(*args, **kwargs)``, run in the spawner thread."""
@@ -425,14 +425,9 @@ class _Spawner:
 
         if self._thread is None or not self._thread.is_alive():
             raise RuntimeError("the process spawner was not started (common.spawner_ready on the GUI thread)")
-        done: list = []
-        self._requests.put((subprocess.Popen, args, kwargs, done))
-        while not done:
-            time.sleep(0.005)
-        ok, value = done[0]
-        if not ok:
-            raise value
-        return value
+        future: Future = Future()
+        self._requests.put((subprocess.Popen, args, kwargs, future))
+        return future.result()
 
 
 SPAWNER = _Spawner()
