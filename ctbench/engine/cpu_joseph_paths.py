@@ -78,7 +78,10 @@ def _measure_scan(n: int, nz: int, views: int):
     return geom, vol.to(torch.float32).contiguous()
 
 
-def _slab_twin(name: str, names: list[str]) -> bool:
+_BACK_BANDS = re.compile(r"-b\d+$")   # the banded back paths (-bR)
+
+
+def _left_out_of_ranking(name: str, names: list[str]) -> bool:
     """Whether ``name`` is left out of the ranking beside a twin.  ``X-fused-bands`` runs ``X-fused-tiles``' loop on
     the measurement's slab (the tiles start beyond the L2), so ranking both would let noise choose between the same
     code.  ``X-fused-pad-tiles`` is never ranked: the same samples with another float32 rounding, which moved the
@@ -97,17 +100,14 @@ def candidates(op: str, names: list[str]) -> list[str]:
     the banded ``-bR`` paths where the library has them, for the same reason (W1 0.76 against 0.60 CPU-s,
     N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path).  The others stay forceable by
     ``CTBENCH_CPU_PATH``; so do the ``-fused-pad-tiles`` paths and the ``-fused-bands`` paths where a
-    ``-fused-tiles`` twin exists (:func:`_slab_twin`)."""
+    ``-fused-tiles`` twin exists (:func:`_left_out_of_ranking`)."""
     if op == "forward":
-        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _slab_twin(n, names)]
+        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _left_out_of_ranking(n, names)]
         return banded or list(names)
     if op == "back":
         banded = [n for n in names if _BACK_BANDS.search(n)]
         return banded or list(names)
     return list(names)
-
-
-_BACK_BANDS = re.compile(r"-b\d+$")
 
 
 def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
