@@ -14,7 +14,7 @@ from qtpy.QtWidgets import (QComboBox, QFormLayout, QGroupBox, QHBoxLayout, QHea
 from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
-from .common import LayerPicker, Steps, next_turn, report_errors, same_layer, unwrap
+from .common import LayerPicker, Steps, next_turn, report_errors, rows_height, same_layer, unwrap
 from .display import set_contrast, set_visible, show_frame, show_frame_steps
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
@@ -205,8 +205,6 @@ class ComparePanel(QGroupBox):
 
     def _fit_table(self) -> None:
         """The table is as tall as its rows (every metric row visible; it scrolls beyond 8 rows)."""
-        from .common import rows_height
-
         h = self.table.horizontalHeader().height() + rows_height(self.table, 8) + 2 * self.table.frameWidth() + 2
         self.table.setFixedHeight(max(h, 60))
 
