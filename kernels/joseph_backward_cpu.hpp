@@ -585,17 +585,16 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
     if (padded && dup) {
       const real* a = bufA + q * slabA + p * planeA;  // (y, x, pair)
       const real* b = bufB + q * slabB + p * planeB;  // (x, y, pair)
-      for (int y = 0; y < vw.H; ++y)
-        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a[(i64)y * rowA + 2 * x];
-      for (int y = 0; y < vw.H; ++y)
-        for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b[(i64)x * rowB + 2 * y];
+      // one half of every pair of an accumulator plane whose voxel (x, y) sits at x * sx + y * sy
+      auto add_half = [&](const real* h, i64 sx, i64 sy) {
+        for (int y = 0; y < vw.H; ++y)
+          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += h[x * sx + y * sy];
+      };
+      add_half(a, 2, rowA);
+      add_half(b, rowB, 2);
       if (below) {
-        const real* a1 = a - planeA + 1;
-        const real* b1 = b - planeB + 1;
-        for (int y = 0; y < vw.H; ++y)
-          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += a1[(i64)y * rowA + 2 * x];
-        for (int y = 0; y < vw.H; ++y)
-          for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += b1[(i64)x * rowB + 2 * y];
+        add_half(a - planeA + 1, 2, rowA);
+        add_half(b - planeB + 1, rowB, 2);
       }
     } else if (padded) {
       const real* a = ownA ? bufA + q * slabA + p * planeA : nullptr;  // (y, x), padded
