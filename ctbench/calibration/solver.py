@@ -34,6 +34,7 @@ from ..projector import Projector
 from ..solvers import cgls
 from ..solvers._checks import check_callable, check_cancel, check_sinogram
 from ..solvers.state import is_cancelled
+from .acceptance import BETTER, LEVEL, MU0, WORSE, judge, predicted_decrease, rounding_scale
 from .analysis import Analysis, analyse
 from .levels import Level, make_level, resample_volume
 from .model import complement_basis
@@ -205,9 +206,12 @@ class _Estimate:
 
 
 def _loss(P: Projector, traj, x, y, y_norm2):
+    """(loss, its rounding scale): the relative misfit summed in float64 from the projector's (float32)
+    values, and how far their rounding can move it (:func:`~ctbench.calibration.acceptance.rounding_scale`)."""
     with torch.no_grad():
-        r = P.project(x, trajectory=traj) - y
-        return float(r.to(F64).square().sum()) / y_norm2
+        p = P.project(x, trajectory=traj)
+        r = p - y
+        return float(r.to(F64).square().sum()) / y_norm2, rounding_scale(p, r, y_norm2)
 
 
 def _jacobian(level: Level, est: _Estimate, P: Projector, x, dtype):
@@ -319,7 +323,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
     analysis: Analysis | None = None
     held_ident: dict[str, float] = {}
     tested: set[str] = set()
-    mu = 1e-3
+    mu = MU0
     if known is not None:
         vf = 1                      # nothing to absorb: the object is given on the projector's grid
     stages = sorted({STAGE.get(k, 0) for k in est.glob_names} | {0})
@@ -348,6 +352,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
             cur = li
         est.pending -= {k for k in est.pending if STAGE[k] <= stage}
         last_step = None
+        mu = MU0    # a new problem (parameters joined, or a finer level): the last one's damping says nothing here
         for k_outer in range(n_it):
             if is_cancelled(cancel):
                 stopped = "cancelled"
@@ -398,10 +403,11 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 gz[kg:] += lam * (B.T @ (R @ est.s))
             reg = (lambda s: 0.5 * lam * float((Dm @ s).square().sum()) / y_norm2) if est.s.numel() \
                 else (lambda s: 0.0)
-            cur_data = _loss(P, None, x, yl, y_norm2)
+            cur_data, cur_round = _loss(P, None, x, yl, y_norm2)
             current = cur_data + reg(est.s)
             if vp:   # judged after the volume has followed: the current geometry gets the same iterations
-                current = _loss(P, None, followed_volume(P, yl, x, n_inner), yl, y_norm2) + reg(est.s)
+                cur_f, cur_round = _loss(P, None, followed_volume(P, yl, x, n_inner), yl, y_norm2)
+                current = cur_f + reg(est.s)
             accepted = False
             step_g = step_s = 0.0
             diag = torch.diagonal(Hz).clamp_min(1e-30)
@@ -421,27 +427,39 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
                 if vp:
                     P_new = level.projector(t_new)
                     x_new = followed_volume(P_new, yl, x, n_inner)
-                    trial = _loss(P_new, None, x_new, yl, y_norm2) + reg(s_new)
+                    trial, trial_round = _loss(P_new, None, x_new, yl, y_norm2)
                 else:
                     x_new = x
-                    trial = _loss(P, t_new, x, yl, y_norm2) + reg(s_new)
-                if trial < current:
+                    trial, trial_round = _loss(P, t_new, x, yl, y_norm2)
+                trial += reg(s_new)
+                # the step actually taken (after the bounds), in z = [global, q]; the model's gain in loss units
+                # (the data term is |r|^2 / |y|^2, twice the model's 0.5 |r|^2; the prior's share is counted twice
+                # too, which only makes a step look more promising than it is: judged "worse" sooner)
+                dz = torch.tensor([g_new[k] - est.g[k] for k in est.active], dtype=F64)
+                if est.s.numel():
+                    dz = torch.cat([dz, B.T @ (s_new - est.s)])
+                pred = 2.0 * predicted_decrease(gz, Hz, dz) / y_norm2
+                verdict = judge(current, trial, pred, cur_round + trial_round)
+                if verdict != WORSE:
                     step_g = max([abs(g_new[k] - est.g[k]) for k in est.active] or [0.0])
                     step_s = float((s_new - est.s).square().mean().sqrt()) if est.s.numel() else 0.0
                     step = torch.tensor([g_new[k] - est.g[k] for k in est.active] + (s_new - est.s).tolist(),
                                         dtype=F64)
                     est.g, est.s = g_new, s_new
                     x = x_new
-                    extrapolated = _extrapolate(est, step, last_step, bounds, B)
-                    last_step = None if extrapolated else step
+                    # no jump from a level step: its direction is the model's, not one the loss confirmed
+                    extrapolated = verdict == BETTER and _extrapolate(est, step, last_step, bounds, B)
+                    last_step = None if extrapolated or verdict != BETTER else step
                     current = trial
-                    mu = max(mu / 3, 1e-7)
+                    if verdict == BETTER:
+                        mu = max(mu / 3, 1e-7)
                     accepted = True
                     break
                 mu *= 5
             it += 1
             rec = {"iteration": it, "level": li, "binning": f, "stage": stage, "loss": current,
-                   "data_loss": cur_data, "accepted": accepted, "damping": mu}
+                   "data_loss": cur_data, "accepted": accepted, "damping": mu,
+                   "level_step": accepted and verdict == LEVEL}
             history.append(rec)
             state = CalibrationState(it, li, f, current, dict(est.g),
                                      {k: v.tolist() for k, v in est.shifts().items()}, x, dict(rec))
@@ -484,7 +502,7 @@ def _run(projector, y, free, bounds, start, levels, n_outer, n_inner, n_init, vf
         notes.append(f"stopped early ({stopped}): no final uncertainty analysis")
     model = make_level(projector, y, 1).model
     trajectory = est.trajectory(model, dtype=projector.trajectory.dtype)
-    final_loss = _loss(projector, trajectory.to(dtype=dtype), x if tuple(x.shape) == tuple(projector.volume_shape)
+    final_loss, _ = _loss(projector, trajectory.to(dtype=dtype), x if tuple(x.shape) == tuple(projector.volume_shape)
                        else resample_volume(x, projector.volume_shape).to(dtype), y, y_full_norm2)
     table = []
     for k in free:
