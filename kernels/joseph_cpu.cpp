@@ -41,24 +41,24 @@ struct ForwardPath {
 // running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
-// -fused-tiles (each build's default): -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
+// -fused-tiles: -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
 // W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
 // N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
-// -fused-pad-tiles: -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered copies (fwd::pad_slab),
-// so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.  Forceable, not the default and not
-// measured: its float32 rounding (same samples) moved the known-object self-calibration's result on a 48^3 test
-// scan (sdd 13.6 instead of 15 +- 1 mm; docs/INTERNALS.md, "Forward flat cost, session 5").
+// -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
+// copies (fwd::pad_slab), so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.  Its float32
+// rounding (same samples) once moved a known-object self-calibration; that was the solver's step acceptance,
+// fixed (docs/INTERNALS.md, "Forward flat cost, session 6").
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
-    {"avx512-gather-fused-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true},
     {"avx512-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true, true},
+    {"avx512-gather-fused-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true},
     {"avx512-gather-fused-bands", true, ct::fwd::LaneKind::Avx512Gather, true, true},
     {"avx512-gather-fused", true, ct::fwd::LaneKind::Avx512Gather, false, true},
     {"avx512-gather-bands", true, ct::fwd::LaneKind::Avx512Gather, true},
 #endif
 #if defined(__AVX2__)
-    {"avx2-gather-fused-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true},
     {"avx2-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true, true},
+    {"avx2-gather-fused-tiles", true, ct::fwd::LaneKind::Avx2Gather, true, true, true},
     {"avx2-gather-fused-bands", true, ct::fwd::LaneKind::Avx2Gather, true, true},
     {"avx2-gather-bands", true, ct::fwd::LaneKind::Avx2Gather, true},
     {"avx2-gather-fused", true, ct::fwd::LaneKind::Avx2Gather, false, true},

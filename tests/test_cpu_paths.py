@@ -56,8 +56,8 @@ def test_library_lists_its_paths(known):
         # an AVX-512 build also has the AVX2 lanes (forced AVX2 on an AVX-512 CPU)
         assert {"avx512-gather", "avx512-loads", "avx2-gather", "avx2-loads"} <= set(known["forward"])
         # the build's default: the fused lanes (set-up and edge planes in lanes), banded, view tiles beyond the L2
-        # (the zero-bordered copies of small slabs, -fused-pad-tiles, only when forced)
-        assert known["forward"][0] == "avx512-gather-fused-tiles"
+        # and zero-bordered copies of small slabs
+        assert known["forward"][0] == "avx512-gather-fused-pad-tiles"
         assert {"avx512-gather-fused-tiles", "avx512-gather-fused-bands", "avx512-gather-fused", "avx512-gather-bands"} <= set(known["forward"])
     if " avx2" in flags:
         # the AVX2 lanes' fused set-up is in every AVX2 (and AVX-512) build
@@ -146,14 +146,14 @@ def test_measure_times_every_path(lib, known):
         assert list(t[op]) == cpu_joseph_paths.candidates(op, known[op]) and all(0 < s < 5 for s in t[op].values())
     # forward: only the -bands and -tiles paths are ranked (their view-by-view twins trace the same rays,
     # and the measurement's in-cache slab cannot show what the bands pay for; not the -fused-bands /
-    # -fused-bands paths with a -fused-tiles twin: on the slab they run its loop; never the -fused-pad-tiles
-    # ones, forceable only); back: likewise only the banded -bR paths
-    twins = {n for n in known["forward"] if n.endswith("-fused-pad-tiles") or (n.endswith("-fused-bands") and
-             n.rsplit("-fused-", 1)[0] + "-fused-tiles" in known["forward"])}
+    # -fused-tiles paths with a -fused-pad-tiles twin: on the slab they run its loop); back: likewise only
+    # the banded -bR paths
+    twins = {n for n in known["forward"] if n.endswith(("-fused-bands", "-fused-tiles")) and
+             n.rsplit("-fused-", 1)[0] + "-fused-pad-tiles" in known["forward"]}
     assert list(t["forward"]) == [n for n in known["forward"] if n.endswith(("-bands", "-tiles")) and n not in twins]
-    if "avx512-gather-fused-tiles" in known["forward"]:
-        assert "avx512-gather-fused-bands" not in t["forward"] and "avx512-gather-fused-pad-tiles" not in t["forward"]
-        assert "avx512-gather-fused-tiles" in t["forward"] and "avx512-gather-bands" in t["forward"]
+    if "avx512-gather-fused-pad-tiles" in known["forward"]:
+        assert "avx512-gather-fused-bands" not in t["forward"] and "avx512-gather-fused-tiles" not in t["forward"]
+        assert "avx512-gather-fused-pad-tiles" in t["forward"] and "avx512-gather-bands" in t["forward"]
     assert list(t["back"]) == ([n for n in known["back"] if re.search(r"-b\d+$", n)] or known["back"])
     assert cpu_paths.fastest({"back": {"a": 2.0, "b": 1.0, "c": 1.0}}) == {"back": "b"}
     # within the margin of the first (default) path, the default stays

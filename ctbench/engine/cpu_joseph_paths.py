@@ -8,7 +8,8 @@ the AVX-512 and AVX2 ones only where the build targets them), ``avx512-gather-fu
 rays in lockstep), each also as ``NAME-bands`` (the detector rows in bands, all views per band, so
 that a band's part of the volume stays in cache across the views; the same rays, bitwise the same
 output), ``avx512-gather-fused-tiles`` and ``avx2-gather-fused-tiles`` (the fused bands, and where a band's
-planes exceed the L2 its views taken in runs traced plane tile by plane tile: the build's default); back ``pairs``, ``rows``
+planes exceed the L2 its views taken in runs traced plane tile by plane tile) and their ``-fused-pad-tiles`` forms
+(rays through zero-bordered copies of small slabs: the build's default); back ``pairs``, ``rows``
 (float32 pair updates, in one 128-bit add or row by row), their ``-zNm`` forms (each thread's z-chunk
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
@@ -82,14 +83,14 @@ _BACK_BANDS = re.compile(r"-b\d+$")   # the banded back paths (-bR)
 
 
 def _left_out_of_ranking(name: str, names: list[str]) -> bool:
-    """Whether ``name`` is left out of the ranking beside a twin.  ``X-fused-bands`` runs ``X-fused-tiles``' loop on
-    the measurement's slab (the tiles start beyond the L2), so ranking both would let noise choose between the same
-    code.  ``X-fused-pad-tiles`` is never ranked: the same samples with another float32 rounding, which moved the
-    known-object self-calibration's result on a small test scan (docs/INTERNALS.md, "Forward flat cost, session
-    5"); it stays forceable."""
-    if name.endswith("-fused-pad-tiles"):
-        return True
-    return name.endswith("-fused-bands") and name[: -len("-fused-bands")] + "-fused-tiles" in names
+    """Whether ``name`` (``X-fused-bands`` or ``X-fused-tiles``) is left out of the ranking beside its
+    ``X-fused-pad-tiles`` twin (each build's default): on the measurement's slab the twin runs their loop (the
+    tiles start beyond the L2, the padded copies at one ray per voxel and the slab has 0.375), so ranking them
+    together would let noise choose between the same code.  Both stay forceable."""
+    for tail in ("-fused-bands", "-fused-tiles"):
+        if name.endswith(tail) and name[: -len(tail)] + "-fused-pad-tiles" in names:
+            return True
+    return False
 
 
 def candidates(op: str, names: list[str]) -> list[str]:
@@ -99,8 +100,8 @@ def candidates(op: str, names: list[str]) -> list[str]:
     noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  Back: only
     the banded ``-bR`` paths where the library has them, for the same reason (W1 0.76 against 0.60 CPU-s,
     N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path).  The others stay forceable by
-    ``CTBENCH_CPU_PATH``; so do the ``-fused-pad-tiles`` paths and the ``-fused-bands`` paths where a
-    ``-fused-tiles`` twin exists (:func:`_left_out_of_ranking`)."""
+    ``CTBENCH_CPU_PATH``; so do the ``-fused-bands`` and ``-fused-tiles`` paths where a ``-fused-pad-tiles``
+    twin exists (:func:`_left_out_of_ranking`)."""
     if op == "forward":
         banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _left_out_of_ranking(n, names)]
         return banded or list(names)
