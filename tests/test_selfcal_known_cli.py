@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 
-from ctbench.calibration import SPECS
 from ctbench.io.export import export_volume
 from ctbench.io.selfcal_sample import SelfCalSpec, selfcal_object, write_selfcal_sample
 
@@ -99,9 +98,13 @@ SPEC_PITCH = SelfCalSpec(n_views=60, detector_u=48, detector_v=40, pitch=2.0, of
 
 def test_calibrate_recovers_pitch_with_a_known_object_file(tmp_path):
     """End to end: the scan written as files, the object given as a TIFF volume, ``ctbench calibrate`` in a
-    subprocess; the detector pitch comes back within its resolution (SPECS["pitch"].resolution, 0.5 degree) and
-    within 3 of its reported standard deviations (measured 1.598 +/- 0.61 deg for 2.0: on this 48x40-pixel scan the
-    voxelised object's model error is larger than on tests/test_selfcal_globals.py's 48^2, 0.33 deg there)."""
+    subprocess; the detector pitch comes back within 0.7 degree and within 3 of its reported standard deviations
+    (measured 1.364 +/- 0.33 deg for 2.0: on this 48x40-pixel scan with 1 mm voxels the voxelised object's model
+    error is larger than on tests/test_selfcal_globals.py's 48^2, 0.33 deg there).  The tolerance was the pitch's
+    0.5 degree resolution while the solver stopped short of the minimum: 1.598 +/- 0.61 deg after 4 + 2 outer
+    iterations, its damping raised by steps rejected on float32 noise; the same solver run to convergence
+    (12 + 6) gave 1.349 +/- 0.32 deg at a lower misfit (1.83436e-3 against 1.83447e-3), as the current one does
+    in 4 + 2 (1.364) and 12 + 6 (1.374): 0.63-0.65 degree is this scan's model error, not a solver's miss."""
     root = write_selfcal_sample(tmp_path / "scan", SPEC_PITCH)
     from ctbench.phantoms import ellipsoids_volume
 
@@ -116,6 +119,6 @@ def test_calibrate_recovers_pitch_with_a_known_object_file(tmp_path):
     pitch = rows["pitch"]
     assert pitch["status"] == "estimated"
     err = pitch["value"] - SPEC_PITCH.detector_pitch_deg
-    assert abs(err) < SPECS["pitch"].resolution and abs(err) < 3 * pitch["uncertainty"]
+    assert abs(err) < 0.7 and abs(err) < 3 * pitch["uncertainty"]
     assert abs(rows["offset_u"]["value"] - SPEC_PITCH.offset_u_px) < 0.05
     assert report["known_object"].endswith("object.tif")
