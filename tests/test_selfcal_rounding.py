@@ -116,9 +116,12 @@ def test_judge_tells_better_level_and_worse():
     assert judge(1.0, 1.0 - 5e-10, 0.1, 1e-9) == WORSE       # the model promised a real gain: damp
     assert judge(1.0, 1.0 + 2e-9, 1e-10, 1e-9) == WORSE      # worse beyond rounding
     assert judge(1.0, 1.0 - 1e-12, 0.0, 0.0) == BETTER       # no tolerance: the strict rule
-    with pytest.raises(ValueError, match="trial is NaN"):
-        judge(1.0, float("nan"), 0.0, 0.0)
-    with pytest.raises(ValueError, match="tolerance must be >= 0"):
+    assert judge(1.0, float("nan"), 0.0, 1e-9) == WORSE         # a step the projector cannot trace
+    assert judge(1.0, float("inf"), 0.0, 1e-9) == WORSE
+    assert judge(1.0, 0.5, float("nan"), 1e-9) == WORSE
+    with pytest.raises(ValueError, match="current must be a finite loss"):
+        judge(float("nan"), 1.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="tolerance must be a finite number >= 0"):
         judge(1.0, 1.0, 0.0, -1.0)
     with pytest.raises(ValueError, match="y_norm2 must be positive"):
         rounding_scale(torch.ones(3), torch.ones(3), 0.0)

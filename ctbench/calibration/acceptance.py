@@ -18,6 +18,8 @@ the two points apart and the model predicts no measurable gain either, so the mo
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = ["BETTER", "LEVEL", "WORSE", "MU0", "judge", "predicted_decrease", "rounding_scale"]
@@ -49,12 +51,14 @@ def judge(current: float, trial: float, predicted: float, tolerance: float) -> s
     """:data:`BETTER`, :data:`LEVEL` or :data:`WORSE` for a trial loss against the current one.
 
     ``tolerance`` is the rounding of the two losses together (:func:`rounding_scale` of each, summed);
-    ``predicted`` the model's decrease in the same units."""
-    for name, val in (("current", current), ("trial", trial), ("predicted", predicted), ("tolerance", tolerance)):
-        if val != val:
-            raise ValueError(f"{name} is NaN: the loss or its model is not a number")
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+    ``predicted`` the model's decrease in the same units.  A trial whose loss or predicted gain is not finite
+    (a step into a geometry the projector cannot trace) is worse."""
+    if not math.isfinite(current):
+        raise ValueError(f"current must be a finite loss, got {current!r}")
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+    if not (math.isfinite(trial) and math.isfinite(predicted)):
+        return WORSE
     if trial < current - tolerance:
         return BETTER
     if trial <= current + tolerance and predicted <= tolerance:
