@@ -165,6 +165,9 @@ inline void pair_accumulate(__m512 tb, __m512 tc, __m512 r0l, __m512 r1l, __m512
   acc_hi = _mm512_fmadd_ps(wbh, vh, acc_hi);
 }
 
+#ifndef CT_PAIR_HALF_SKIP
+#define CT_PAIR_HALF_SKIP 1
+#endif
 // The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
 template <bool GATHER>
 inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
@@ -184,10 +187,18 @@ inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 
   // (b, b+1) pairs of rows c and c+1: 8 rays per vector, ray g in floats 2g, 2g+1
   __m512 r0l, r1l, r0h, r1h;
   if (GATHER) {
-    r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
-    r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
-    r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
-    r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+    // a half with no lane in the mask skips its gathers (their cost does not fall with the mask) and holds
+    // the zeros they would give: lanes enter and leave a group one after another, so ragged planes often
+    // have one half empty
+    r0l = r1l = r0h = r1h = _mm512_setzero_ps();
+    if (!CT_PAIR_HALF_SKIP || mlo) {
+      r0l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane, 4));
+      r1l = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mlo, idx_lo, plane + sc, 4));
+    }
+    if (!CT_PAIR_HALF_SKIP || mhi) {
+      r0h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane, 4));
+      r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
+    }
   } else {
     // scalar loads: masked-off lanes read offset 0 of the plane (inside the
     // slab: n lies in some lane's interior) and are zeroed afterwards
