@@ -18,6 +18,16 @@ def cone_scan(size=64, views=90, det=64, seed=1):
     return P, random_object(0.4 * 256, seed=seed)
 
 
+def symmetric_object():
+    """Ellipsoids symmetric top to bottom (z -> -z): a known object that must give no pitch and no vertical
+    offset (tests/test_selfcal_known_bias.py, tests/test_selfcal_rounding.py)."""
+    from ctbench.phantoms import Ellipsoid
+
+    return [Ellipsoid.from_euler(0.02, (80.0, 70.0, 75.0), (0.0, 0.0, 0.0), phi=20.0),
+            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, 40.0), phi=30.0),
+            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, -40.0), phi=30.0)]
+
+
 def misaligned(P, ells, values, walk_rms=0.0, photons=2e4, seed=2):
     """(sinogram, true shifts or None) of the object through the misaligned geometry."""
     shifts = None

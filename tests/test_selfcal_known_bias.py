@@ -23,8 +23,7 @@ import pytest
 
 from ctbench.calibration import calibrate
 from ctbench.calibration.simulate import object_volume
-from ctbench.phantoms import Ellipsoid
-from selfcal_scans import cone_scan, misaligned
+from selfcal_scans import cone_scan, misaligned, symmetric_object
 
 OPTS = dict(levels=(2, 1), n_outer=(6, 3))
 FREE = ("offset_u", "offset_v", "pitch", "sdd")
@@ -40,10 +39,7 @@ def _calibrate(P, ells, truth=None):
 @pytest.mark.slow
 def test_an_object_symmetric_top_to_bottom_gives_no_pitch():
     P, _ = cone_scan(size=48, views=60, det=48, seed=3)
-    ells = [Ellipsoid.from_euler(0.02, (80.0, 70.0, 75.0), (0.0, 0.0, 0.0), phi=20.0),
-            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, 40.0), phi=30.0),
-            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, -40.0), phi=30.0)]
-    rows = _calibrate(P, ells)
+    rows = _calibrate(P, symmetric_object())
     assert all(rows[k].status == "estimated" for k in FREE)
     assert abs(rows["pitch"].value) < 0.02           # model error alone: 0 by symmetry
     assert abs(rows["offset_v"].value) < 0.005

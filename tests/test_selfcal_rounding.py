@@ -21,8 +21,7 @@ from ctbench.calibration import calibrate
 from ctbench.calibration.acceptance import BETTER, LEVEL, WORSE, judge, predicted_decrease, rounding_scale
 from ctbench.calibration.simulate import object_volume
 from ctbench.engine import cpu_build, cpu_joseph_paths
-from ctbench.phantoms import Ellipsoid
-from selfcal_scans import cone_scan, misaligned
+from selfcal_scans import cone_scan, misaligned, symmetric_object
 
 FREE = ("offset_u", "offset_v", "pitch", "sdd")
 OPTS = dict(levels=(2, 1), n_outer=(6, 3))
@@ -30,9 +29,7 @@ OPTS = dict(levels=(2, 1), n_outer=(6, 3))
 
 def _symmetric_scan(dtype=torch.float32):
     P, _ = cone_scan(size=48, views=60, det=48, seed=3)
-    ells = [Ellipsoid.from_euler(0.02, (80.0, 70.0, 75.0), (0.0, 0.0, 0.0), phi=20.0),
-            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, 40.0), phi=30.0),
-            Ellipsoid.from_euler(0.03, (20.0, 25.0, 15.0), (30.0, -10.0, -40.0), phi=30.0)]
+    ells = symmetric_object()
     y, _ = misaligned(P, ells, {}, photons=0, seed=4)
     return P, y.to(dtype), object_volume(ells, P).to(dtype)
 
