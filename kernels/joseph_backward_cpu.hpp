@@ -59,6 +59,12 @@ namespace ct {
 // below the source's plane send their rays below it, so the parts overlap by a plane or two, and no
 // ray is clipped by a chunk edge (the central rows' nearly level rays ran whole through the checked
 // edge stencil there, set up in both chunks).
+// tile_planes > 0 (with band_rows, padded), where a band's accumulator planes (R + 2 of them) exceed
+// 2 MiB: view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
+// kept, then scattered tile by tile of tile_planes planes of their dominant axis, so that within a tile
+// the run's rays touch the same few planes, which stay in the L2 across the run (the forward's
+// -fused-tiles, fwd::fused_forward_tiled, for the back).  A voxel lies in one tile of its rays' axis,
+// so its additions keep their order (bitwise the untiled result where no ray is z-dominant).
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
@@ -70,6 +76,8 @@ struct BackOptions {
   bool dup = false;
   int band_rows = 0;
   bool row_split = false;
+  int tile_planes = 0;
+  int tile_views = 0;
 };
 
 // DupLayout: accumulator plane ("slot") z holds rows z and z + 1 side by side: voxel (x, y) of slot z
@@ -271,7 +279,9 @@ inline void block_scatter_rows(float* CT_RESTRICT plane, i64 sc, const ScatterBl
 // may differ from it in the last bit where the compiler contracts the
 // vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
 template <typename real>
-inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, const ScatterMode& mode) {
+// t0, t1: only the planes [t0, t1) of the ray (a view tile's part of it, BackOptions::tile_planes).
+inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, const ScatterMode& mode,
+                        int t0 = INT_MIN, int t1 = INT_MAX) {
   const real v = value * r.w;
   const bool pairs = mode.pairs, rows = mode.rows;
   const int zlo = mode.own.lo, zhi = mode.own.hi;
@@ -281,8 +291,13 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
     if (r.planar && r.c == 2 && (r.pc < zlo || r.pc >= zhi)) return;  // its one z row is another's
     if (r.a == 2) { i0 = std::max(i0, zlo); i1 = std::max(i0, std::min(i1, zhi)); }
   }
-  for (int n = r.n0; n < i0; ++n)
+  const int n0 = std::max(r.n0, t0), n1 = std::min(r.n1, t1);  // the edge planes' range
+  const int e0 = std::min(i0, n1);
+  for (int n = n0; n < e0; ++n)
     if (all || (z_row(r, n) >= zlo && z_row(r, n) < zhi)) scatter_checked<real, false>(vol, r, n, v);
+  const int tail = std::max(std::max(i1, i0), n0);  // the first plane after the interior ones
+  i0 = std::max(i0, t0);
+  i1 = std::min(i1, t1);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
   if (r.planar) {
     real* plane = vol + ((i64)r.pc * sc + (i64)i0 * sa - r.offset);
@@ -326,7 +341,7 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
       block_scatter(vol + ((i64)n * sa - r.offset), sb, sc, s, m);
     }
   }
-  for (int n = i1 > i0 ? i1 : i0; n < r.n1; ++n)
+  for (int n = tail; n < n1; ++n)
     if (all || (z_row(r, n) >= zlo && z_row(r, n) < zhi)) scatter_checked<real, false>(vol, r, n, v);
 }
 
@@ -371,11 +386,21 @@ inline i64 padded_length(i64 n, i64 align_bytes) {
   return r;
 }
 
+// A ray set up by scatter_row and kept for the view tiles (BackOptions::tile_planes): its sinogram
+// index and whether it goes to the x-dominant target.
+template <typename real>
+struct KeptRay {
+  Ray<real> r;
+  i64 pix;
+  bool x;
+};
+
 // Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
 // of u when u_inner, else a column of v) of view k into the z-range
 // [zlo, zhi) of the targets `tg` (batch items batch_stride apart).  A pixel that is zero
 // in every item is skipped; its ray is set up once for all items.  `small`:
 // the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
+// keep (small slabs): the rays, retargeted, are appended there instead of scattered (view tiles).
 // flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
 template <typename real>
 __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& vw,
@@ -383,7 +408,7 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
                                                  int zhi, const Targets<real>& tg, bool small,
-                                                 const ScatterMode& mode) {
+                                                 const ScatterMode& mode, std::vector<KeptRay<real>>* keep = nullptr) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -425,6 +450,10 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
       if (!hit[p]) continue;
       const Target<real>& t = pr[p].a == 0 ? tg.x : tg.yz;
       if (t.restride) retarget(pr[p], t);
+      if (keep && small) {  // traced later, tile by tile
+        keep->push_back(KeptRay<real>{pr[p], pis[p], pr[p].a == 0});
+        continue;
+      }
       for (int q = 0; q < batch; ++q) {
         const real val = sino[q * sino_batch_stride + pis[p]];
         if (small) scatter_ray(t.base + q * t.batch_stride, pr[p], val, mode);
@@ -689,6 +718,15 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
     cpo.assign(czlo.size(), 0);
   }
   const int nrun = (int)czlo.size();
+  // view tiles (BackOptions::tile_planes): banded, padded, and only where a band's accumulator planes
+  // (with two for the cone's spread) exceed a 2 MiB L2
+  const int tiles = opt.tile_planes > 0 && opt.band_rows > 0 && padded && small &&
+                            (i64)(opt.band_rows + 2) * std::max(planeA, planeB) * (i64)sizeof(real) > (i64(2) << 20)
+                        ? opt.tile_planes
+                        : 0;
+  const int tile_run = std::max(1, opt.tile_views);
+  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index lies in [0, n_planes)
+  const i64 sino_batch = (i64)dw.n_views * nu * nv;
   if (padded) {
     if (ownA) tg.yz = Target<real>{bufA, slabA, true, per, rowA, planeA, (i64)vw.z0 * planeA};
     tg.x = Target<real>{bufB, slabB, true, rowB, per, planeB, (i64)vw.z0 * planeB};
@@ -753,6 +791,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
           std::fill_n(bufB + q * slabB + (zc0 - vw.z0 + hp) * planeB, (size_t)((zc1 - zc0 + hz) * planeB), real(0));
         }
       const bool halo_below = halo && ch > 0, halo_above = halo && ch + 1 < nrun;
+      std::vector<KeptRay<real>> kept;
       const int step_z = row_split ? zc1 - zc0 : sub;  // a row part: its whole z range, every sample its own
       for (int zlo = zc0; zlo < zc1; zlo += step_z) {
         const int zhi = std::min(zc1, zlo + step_z);
@@ -783,6 +822,31 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
           // a row part's bands start at its first row (a band edge of the whole detector's bands)
           if (row_split && omin < omax) omin = crlo[ch];
           const int step = G == 1 ? std::max(1, omax - omin) : R;
+          if (tiles > 0) {
+            // view tiles: a band's views in runs, each run's rays set up once and kept, then scattered tile by
+            // tile of `tiles` planes of their dominant axis, so that the run's rays touch the same few planes
+            // of the accumulators, which stay in the L2 across the run
+            for (int b0 = omin; b0 < omax; b0 += step)
+              for (int r0 = k0; r0 < k1; r0 += tile_run) {
+                kept.clear();
+                for (int k = r0; k < std::min(k1, r0 + tile_run); ++k) {
+                  const int j = k - k0;
+                  const int e0 = std::max(b0, bo0[j]), e1 = std::min(b0 + step, bo1[j]);
+                  for (int outer = e0; outer < e1; ++outer)
+                    scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, bi0[j],
+                                bi1[j], zlo, zwin, tgc, small, mode, &kept);
+                }
+                for (int t0 = 0; t0 < n_planes; t0 += tiles)
+                  for (const KeptRay<real>& kr : kept) {
+                    if (kr.r.n1 <= t0 || kr.r.n0 >= t0 + tiles) continue;
+                    const Target<real>& t = kr.x ? tgc.x : tgc.yz;
+                    for (int q = 0; q < batch; ++q)
+                      scatter_ray(t.base + q * t.batch_stride, kr.r, sino[q * sino_batch + kr.pix], mode, t0,
+                                  t0 + tiles);
+                  }
+              }
+            continue;
+          }
           for (int b0 = omin; b0 < omax; b0 += step)
             for (int k = k0; k < k1; ++k) {
               const int j = k - k0;
