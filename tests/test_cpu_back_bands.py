@@ -101,7 +101,7 @@ def test_measurement_ranks_the_banded_back_paths(band_paths):
     """The measurement's slab (16 planes, in cache) cannot show what the bands pay for on a real
     volume, so where the library has banded back paths only they are ranked."""
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
-    # a z-chunk path beside its row-split twin (-rs-) is not ranked: at one thread they are the same code
+    # a z-chunk path beside its row-split twin (-rs-) is not ranked: on the 1-thread slab they run the same code
     twins = [n for n in band_paths if "-rs-" not in n and re.sub(r"-b(\d+)$", r"-rs-b\1", n) in band_paths]
     assert "pairs-padded-b8" in twins
     assert cpu_joseph_paths.candidates("back", known["back"]) == [n for n in band_paths if n not in twins]

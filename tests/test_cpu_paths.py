@@ -154,7 +154,7 @@ def test_measure_times_every_path(lib, known):
     if "avx512-gather-fused-tiles" in known["forward"]:
         assert "avx512-gather-fused-bands" not in t["forward"] and "avx512-gather-fused-pad-tiles" not in t["forward"]
         assert "avx512-gather-fused-tiles" in t["forward"] and "avx512-gather-bands" in t["forward"]
-    # back: not a z-chunk -bR path beside its -rs-bR twin (they differ only in the split of 2+ threads)
+    # back: not a z-chunk -bR path beside its -rs-bR twin (the same code on the measurement's 1-thread slab)
     back_twins = {n for n in known["back"] if "-rs-" not in n and re.sub(r"-b(\d+)$", r"-rs-b\1", n) in known["back"]}
     assert list(t["back"]) == ([n for n in known["back"] if re.search(r"-b\d+$", n) and n not in back_twins]
                                or known["back"])

@@ -14,8 +14,8 @@ walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (eac
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
 least max(H, W) / K planes), the banded ``-bR`` forms (no sub-chunks; each thread's detector rows in
 bands of R, every view per band; ``dup-padded-b8``: accumulators in z-row pair slots), their ``-rs-bR``
-forms (two or more threads split the detector rows' bands instead of z-chunks; ``dup-padded-rs-b8`` is the
-default of AVX-512 builds, ``pairs-padded-rs-b8`` of the others) and ``blocked`` (four scalar updates per sample).
+forms (two or more threads split the detector rows' bands instead of z-chunks, and view tiles where a band's
+planes exceed the L2; ``dup-padded-rs-b8`` is the default of AVX-512 builds, ``pairs-padded-rs-b8`` of the others) and ``blocked`` (four scalar updates per sample).
 All compute the same samples; they differ only in speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
@@ -84,9 +84,10 @@ _BACK_BANDS = re.compile(r"-b\d+$")   # the banded back paths (-bR)
 
 def _back_twin_left_out(name: str, names: list[str]) -> bool:
     """Whether the banded back path ``name`` is left out of the ranking beside its ``-rs`` twin (``X-bR`` beside
-    ``X-rs-bR``): the twins differ only in how two or more threads split the work (z-chunks or detector rows), and
-    the measurement runs one thread, where they are the same code; the row split ran W1 7% faster at 2 threads
-    (docs/INTERNALS.md, "Backprojection, session 6").  The z-chunk twin stays forceable."""
+    ``X-rs-bR``): the twins differ only in how two or more threads split the work (z-chunks or detector rows) and in
+    the view tiles beyond the L2; the measurement runs one thread on an in-cache slab, where they are the same code.
+    The row split ran W1 7% faster at 2 threads, the tiles N = 320 8-10% at 1 (docs/INTERNALS.md, "Backprojection,
+    session 6").  The z-chunk twin stays forceable."""
     m = re.search(r"-b\d+$", name)
     return bool(m) and "-rs-" not in name and name[: m.start()] + "-rs" + name[m.start():] in names
 
