@@ -53,6 +53,18 @@ namespace ct {
 // band_rows > 0: each (sub-)chunk's detector rows in bands of that many rows, every view per band
 // (band, view, row order), so that the accumulator rows a band's rays touch stay in cache across the
 // views instead of the whole chunk streaming through once per view.
+// row_split: with padded and band_rows, several threads split the detector rows (whole bands) instead
+// of the slab's z-chunks, each into private accumulators of only the z rows its rays can touch
+// (RowSplit), summed plane by plane in thread order after the join.  A circular cone scan's rows
+// below the source's plane send their rays below it, so the parts overlap by a plane or two, and no
+// ray is clipped by a chunk edge (the central rows' nearly level rays ran whole through the checked
+// edge stencil there, set up in both chunks).
+// tile_planes > 0 (with band_rows, padded), where a band's accumulator planes (R + 2 of them) exceed
+// 2 MiB: view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
+// kept, then scattered tile by tile of tile_planes planes of their dominant axis, so that within a tile
+// the run's rays touch the same few planes, which stay in the L2 across the run (the forward's
+// -fused-tiles, fwd::fused_forward_tiled, for the back).  A voxel lies in one tile of its rays' axis,
+// so its additions keep their order (bitwise the untiled result where no ray is z-dominant).
 struct BackOptions {
   bool pairs = true;
   i64 block_bytes = 0;
@@ -63,6 +75,9 @@ struct BackOptions {
   bool simd = false;
   bool dup = false;
   int band_rows = 0;
+  bool row_split = false;
+  int tile_planes = 0;
+  int tile_views = 0;
 };
 
 // DupLayout: accumulator plane ("slot") z holds rows z and z + 1 side by side: voxel (x, y) of slot z
@@ -264,7 +279,9 @@ inline void block_scatter_rows(float* CT_RESTRICT plane, i64 sc, const ScatterBl
 // may differ from it in the last bit where the compiler contracts the
 // vectorised arithmetic differently (W1: 3e-7 relative, a float32 rounding).
 template <typename real>
-inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, const ScatterMode& mode) {
+// t0, t1: only the planes [t0, t1) of the ray (a view tile's part of it, BackOptions::tile_planes).
+inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, const ScatterMode& mode,
+                        int t0 = INT_MIN, int t1 = INT_MAX) {
   const real v = value * r.w;
   const bool pairs = mode.pairs, rows = mode.rows;
   const int zlo = mode.own.lo, zhi = mode.own.hi;
@@ -274,8 +291,13 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
     if (r.planar && r.c == 2 && (r.pc < zlo || r.pc >= zhi)) return;  // its one z row is another's
     if (r.a == 2) { i0 = std::max(i0, zlo); i1 = std::max(i0, std::min(i1, zhi)); }
   }
-  for (int n = r.n0; n < i0; ++n)
+  const int n0 = std::max(r.n0, t0), n1 = std::min(r.n1, t1);  // the edge planes' range
+  const int e0 = std::min(i0, n1);
+  for (int n = n0; n < e0; ++n)
     if (all || (z_row(r, n) >= zlo && z_row(r, n) < zhi)) scatter_checked<real, false>(vol, r, n, v);
+  const int tail = std::max(std::max(i1, i0), n0);  // the first plane after the interior ones
+  i0 = std::max(i0, t0);
+  i1 = std::min(i1, t1);
   const i64 sa = r.sa, sb = r.sb, sc = r.sc;
   if (r.planar) {
     real* plane = vol + ((i64)r.pc * sc + (i64)i0 * sa - r.offset);
@@ -319,7 +341,7 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
       block_scatter(vol + ((i64)n * sa - r.offset), sb, sc, s, m);
     }
   }
-  for (int n = i1 > i0 ? i1 : i0; n < r.n1; ++n)
+  for (int n = tail; n < n1; ++n)
     if (all || (z_row(r, n) >= zlo && z_row(r, n) < zhi)) scatter_checked<real, false>(vol, r, n, v);
 }
 
@@ -364,11 +386,21 @@ inline i64 padded_length(i64 n, i64 align_bytes) {
   return r;
 }
 
+// A ray set up by scatter_row and kept for the view tiles (BackOptions::tile_planes): its sinogram
+// index and whether it goes to the x-dominant target.
+template <typename real>
+struct KeptRay {
+  Ray<real> r;
+  i64 pix;
+  bool x;
+};
+
 // Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
 // of u when u_inner, else a column of v) of view k into the z-range
 // [zlo, zhi) of the targets `tg` (batch items batch_stride apart).  A pixel that is zero
 // in every item is skipped; its ray is set up once for all items.  `small`:
 // the slab array has fewer than 2^31 voxels (32-bit offsets in scatter_ray).
+// keep (small slabs): the rays, retargeted, are appended there instead of scattered (view tiles).
 // flatten (make_ray and the scatter inlined here) ran 6% faster on W1.
 template <typename real>
 __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, const VolumeWindow<real>& vw,
@@ -376,7 +408,7 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
                                                  int zhi, const Targets<real>& tg, bool small,
-                                                 const ScatterMode& mode) {
+                                                 const ScatterMode& mode, std::vector<KeptRay<real>>* keep = nullptr) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -418,6 +450,10 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
       if (!hit[p]) continue;
       const Target<real>& t = pr[p].a == 0 ? tg.x : tg.yz;
       if (t.restride) retarget(pr[p], t);
+      if (keep && small) {  // traced later, tile by tile
+        keep->push_back(KeptRay<real>{pr[p], pis[p], pr[p].a == 0});
+        continue;
+      }
       for (int q = 0; q < batch; ++q) {
         const real val = sino[q * sino_batch_stride + pis[p]];
         if (small) scatter_ray(t.base + q * t.batch_stride, pr[p], val, mode);
@@ -465,6 +501,94 @@ inline std::vector<int> balanced_chunks(const VolumeWindow<real>& vw, const real
     edge[t] = vw.z0 + std::max(lo, std::min(hi, z));
   }
   return edge;
+}
+
+// BackOptions::row_split: part t of the detector's outer rows [rlo[t], rlo[t + 1]) (whole bands of R
+// from the first row any ray of the slab reaches, balanced by pixel count over all views) scatters into
+// accumulator planes for the z rows [zlo[t], zhi[t]) that its rays can touch.  Those come from
+// slab_pixel_bounds, which is conservative: the largest z prefix (and suffix) of the slab whose box no
+// pixel of the part's rows reaches in any view is left out (a larger box's pixel range holds a smaller
+// one's, so a bisection finds it in log2(depth) rounds of one bound per view).  The part's rays are set
+// up against [zlo, zhi), so they cannot write outside its planes even if the bounds were loose.
+struct RowSplit {
+  std::vector<int> rlo, zlo, zhi;
+};
+
+// The plan of BackOptions::row_split for `parts` threads, or false where it does not fit: fewer bands
+// than parts, or parts whose z ranges together exceed the slab's depth by more than an eighth of it or
+// 8 planes, whichever is more (W1 at 2 threads: 5 planes; at 3, 37, and the z-chunks are taken; their
+// accumulators and the final sum would then cost what the split saves; e.g. a detector whose outer
+// index is u, or a tilted orbit).
+template <typename real>
+inline bool row_split_plan(const VolumeWindow<real>& vw, const real* src, const real* ctr, const real* ustep,
+                           const real* vstep, int cone, const DetectorWindow& dw, bool u_inner, int parts, int R,
+                           RowSplit& rs) {
+  const int nz = vw.z1 - vw.z0;
+  if (parts < 2 || R < 1 || nz < 2) return false;
+  // the outer rows' [lo, hi) and inner counts per view, for the slab [zlo, zhi); returns whether any
+  // pixel of the outer rows [r0, r1) is among them in some view
+  auto reached = [&](int zlo, int zhi, int r0, int r1, std::vector<double>* weight, int base) {
+    bool any = false;
+    for (int k = 0; k < dw.n_views; ++k) {
+      int ulo, uhi, vlo, vhi;
+      slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zhi, dw.U, dw.V, ulo, uhi, vlo, vhi);
+      ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+      vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
+      const int o0 = std::max(r0, u_inner ? vlo : ulo), o1 = std::min(r1, u_inner ? vhi : uhi);
+      const int ni = u_inner ? uhi - ulo : vhi - vlo;
+      if (o0 >= o1 || ni <= 0) continue;
+      any = true;
+      if (weight)
+        for (int o = o0; o < o1; ++o) (*weight)[o - base] += ni;
+    }
+    return any;
+  };
+  const int olo = u_inner ? dw.v0 : dw.u0, ohi = u_inner ? dw.v1 : dw.u1;
+  std::vector<double> w(std::max(0, ohi - olo), 0.0);
+  if (!reached(vw.z0, vw.z1, olo, ohi, &w, olo)) return false;
+  int first = 0, last = (int)w.size();
+  while (first < last && w[first] == 0.0) ++first;
+  while (last > first && w[last - 1] == 0.0) --last;
+  const int bands = (last - first + R - 1) / R;
+  if (bands < parts) return false;
+  std::vector<double> cum(bands + 1, 0.0);  // work of the bands before band b
+  for (int b = 0; b < bands; ++b) {
+    cum[b + 1] = cum[b];
+    for (int o = first + b * R; o < std::min(last, first + (b + 1) * R); ++o) cum[b + 1] += w[o];
+  }
+  rs.rlo.assign(parts + 1, 0);
+  rs.rlo[0] = olo + first;
+  rs.rlo[parts] = olo + last;
+  int b = 0;
+  for (int t = 1; t < parts; ++t) {
+    const double goal = cum[bands] * t / parts;
+    while (b < bands && cum[b + 1] <= goal) ++b;
+    // the nearer band edge, at least one band per part and room for the parts after this one
+    int e = (b < bands && goal - cum[b] > cum[b + 1] - goal) ? b + 1 : b;
+    e = std::max(e, (rs.rlo[t - 1] - olo - first) / R + 1);
+    e = std::min(e, bands - (parts - t));
+    rs.rlo[t] = olo + first + e * R;
+  }
+  rs.zlo.assign(parts, vw.z0);
+  rs.zhi.assign(parts, vw.z0);
+  i64 planes = 0;
+  for (int t = 0; t < parts; ++t) {
+    const int r0 = rs.rlo[t], r1 = rs.rlo[t + 1];
+    int lo = 0, hi = nz;  // the largest untouched prefix: [z0, z0 + lo) untouched, [z0, z0 + hi + 1) touched
+    while (lo < hi) {
+      const int m = (lo + hi + 1) / 2;
+      if (reached(vw.z0, vw.z0 + m, r0, r1, nullptr, 0)) hi = m - 1; else lo = m;
+    }
+    int a = lo, c = nz;  // the smallest untouched suffix start in [a, nz]
+    while (a < c) {
+      const int m = (a + c) / 2;
+      if (reached(vw.z0 + m, vw.z1, r0, r1, nullptr, 0)) a = m + 1; else c = m;
+    }
+    rs.zlo[t] = vw.z0 + lo;
+    rs.zhi[t] = vw.z0 + std::max(lo, c);
+    planes += rs.zhi[t] - rs.zlo[t];
+  }
+  return planes <= (i64)nz + std::max(8, nz / 8);
 }
 
 // Backward without atomics: each thread owns a z-chunk of the output slab and,
@@ -519,9 +643,27 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
     }
     return;
   }
-  const std::vector<int> edge = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
-  const int nchunks = (int)edge.size() - 1;
   const bool many_rays = (i64)dw.n_views * nu * nv >= slab / 4;  // the forward's rule for its copy
+  // row_split (RowSplit): parts of the detector rows instead of z-chunks; needs the padded accumulators
+  // (checked below; without them the z-chunks are taken)
+  RowSplit rs;
+  bool row_split = opt.row_split && opt.padded && opt.band_rows > 0 && small && many_rays && nthreads > 1 &&
+                   row_split_plan(vw, src, ctr, ustep, vstep, cone, dw, u_inner, nthreads, opt.band_rows, rs);
+  const std::vector<int> edge =
+      row_split ? std::vector<int>{} : balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
+  const int nchunks = row_split ? (int)rs.zlo.size() : (int)edge.size() - 1;
+  // chunk ch: the z rows [czlo[ch], czhi[ch]) of the detector's outer rows [crlo[ch], crhi[ch]), its
+  // accumulator plane of row z at z - z0 + cpo[ch] (z-chunks: one halo plane per chunk before it)
+  std::vector<int> czlo(nchunks), czhi(nchunks), crlo(nchunks, INT_MIN), crhi(nchunks, INT_MAX);
+  std::vector<i64> cpo(nchunks, 0);
+  i64 acc_planes = 0;  // accumulator planes of all chunks (halo planes included)
+  for (int ch = 0; ch < nchunks; ++ch) {
+    czlo[ch] = row_split ? rs.zlo[ch] : edge[ch];
+    czhi[ch] = row_split ? rs.zhi[ch] : edge[ch + 1];
+    if (row_split) { crlo[ch] = rs.rlo[ch]; crhi[ch] = rs.rlo[ch + 1]; }
+    cpo[ch] = acc_planes - (czlo[ch] - vw.z0);
+    acc_planes += czhi[ch] - czlo[ch];
+  }
   // padded: rays scatter into zeroed accumulators of our own with padded rows
   // and planes (padded_length): (z, y, x) for y- and z-dominant rays (the
   // output itself where nothing needs padding), (z, x, y) for x-dominant ones
@@ -540,10 +682,13 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   // plane of the next chunk, so that a thread scatters its boundary samples whole as between its own
   // sub-chunks; the halo planes are added into the output after all threads.  Needs both
   // accumulators private (an unpadded y/z one then too).
-  const bool halo_wanted = opt.seamless && nchunks > 1;
-  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W || halo_wanted || dup;
+  const bool halo_wanted = opt.seamless && nchunks > 1 && !row_split;
+  const bool ownA = rowA != vw.W || planeA != (i64)vw.H * vw.W || halo_wanted || dup || row_split;
   const i64 halo_planes = halo_wanted ? nchunks : 0;
-  const i64 slabA = ownA ? ((i64)nz + halo_planes) * planeA : 0, slabB = ((i64)nz + halo_planes) * planeB;
+  if (halo_wanted)
+    for (int ch = 0; ch < nchunks; ++ch) cpo[ch] = ch;
+  acc_planes += halo_planes;
+  const i64 slabA = ownA ? acc_planes * planeA : 0, slabB = acc_planes * planeB;
   const bool padded = opt.padded && small && vw.H > 1 && vw.W > 1 && many_rays &&
                       slabA < (i64(1) << 31) && slabB < (i64(1) << 31) &&
                       (double)(slabA + slabB) * batch * sizeof(real) <= 1024.0 * (1 << 20);
@@ -563,6 +708,25 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const Target<real> out_t{vol, vol_batch_stride, false, 0, 0, 0, 0};
   Targets<real> tg{out_t, out_t};
   const bool halo = padded && halo_wanted;  // chunk ch's plane z at accumulator plane z - z0 + ch
+  if (!padded && row_split) {  // z-chunks after all (the unpadded targets are the output's planes)
+    row_split = false;
+    const std::vector<int> e = balanced_chunks(vw, src, ctr, ustep, vstep, cone, dw, nthreads);
+    czlo.assign(e.begin(), e.end() - 1);
+    czhi.assign(e.begin() + 1, e.end());
+    crlo.assign(czlo.size(), INT_MIN);
+    crhi.assign(czlo.size(), INT_MAX);
+    cpo.assign(czlo.size(), 0);
+  }
+  const int nrun = (int)czlo.size();
+  // view tiles (BackOptions::tile_planes): banded, padded, and only where a band's accumulator planes
+  // (with two for the cone's spread) exceed a 2 MiB L2
+  const int tiles = opt.tile_planes > 0 && opt.band_rows > 0 && padded && small &&
+                            (i64)(opt.band_rows + 2) * std::max(planeA, planeB) * (i64)sizeof(real) > (i64(2) << 20)
+                        ? opt.tile_planes
+                        : 0;
+  const int tile_run = std::max(1, opt.tile_views);
+  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index lies in [0, n_planes)
+  const i64 sino_batch = (i64)dw.n_views * nu * nv;
   if (padded) {
     if (ownA) tg.yz = Target<real>{bufA, slabA, true, per, rowA, planeA, (i64)vw.z0 * planeA};
     tg.x = Target<real>{bufB, slabB, true, rowB, per, planeB, (i64)vw.z0 * planeB};
@@ -610,64 +774,108 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
         for (int x = 0; x < vw.W; ++x) o[(i64)y * vw.W + x] += t[(i64)x * vw.H + y];
     }
   };
-#pragma omp parallel for schedule(static, 1) num_threads(nthreads)
-  for (int ch = 0; ch < nchunks; ++ch) {
-    const i64 hp = halo ? ch : 0;  // halo planes of the chunks before this one
-    Targets<real> tgc = tg;
-    tgc.yz.offset -= hp * planeA;
-    tgc.x.offset -= hp * planeB;
-    const int hz = halo ? 1 : 0;
-    if (padded)  // this thread's planes of both accumulators, its halo plane too (first touch by their user)
-      for (int q = 0; q < batch; ++q) {
-        if (ownA) std::fill_n(bufA + q * slabA + (edge[ch] - vw.z0 + hp) * planeA, (size_t)((edge[ch + 1] - edge[ch] + hz) * planeA), real(0));
-        std::fill_n(bufB + q * slabB + (edge[ch] - vw.z0 + hp) * planeB, (size_t)((edge[ch + 1] - edge[ch] + hz) * planeB), real(0));
-      }
-    const bool halo_below = halo && ch > 0, halo_above = halo && ch + 1 < nchunks;
-    for (int zlo = edge[ch]; zlo < edge[ch + 1]; zlo += sub) {
-      const int zhi = std::min(edge[ch + 1], zlo + sub);
-      // seamless: rays set up against [zlo, zhi + 1) inside the chunk (or into its halo plane), each
-      // sample scattered by one sub-chunk
-      const int olo = seamless && (zlo > edge[ch] || halo_below) ? zlo : INT_MIN;
-      const int ohi = seamless && (zhi < edge[ch + 1] || halo_above) ? zhi : INT_MAX;
-      const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
-      const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd, padded && dup};
-      // band_rows: the detector rows in bands of R, every view per band (G views a group; G = 1:
-      // view by view).  The rays and each ray's additions are the same; only the order of views
-      // and rows changes, fixed for a call (repeated and batched calls stay bitwise equal).
-      const int G = opt.band_rows > 0 ? dw.n_views : 1, R = std::max(1, opt.band_rows);
-      std::vector<int> bo0(G), bo1(G), bi0(G), bi1(G);
-      for (int k0 = 0; k0 < dw.n_views; k0 += G) {
-        const int k1 = std::min(dw.n_views, k0 + G);
-        int omin = INT_MAX, omax = INT_MIN;
-        for (int k = k0; k < k1; ++k) {
-          int ulo, uhi, vlo, vhi;
-          slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
-          ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
-          vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
-          const int j = k - k0;
-          bo0[j] = u_inner ? vlo : ulo; bo1[j] = u_inner ? vhi : uhi;
-          bi0[j] = u_inner ? ulo : vlo; bi1[j] = u_inner ? uhi : vhi;
-          if (bo0[j] < bo1[j]) { omin = std::min(omin, bo0[j]); omax = std::max(omax, bo1[j]); }
+#pragma omp parallel num_threads(nthreads)
+  {
+#pragma omp for schedule(static, 1)
+    for (int ch = 0; ch < nrun; ++ch) {
+      const i64 hp = cpo[ch];  // z-chunks: the halo planes of the chunks before this one
+      const int zc0 = czlo[ch], zc1 = czhi[ch];
+      if (zc0 >= zc1) continue;  // a row part whose rays miss the slab
+      Targets<real> tgc = tg;
+      tgc.yz.offset -= hp * planeA;
+      tgc.x.offset -= hp * planeB;
+      const int hz = halo ? 1 : 0;
+      if (padded)  // this thread's planes of both accumulators, its halo plane too (first touch by their user)
+        for (int q = 0; q < batch; ++q) {
+          if (ownA) std::fill_n(bufA + q * slabA + (zc0 - vw.z0 + hp) * planeA, (size_t)((zc1 - zc0 + hz) * planeA), real(0));
+          std::fill_n(bufB + q * slabB + (zc0 - vw.z0 + hp) * planeB, (size_t)((zc1 - zc0 + hz) * planeB), real(0));
         }
-        const int step = G == 1 ? std::max(1, omax - omin) : R;
-        for (int b0 = omin; b0 < omax; b0 += step)
+      const bool halo_below = halo && ch > 0, halo_above = halo && ch + 1 < nrun;
+      std::vector<KeptRay<real>> kept;
+      const int step_z = row_split ? zc1 - zc0 : sub;  // a row part: its whole z range, every sample its own
+      for (int zlo = zc0; zlo < zc1; zlo += step_z) {
+        const int zhi = std::min(zc1, zlo + step_z);
+        // seamless: rays set up against [zlo, zhi + 1) inside the chunk (or into its halo plane), each
+        // sample scattered by one sub-chunk
+        const int olo = seamless && (zlo > zc0 || halo_below) ? zlo : INT_MIN;
+        const int ohi = seamless && (zhi < zc1 || halo_above) ? zhi : INT_MAX;
+        const int zwin = ohi != INT_MAX ? zhi + 1 : zhi;
+        const ScatterMode mode{opt.pairs, opt.rows, ZOwnership{olo, ohi}, opt.simd, padded && dup};
+        // band_rows: the detector rows in bands of R, every view per band (G views a group; G = 1:
+        // view by view).  The rays and each ray's additions are the same; only the order of views
+        // and rows changes, fixed for a call (repeated and batched calls stay bitwise equal).
+        const int G = opt.band_rows > 0 ? dw.n_views : 1, R = std::max(1, opt.band_rows);
+        std::vector<int> bo0(G), bo1(G), bi0(G), bi1(G);
+        for (int k0 = 0; k0 < dw.n_views; k0 += G) {
+          const int k1 = std::min(dw.n_views, k0 + G);
+          int omin = INT_MAX, omax = INT_MIN;
           for (int k = k0; k < k1; ++k) {
+            int ulo, uhi, vlo, vhi;
+            slab_pixel_bounds(vw, src, ctr, ustep, vstep, cone, k, zlo, zwin, dw.U, dw.V, ulo, uhi, vlo, vhi);
+            ulo = std::max(ulo, dw.u0); uhi = std::min(uhi, dw.u1);
+            vlo = std::max(vlo, dw.v0); vhi = std::min(vhi, dw.v1);
             const int j = k - k0;
-            const int e0 = std::max(b0, bo0[j]), e1 = std::min(b0 + step, bo1[j]);
-            for (int outer = e0; outer < e1; ++outer)
-              scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, bi0[j], bi1[j], zlo,
-                          zwin, tgc, small, mode);
+            bo0[j] = std::max(crlo[ch], u_inner ? vlo : ulo); bo1[j] = std::min(crhi[ch], u_inner ? vhi : uhi);
+            bi0[j] = u_inner ? ulo : vlo; bi1[j] = u_inner ? uhi : vhi;
+            if (bo0[j] < bo1[j]) { omin = std::min(omin, bo0[j]); omax = std::max(omax, bo1[j]); }
           }
+          // a row part's bands start at its first row (a band edge of the whole detector's bands)
+          if (row_split && omin < omax) omin = crlo[ch];
+          const int step = G == 1 ? std::max(1, omax - omin) : R;
+          if (tiles > 0) {
+            // view tiles: a band's views in runs, each run's rays set up once and kept, then scattered tile by
+            // tile of `tiles` planes of their dominant axis, so that the run's rays touch the same few planes
+            // of the accumulators, which stay in the L2 across the run
+            for (int b0 = omin; b0 < omax; b0 += step)
+              for (int r0 = k0; r0 < k1; r0 += tile_run) {
+                kept.clear();
+                for (int k = r0; k < std::min(k1, r0 + tile_run); ++k) {
+                  const int j = k - k0;
+                  const int e0 = std::max(b0, bo0[j]), e1 = std::min(b0 + step, bo1[j]);
+                  for (int outer = e0; outer < e1; ++outer)
+                    scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, bi0[j],
+                                bi1[j], zlo, zwin, tgc, small, mode, &kept);
+                }
+                for (int t0 = 0; t0 < n_planes; t0 += tiles)
+                  for (const KeptRay<real>& kr : kept) {
+                    if (kr.r.n1 <= t0 || kr.r.n0 >= t0 + tiles) continue;
+                    const Target<real>& t = kr.x ? tgc.x : tgc.yz;
+                    for (int q = 0; q < batch; ++q)
+                      scatter_ray(t.base + q * t.batch_stride, kr.r, sino[q * sino_batch + kr.pix], mode, t0,
+                                  t0 + tiles);
+                  }
+              }
+            continue;
+          }
+          for (int b0 = omin; b0 < omax; b0 += step)
+            for (int k = k0; k < k1; ++k) {
+              const int j = k - k0;
+              const int e0 = std::max(b0, bo0[j]), e1 = std::min(b0 + step, bo1[j]);
+              for (int outer = e0; outer < e1; ++outer)
+                scatter_row(sino, batch, vw, src, ctr, ustep, vstep, cone, dw, k, u_inner, outer, bi0[j], bi1[j],
+                            zlo, zwin, tgc, small, mode);
+            }
+        }
+        // add the sub-chunk's accumulators into the output while they are in cache (a row part's planes
+        // may be another's too: summed after the join)
+        if (!row_split)
+          for (int q = 0; q < batch; ++q)
+            for (int z = zlo; z < zhi; ++z) add_planes(q, z, z - vw.z0 + hp, z > zc0);
       }
-      // add the sub-chunk's accumulators into the output while they are in cache
-      for (int q = 0; q < batch; ++q)
-        for (int z = zlo; z < zhi; ++z) add_planes(q, z, z - vw.z0 + hp, z > edge[ch]);
+    }
+    // row parts: each output plane gets the parts holding it in part order (implicit barrier above)
+    if (row_split) {
+#pragma omp for schedule(static)
+      for (int z = vw.z0; z < vw.z1; ++z)
+        for (int ch = 0; ch < nrun; ++ch)
+          if (z >= czlo[ch] && z < czhi[ch])
+            for (int q = 0; q < batch; ++q) add_planes(q, z, z - vw.z0 + cpo[ch], z > czlo[ch]);
     }
   }
   // the halo planes, after every thread's own: chunk ch's is the first plane of chunk ch + 1
   if (halo)
-    for (int ch = 0; ch + 1 < nchunks; ++ch)
-      for (int q = 0; q < batch; ++q) add_planes(q, edge[ch + 1], (i64)edge[ch + 1] - vw.z0 + ch, true);
+    for (int ch = 0; ch + 1 < nrun; ++ch)
+      for (int q = 0; q < batch; ++q) add_planes(q, czhi[ch], (i64)czhi[ch] - vw.z0 + ch, true);
 }
 
 }  // namespace ct

@@ -84,13 +84,24 @@ struct BackPath {
 };
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
-    // the defaults (session 5, docs/INTERNALS.md "Backprojection, session 5"): no z sub-chunks; each
+    // the defaults' loops (session 5, docs/INTERNALS.md "Backprojection, session 5"): no z sub-chunks; each
     // thread's detector rows in bands of 8 (-b8), every view per band, so that a band's part of the
     // accumulators stays in cache across the views (W1, 1 thread, interleaved, load 3.9: 0.60 against
     // 0.76 CPU-s for pairs-padded-s4m-f16; N = 256: 5.2 against 7.5); dup-: the accumulators in z-row
     // pair slots (DupLayout: one 16-byte read-modify-write per sample; W1 0.57), taken for planes up
     // to kDupMaxSlotPlane and AVX-512 stencils only (GCC's vectorisation of the scalar pair-slot
     // stencils ran W1 1.7x slower)
+    // -rs (session 6): at 2 threads and more, the threads split the detector rows' bands instead of the
+    // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
+    // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
+    // (W1, 2 threads, interleaved: 0.566 against 0.612 CPU-s, one thread 0.564); and where a band's
+    // accumulator planes exceed the L2 (N >= 222 here), view tiles: runs of 16 views set up once and
+    // scattered tile by tile of 128 planes of their dominant axis (BackOptions::tile_planes; N = 320,
+    // 1 thread: 11.3 against 12.5 CPU-s); docs/INTERNALS.md "Backprojection, session 6"
+#if defined(__AVX512F__)
+    {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 128, 16}},
+#endif
+    {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 128, 16}},
 #if defined(__AVX512F__)
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif

@@ -9,7 +9,8 @@ scattered.  Here the scan has more rays than voxels (so the padded accumulators,
 pair slots, are taken), an odd depth whose centre plane carries rays planar in z (the central
 detector row) and 1, 2 and 3 threads (0, 1 and 2 z-chunk edges, each a
 halo): each path against the reference backend (float64 exactly, float32 within rounding), the exact
-adjoint identity, and bitwise repeated and batched calls.
+adjoint identity, and bitwise repeated and batched calls.  The ``-rs-`` paths split 2 threads' work by
+detector rows instead (the z-chunks at 3 threads, where the parts would overlap too much).
 """
 
 import math
@@ -100,12 +101,43 @@ def test_measurement_ranks_the_banded_back_paths(band_paths):
     """The measurement's slab (16 planes, in cache) cannot show what the bands pay for on a real
     volume, so where the library has banded back paths only they are ranked."""
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
-    assert cpu_joseph_paths.candidates("back", known["back"]) == band_paths
-    # the build's default (its first path) is banded: pair slots where the build has AVX-512
+    # a z-chunk path beside its row-split twin (-rs-) is not ranked: on the 1-thread slab they run the same code
+    twins = [n for n in band_paths if "-rs-" not in n and re.sub(r"-b(\d+)$", r"-rs-b\1", n) in band_paths]
+    assert "pairs-padded-b8" in twins
+    assert cpu_joseph_paths.candidates("back", known["back"]) == [n for n in band_paths if n not in twins]
+    # the build's default (its first path) is banded with the row split: pair slots where the build has AVX-512
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     avx512 = " avx512f" in flags and os.environ.get("CTBENCH_MARCH", "native") == "native"
-    assert known["back"][0] == ("dup-padded-b8" if avx512 else "pairs-padded-b8")
-    assert {"pairs-padded-b8", "pairs-padded-b4"} <= set(band_paths)
+    assert known["back"][0] == ("dup-padded-rs-b8" if avx512 else "pairs-padded-rs-b8")
+    assert {"pairs-padded-rs-b8", "pairs-padded-b8", "pairs-padded-b4"} <= set(band_paths)
+
+
+def test_row_split_is_taken_at_two_threads_and_falls_back_at_three(band_paths, monkeypatch):
+    """The -rs- paths split the detector rows between 2 threads (this scan's two parts reach 15 + 15 of its
+    25 planes) and take the z-chunks at 3 (9 + 23 + 9 planes: too much overlap).  A split sums each voxel in
+    another order than its z-chunk twin, so its float32 result differs from the twin's in rounding at
+    2 threads; at 1 thread (no split) and where it falls back (3 threads) the two run the same code."""
+    cpu, ref = _scan()
+    g = torch.Generator().manual_seed(3)
+    y = torch.rand((1, *cpu.projection_shape), generator=g, dtype=torch.float32)
+    want = ref.backproject(y.double())
+    pairs = [(n, n.replace("-rs-", "-")) for n in band_paths if "-rs-" in n and n.replace("-rs-", "-") in band_paths]
+    assert pairs
+    try:
+        for rs, twin in pairs:
+            got = {}
+            for name in (rs, twin):
+                monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+                for threads in (1, 2, 3):
+                    torch.set_num_threads(threads)
+                    got[name, threads] = cpu.backproject(y)
+            assert torch.equal(got[rs, 1], got[twin, 1]), rs
+            assert not torch.equal(got[rs, 2], got[twin, 2]), rs  # the row split ran
+            assert torch.equal(got[rs, 3], got[twin, 3]), rs      # the z-chunks ran
+            err = float((got[rs, 2].double() - want).abs().max())
+            assert err <= 1e-5 * float(want.abs().max()), rs
+    finally:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
 def test_a_dominant_axis_tie_is_the_only_difference_from_the_reference():
@@ -134,3 +166,41 @@ def test_a_dominant_axis_tie_is_the_only_difference_from_the_reference():
         assert abs(lhs - rhs) <= 1e-12 * abs(lhs)
     cpu_t, ref_t = _scan(offset=1e-9)
     assert float((cpu_t.project(x) - ref_t.project(x)).abs().max()) <= 1e-12 * scale
+
+
+def test_view_tiles_keep_every_sample(band_paths, monkeypatch):
+    """Planes of 232 x 232 voxels: a band's accumulator planes exceed 2 MiB, so the -rs- paths scatter runs of
+    views tile by tile of their rays' dominant axis.  A voxel then still gets its rays' additions in the same
+    order (one tile holds it), so at 1 thread the result is bitwise the untiled z-chunk path's; against the
+    reference, the exact adjoint identity (float64, tiled too) and batched against per item at 1 and 2 threads."""
+    shape, det = (4, 232, 232), (96, 48)
+    traj = circular_trajectory_3d(12, 300.0, 600.0, angles=torch.arange(12, dtype=F64) * 0.52 + 0.05, dtype=F64)
+    kw = dict(voxel_spacing=(1.0, 1.0, 1.0), detector_spacing=(5.0, 0.5))
+    cpu, ref = (Projector(traj, shape, det, backend=b, **kw) for b in ("cpu", "reference"))
+    assert 12 * det[0] * det[1] >= math.prod(shape) / 4 and 10 * shape[1] * shape[2] * 4 > 2 << 20
+    g = torch.Generator().manual_seed(11)
+    y = torch.rand((2, *cpu.projection_shape), generator=g, dtype=F64)
+    x = torch.rand(shape, generator=g, dtype=F64)
+    want = ref.backproject(y)
+    scale = float(want.abs().max())
+    tiled = [n for n in band_paths if "-rs-" in n]
+    assert tiled
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setenv(cpu_paths.PATH_ENV, "back=pairs-padded-b8")
+        untiled = cpu.backproject(y.float())
+        for name in tiled:
+            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                b32 = cpu.backproject(y.float())
+                if threads == 1:
+                    assert torch.equal(b32, untiled), name
+                assert float((b32.double() - want).abs().max()) <= 1e-5 * scale, (name, threads)
+                assert float((cpu.backproject(y) - want).abs().max()) <= 1e-12 * scale, (name, threads)
+                lhs = float((cpu.project(x) * y[0]).sum())
+                rhs = float((x * cpu.backproject(y[0])).sum())
+                assert abs(lhs - rhs) <= 1e-12 * abs(lhs), (name, threads)
+                assert torch.equal(cpu.backproject(y[1].float()), b32[1]), (name, threads)
+    finally:
+        torch.set_num_threads(max(1, os.cpu_count() or 1))

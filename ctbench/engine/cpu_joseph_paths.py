@@ -14,8 +14,9 @@ planes exceed the L2 its views taken in runs traced plane tile by plane tile) an
 walked in sub-chunks of about N MiB of output), the seamless ``-sNm`` forms (each sample scattered
 whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (sub-chunks of at
 least max(H, W) / K planes), the banded ``-bR`` forms (no sub-chunks; each thread's detector rows in
-bands of R, every view per band; ``dup-padded-b8``, accumulators in z-row pair slots, is the default of
-AVX-512 builds, ``pairs-padded-b8`` of the others) and ``blocked`` (four scalar updates per sample).
+bands of R, every view per band; ``dup-padded-b8``: accumulators in z-row pair slots), their ``-rs-bR``
+forms (two or more threads split the detector rows' bands instead of z-chunks, and view tiles where a band's
+planes exceed the L2; ``dup-padded-rs-b8`` is the default of AVX-512 builds, ``pairs-padded-rs-b8`` of the others) and ``blocked`` (four scalar updates per sample).
 All compute the same samples; they differ only in speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
@@ -82,6 +83,16 @@ def _measure_scan(n: int, nz: int, views: int):
 _BACK_BANDS = re.compile(r"-b\d+$")   # the banded back paths (-bR)
 
 
+def _back_twin_left_out(name: str, names: list[str]) -> bool:
+    """Whether the banded back path ``name`` is left out of the ranking beside its ``-rs`` twin (``X-bR`` beside
+    ``X-rs-bR``): the twins differ only in how two or more threads split the work (z-chunks or detector rows) and in
+    the view tiles beyond the L2; the measurement runs one thread on an in-cache slab, where they are the same code.
+    The row split ran W1 7% faster at 2 threads, the tiles N = 320 8-10% at 1 (docs/INTERNALS.md, "Backprojection,
+    session 6").  The z-chunk twin stays forceable."""
+    m = re.search(r"-b\d+$", name)
+    return bool(m) and "-rs-" not in name and name[: m.start()] + "-rs" + name[m.start():] in names
+
+
 def _left_out_of_ranking(name: str, names: list[str]) -> bool:
     """Whether ``name`` (``X-fused-bands`` or ``X-fused-tiles``) is left out of the ranking beside its
     ``X-fused-pad-tiles`` twin (each build's default): on the measurement's slab the twin runs their loop (the
@@ -99,14 +110,15 @@ def candidates(op: str, names: list[str]) -> list[str]:
     only once the volume leaves the cache; the measurement's slab stays in cache, so timing both would let
     noise pick a path that ran 2x slower at N = 256 (520 against 1028 M samples/s, 1 thread).  Back: only
     the banded ``-bR`` paths where the library has them, for the same reason (W1 0.76 against 0.60 CPU-s,
-    N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path).  The others stay forceable by
+    N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path), and of twins differing only in their
+    thread split the ``-rs`` one (:func:`_back_twin_left_out`).  The others stay forceable by
     ``CTBENCH_CPU_PATH``; so do the ``-fused-bands`` and ``-fused-tiles`` paths where a ``-fused-pad-tiles``
     twin exists (:func:`_left_out_of_ranking`)."""
     if op == "forward":
         banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _left_out_of_ranking(n, names)]
         return banded or list(names)
     if op == "back":
-        banded = [n for n in names if _BACK_BANDS.search(n)]
+        banded = [n for n in names if _BACK_BANDS.search(n) and not _back_twin_left_out(n, names)]
         return banded or list(names)
     return list(names)
 
