@@ -396,6 +396,12 @@ class TurnTrace:
         self._hook("napari._qt.layer_controls.qt_layer_controls_container", "QtLayerControlsContainer", "_add",
                    "napari layer controls")
         self._hook("vispy.app.backends._qt", "CanvasBackendDesktop", "paintGL", "canvas paint")
+        # Where a new layer's time goes: napari's sample menu, the layer model, its insertion (visual,
+        # controls, selection, dims), and the display rule that puts it in its frame.
+        self._hook("napari.components.viewer_model", "ViewerModel", "open_sample", "napari open_sample")
+        self._hook("napari.components.viewer_model", "ViewerModel", "add_layer", "napari add_layer")
+        self._hook("napari.layers.image.image", "Image", "__init__", "napari Image()")
+        self._hook_function("ctbench_napari._qt.display_rule", "apply", "ctbench display rule")
         gc.callbacks.append(self._gc)
 
     def _gap(self, t0: float, t1: float, gap: float) -> None:
@@ -429,6 +435,18 @@ class TurnTrace:
             owner = getattr(importlib.import_module(module), cls)
             original = owner.__dict__[name]
         except (ImportError, AttributeError, KeyError):
+            return
+        setattr(owner, name, self._timed(original, label))
+        self._undo.append((owner, name, original))
+
+    def _hook_function(self, module: str, name: str, label) -> None:
+        """A module-level function, called through its module's globals (absent in older versions: skipped)."""
+        import importlib
+
+        try:
+            owner = importlib.import_module(module)
+            original = owner.__dict__[name]
+        except (ImportError, KeyError):
             return
         setattr(owner, name, self._timed(original, label))
         self._undo.append((owner, name, original))

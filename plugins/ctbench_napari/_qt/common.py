@@ -695,6 +695,11 @@ class Steps:
         self._generation += 1
         self._chain = []
 
+    def extend(self, steps) -> None:
+        """Append ``steps`` to the chain being run (from one of its steps: e.g. the display steps of a layer
+        that the step has just made), one per turn after the others."""
+        self._chain.extend(steps)
+
     def run(self, steps, on_error=None) -> None:
         """The first step now, each further one in a later turn of the event loop."""
         from qtpy.QtCore import QTimer

@@ -293,11 +293,12 @@ class ReconstructionWidget(QWidget):
         self._run = {"request": request, "geometry": geo, "source": layer.name, "t0": time.perf_counter(),
                      "finished": None}
         sino_t = torch.from_numpy(np.ascontiguousarray(sino))
-        if mode == "full":
-            # Adding a layer is the one slow GUI step (napari builds its visual and controls):
-            # do it now, in the click, so that the run itself never blocks the event loop.
-            self._live_layer(self._layer_name(request, layer.name), geo.volume_shape, geo.voxel_spacing, None,
-                             {"request": request.to_dict()})
+        # The run's layer is not added in the click: a new napari layer (its visual, controls, selection, a
+        # canvas paint and the window's repaint) and the click's own work in one turn stalled the window
+        # past 250 ms.  An iterative run adds it at Started, a paced turn of its own; a one-pass run (FBP,
+        # FDK: its only frame is the result) adds it with the result, in a turn after Finished.
+        self.live_layer = None
+        self._run["name"] = self._layer_name(request, layer.name)
         self.progress.setRange(0, 0)
         self.progress.setFormat("%v / %m")
         self.status.setText(f"{request.title()}: starting…")
@@ -357,30 +358,34 @@ class ReconstructionWidget(QWidget):
         except Exception as e:  # noqa: BLE001 - a display problem must not kill the run silently
             self.message.error(error_text(e))
 
-    def _live_layer(self, name, shape, spacing, origin, recon: dict):
-        """The layer that shows the running estimate: reused when it exists (cheap), else added."""
-        zeros = np.zeros(shape, dtype=np.float32)
-        kw = placement(shape, spacing, origin)
-        meta = {KEY: {"kind": "volume", "running": True, "recon": recon}}
+    def _live_layer(self, name, shape, spacing, origin, recon: dict, data=None, limits=None, meta=None):
+        """The layer of a run: zeros (the running estimate to come) or ``data``; reused when it exists (cheap),
+        else added, with ``limits`` as its contrast window when known (napari then computes none)."""
+        given = data is not None
+        data = data if given else np.zeros(shape, dtype=np.float32)
+        kw = placement(data.shape, spacing, origin)
+        meta = meta or {KEY: {"kind": "volume", "running": True, "recon": recon}}
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            if layer.data.shape != zeros.shape:
-                layer.data = zeros
+            if given or layer.data.shape != data.shape:
+                layer.data = data
             set_placement(layer, kw["scale"], kw["translate"])    # unchanged: no dims recomputation
             layer.metadata = meta
-        else:
-            layer = self.viewer.add_image(zeros, name=name, colormap="gray", metadata=meta, **kw)
-        self.live_layer = layer
-        return layer
+            return layer
+        if limits is not None and limits[1] > limits[0]:
+            kw["contrast_limits"] = [float(limits[0]), float(limits[1])]
+        return self.viewer.add_image(data, name=name, colormap="gray", metadata=meta, multiscale=False, **kw)
 
     def _on_started(self, ev: Started) -> None:
         self.progress.setRange(0, ev.n_iter)
         self.progress.setValue(0)
         self._run["started"] = ev
         name = self.live_layer.name if self.live_layer is not None else \
-            self._layer_name(ev.request, self._run.get("source", ""))
+            self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
         self._run["name"] = name
-        self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin, {"request": ev.request.to_dict()})
+        if ev.request.spec.iterative:      # a one-pass run's layer comes with its result (_on_finished)
+            self.live_layer = self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin,
+                                               {"request": ev.request.to_dict()})
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: running…")
 
@@ -444,29 +449,44 @@ class ReconstructionWidget(QWidget):
 
     def _on_finished(self, ev: Finished) -> None:
         self._run["finished"] = ev
-        layer = self.live_layer
-        if layer is None:
-            return
         shown = getattr(ev, "display", None) or {}     # made in the worker thread (runner.for_display)
         data = shown.get("data")
         if data is None:
             data = ev.volume.numpy().astype(np.float32, copy=False)
-        layer.data = data
         g = self._run.get("geometry")
-        layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
-                                "recon": {**ev.metadata(), "source": self._run.get("source"),
-                                          "request": ev.request.to_dict()},
-                                "geometry": g.to_dict() if g is not None else None}}
+        meta = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
+                      "recon": {**ev.metadata(), "source": self._run.get("source"), "request": ev.request.to_dict()},
+                      "geometry": g.to_dict() if g is not None else None}}
         if ev.stopped == "cancelled":
-            layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
             self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
-        if ev.request.mode == "full":
-            self._add_result(layer)
-        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles, from the
-        # next turn on, one napari update per turn (display.show_result_steps); then the comparison hears of it.
-        self.display_steps.run([next_turn, *self._display_steps(layer, shown.get("window")),
-                                functools.partial(self.result_added.emit, layer)],
-                               on_error=lambda e: self.message.error(error_text(e)))
+
+        def result(layer):
+            if layer.metadata is not meta:
+                layer.metadata = meta
+            if ev.stopped == "cancelled":
+                layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
+            if ev.request.mode == "full":
+                self._add_result(layer)
+            # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles, one
+            # napari update per turn (display.show_result_steps); then the comparison hears of it.
+            return [*self._display_steps(layer, shown.get("window")),
+                    functools.partial(self.result_added.emit, layer)]
+
+        on_error = lambda e: self.message.error(error_text(e))   # noqa: E731
+        layer = self.live_layer
+        if layer is not None:          # an iterative run's layer: its data now, its display from the next turn
+            layer.data = data
+            self.display_steps.run([next_turn, *result(layer)], on_error=on_error)
+        else:
+            # A one-pass run (or a job that sent no Started): its layer is made from the result, in a turn
+            # of its own after this one, with the window computed in the worker; its display follows.
+            name = self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
+
+            def add():
+                made = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data,
+                                        limits=shown.get("window"), meta=meta)
+                self.display_steps.extend(result(made))
+            self.display_steps.run([next_turn, add], on_error=on_error)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")

@@ -65,9 +65,9 @@ def install(viewer) -> None:
     window._ctbench_warm_up = steps
     _start_background()
     font = _scale_bar_font(real)
-    if font is not None:
-        steps.run([_glyph_step(font, c) for c in SCALE_BAR_GLYPHS],
-                  on_error=lambda e: log.debug("glyph warm-up failed: %s", e))
+    glyphs = [_glyph_step(font, c) for c in SCALE_BAR_GLYPHS] if font is not None else []
+    steps.run([*glyphs, _controls_width_step(real, steps)],
+              on_error=lambda e: log.debug("GUI warm-up step failed: %s", e))
 
 
 FREEZE_POLL_MS = 200
@@ -156,6 +156,42 @@ def background_ready(timeout: float | None = None) -> bool:
 def _glyph_step(font, char: str):
     def step():
         font[char]           # renders and stores the glyph when missing (napari's QtTextureFont)
+    return step
+
+
+def _controls_width_step(viewer, steps):
+    """Give the layer-controls dock the width an image layer's controls give it, before any layer comes.
+
+    In an empty viewer the dock is as wide as napari's empty page; the first layer's controls widen it
+    (271 -> 337 px at 1920x1080), so the canvas shrank and napari painted it twice inside the first
+    ``add_image`` (about 0.1 s of a sample's opening).  Here, at start-up, the controls of a throwaway image
+    layer join napari's stack of control pages (never shown: the stack is as wide as its widest page) and
+    leave it a turn after the first layer has arrived, whose own controls then hold the same width: nothing
+    moves in an action."""
+
+    def step():
+        if not background_ready(0):      # the throwaway layer needs pint's registry (built in the background)
+            steps.extend([step])
+            return
+        container = getattr(getattr(viewer.window, "_qt_viewer", None), "controls", None)
+        if container is None or len(viewer.layers):
+            return                        # another napari, or a layer's controls already set the width
+        import numpy as np
+        from napari._qt.layer_controls.qt_layer_controls_container import create_qt_layer_controls
+        from napari.layers import Image
+
+        page = create_qt_layer_controls(Image(np.zeros((2, 2, 2), np.float32), name="ctbench width"))
+        container.addWidget(page)         # styled as napari's own pages, not current
+
+        def release(_event=None):
+            viewer.layers.events.inserted.disconnect(release)
+
+            def remove():
+                if not is_deleted(page) and not is_deleted(container):
+                    container.removeWidget(page)
+                    page.deleteLater()
+            QTimer.singleShot(0, remove)
+        viewer.layers.events.inserted.connect(release)
     return step
 
 
