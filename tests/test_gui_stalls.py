@@ -511,13 +511,19 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     from ctbench_napari._qt import common
 
     runs = []
-    real_run = common.Steps.run
+    real_run, real_extend = common.Steps.run, common.Steps.extend
 
     def counting_run(self, steps, on_error=None):
         steps = list(steps)
         runs.append(len(steps))
         return real_run(self, steps, on_error)
+
+    def counting_extend(self, steps):       # a one-pass result's display steps follow the step making its layer
+        steps = list(steps)
+        runs[-1] += len(steps)
+        return real_extend(self, steps)
     monkeypatch.setattr(common.Steps, "run", counting_run)
+    monkeypatch.setattr(common.Steps, "extend", counting_extend)
     viewer = make_napari_viewer(show=True)
     viewer.open_sample(PLUGIN, "phantom_scan")
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
@@ -528,7 +534,7 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     recon.preview_button.click()
     wait_for(lambda: not recon.running, timeout=120)
     assert recon.message.level != "error", recon.message.text()
-    assert runs and max(runs) >= 5        # next turn, contrast + visibility, 2D, placement, result_added
+    assert runs and max(runs) >= 6     # next turn, the layer, contrast + visibility, 2D, placement, result_added
     layer = viewer.layers[recon.last_run["name"]]
     assert [x.name for x in viewer.layers if x.visible] == [layer.name]
     assert viewer.dims.ndisplay == 2
@@ -622,3 +628,127 @@ def test_a_process_a_worker_starts_keeps_the_normal_priority(qapp):
     direct, spawned = seen["nice"]
     assert direct == min(19, main_nice + common.BACKGROUND_NICE)     # what a plain Popen in a worker gets
     assert spawned == main_nice
+
+
+def test_steps_extend_adds_steps_to_the_running_chain_one_per_turn(qtbot):
+    from qtpy.QtWidgets import QWidget
+
+    from ctbench_napari._qt.common import Steps
+
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    steps = Steps(owner)
+    done = []
+
+    def make():                  # a step that makes something and then queues the steps that use it
+        done.append("made")
+        steps.extend([lambda: done.append("shown"), lambda: done.append("told")])
+        assert done == ["first", "made"]          # the extension does not run inside the step
+    steps.run([lambda: done.append("first"), make])
+    wait_for(lambda: steps.pending == 0, timeout=5)
+    assert done == ["first", "made", "shown", "told"]
+
+
+def _run_and_watch(recon, viewer, button):
+    """Click ``button`` and report which layers existed right after the click and when Started arrived."""
+    from ctbench.workbench.workflow import Started
+
+    seen = {}
+    recon.runner.event.connect(lambda ev: seen.setdefault("at_started", [x.name for x in viewer.layers])
+                               if isinstance(ev, Started) else None)
+    before = [x.name for x in viewer.layers]
+    button.click()
+    seen["after_click"] = [x.name for x in viewer.layers]
+    wait_for(lambda: not recon.running, timeout=300)
+    assert recon.message.level != "error", recon.message.text()
+    return before, seen
+
+
+def test_a_one_pass_run_adds_its_layer_with_the_result_not_in_the_click(make_napari_viewer):
+    """FDK/FBP: their only frame is the result, so their layer is added with it, in a turn after Finished
+    (not as zeros in the click: a new layer and the click's own work in one turn stalled past 250 ms). It ends
+    as before: the result's data, named after the run, percentile contrast, a 2D central slice, listed."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("fbp")
+    before, seen = _run_and_watch(recon, viewer, recon.run_button)
+    name = recon.last_run["name"]
+    assert name.startswith("FBP") and name not in before
+    assert seen["after_click"] == before and seen["at_started"] == before     # nothing added until the result
+    layer = viewer.layers[name]
+    fin = recon.last_run["finished"]
+    np.testing.assert_array_equal(np.asarray(layer.data), fin.volume.numpy().astype(np.float32))
+    np.testing.assert_allclose(layer.contrast_limits, percentile_window(np.asarray(layer.data)), rtol=1e-4)
+    assert layer.metadata["ctbench"]["kind"] == "volume" and "running" not in layer.metadata["ctbench"]
+    assert layer.metadata["ctbench"]["recon"]["algorithm"] == "fbp"
+    assert recon.results == [layer] and recon.result_list.item(0).text() == name
+    assert [x.name for x in viewer.layers if x.visible] == [name] and viewer.dims.ndisplay == 2
+    assert viewer.dims.point[0] == pytest.approx(0.0, abs=0.6)             # the central slice of z (mm)
+    lo, hi = viewer.dims.range[0][:2]
+    assert (lo, hi) == pytest.approx((-31.5, 31.5), abs=0.6)                # the slider spans the result
+
+
+def test_an_iterative_run_adds_its_layer_at_started_not_in_the_click(make_napari_viewer):
+    """SIRT: the live layer comes with Started (a paced turn of its own), takes the live previews and ends
+    holding the result."""
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("sirt", n_iter=6)
+    recon.preview_every.setValue(2)
+    before, seen = _run_and_watch(recon, viewer, recon.run_button)
+    name = recon.last_run["name"]
+    assert seen["after_click"] == before                                   # not in the click
+    assert name in seen["at_started"] and name not in before               # with Started
+    assert recon.n_live_updates >= 1
+    layer = viewer.layers[name]
+    np.testing.assert_array_equal(np.asarray(layer.data), recon.last_run["finished"].volume.numpy())
+    assert recon.results == [layer] and layer.visible and viewer.dims.ndisplay == 2
+
+
+def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_width_alone(make_napari_viewer):
+    """The warm-up gives the empty layer-controls dock the width an image layer's controls give it, so the
+    first layer does not narrow the canvas (napari painted it twice inside that add_image); the final width
+    is napari's own (a viewer without ctbench has the same), and the stand-in page leaves once a layer came."""
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+
+    plain = make_napari_viewer(show=True)
+    plain.add_image(np.zeros((8, 8, 8), np.float32))
+    wait_for(lambda: plain.window._qt_viewer.controls.width() > 0, timeout=10)
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1600, 1000)
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    wait_for(lambda: warm_up.pending(viewer) == 0, timeout=120)
+    container = viewer.window._qt_viewer.controls
+    canvas = viewer.window._qt_viewer.canvas.native
+    assert container.count() == 2          # napari's empty page and the stand-in
+    wait_for(lambda: container.width() == plain.window._qt_viewer.controls.width() and canvas.width() > 100,
+             timeout=10)
+    _spin(0.3)
+    width = canvas.width()
+    viewer.add_image(np.zeros((8, 8, 8), np.float32))
+    wait_for(lambda: container.count() == 2 and type(container.currentWidget()).__name__ == "QtImageControls",
+             timeout=10)                   # empty page + the layer's: the stand-in left
+    _spin(0.3)
+    assert canvas.width() == width
+    assert container.width() == plain.window._qt_viewer.controls.width()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    wait_for(lambda: time.perf_counter() > end, timeout=seconds + 10)
