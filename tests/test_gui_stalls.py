@@ -797,3 +797,35 @@ def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_width_al
 def _spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     wait_for(lambda: time.perf_counter() > end, timeout=seconds + 10)
+
+
+def test_the_sliders_a_new_layer_needs_are_given_before_it_is_added(make_napari_viewer):
+    """After a single-slice preview the z slider is hidden; a volume result brings it back and shrank the
+    canvas inside its add_layer.  ``prepare_sliders_for`` shows the slider (and resizes) first, with the
+    preview still shown; the add then changes neither the sliders nor the canvas."""
+    import numpy as np
+    from napari.layers import Image
+
+    from ctbench_napari._qt.display import apply_frame_range, prepare_sliders_for
+
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1200, 900)
+    kw = {"scale": (1.0, 1.0, 1.0), "translate": (-31.5, -31.5, -31.5)}
+    hidden = viewer.add_image(np.ones((64, 64, 64), np.float32), name="older volume", **kw)
+    hidden.visible = False
+    viewer.add_image(np.ones((1, 64, 64), np.float32), name="preview", scale=(1.0, 1.0, 1.0),
+                     translate=(0.0, -31.5, -31.5))
+    apply_frame_range(viewer)
+    canvas = viewer.window._qt_viewer.canvas.native
+    _spin(0.3)
+    assert viewer.dims.nsteps[0] == 1               # the preview alone: one slice, no z slider
+    alone = canvas.height()
+    result = Image(np.zeros((64, 64, 64), np.float32), name="result", **kw)
+    prepare_sliders_for(viewer, result)
+    _spin(0.3)
+    assert viewer.dims.nsteps[0] == 64 and canvas.height() < alone          # the slider now, before the add
+    assert [x.name for x in viewer.layers if x.visible] == ["preview"]
+    ranges, height = tuple(viewer.dims.range), canvas.height()
+    viewer.add_layer(result)
+    _spin(0.3)
+    assert tuple(viewer.dims.range) == ranges and canvas.height() == height

@@ -22,7 +22,7 @@ from .display_rule import install as install_display_rule
 from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
                      report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
-from .display import show_result_steps
+from .display import prepare_sliders_for, show_result_steps
 from .estimate import EstimateLabel
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
@@ -372,9 +372,7 @@ class ReconstructionWidget(QWidget):
             set_placement(layer, kw["scale"], kw["translate"])    # unchanged: no dims recomputation
             layer.metadata = meta
             return layer
-        if limits is not None and limits[1] > limits[0]:
-            kw["contrast_limits"] = [float(limits[0]), float(limits[1])]
-        return self.viewer.add_image(data, name=name, colormap="gray", metadata=meta, multiscale=False, **kw)
+        return self.viewer.add_layer(_image(data, name, meta, kw, limits))
 
     def _on_started(self, ev: Started) -> None:
         self.progress.setRange(0, ev.n_iter)
@@ -480,13 +478,24 @@ class ReconstructionWidget(QWidget):
         else:
             # A one-pass run (or a job that sent no Started): its layer is made from the result, in a turn
             # of its own after this one, with the window computed in the worker; its display follows.
+            # First the layer's model and the sliders it will need (a slider appearing resizes the canvas), so
+            # that the turn adding it changes no geometry.
             name = self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
+            made = {}
+
+            def prepare():
+                if name not in self.viewer.layers:
+                    made["layer"] = _image(data, name, meta, placement(data.shape, ev.voxel_spacing, ev.origin),
+                                           shown.get("window"))
+                    prepare_sliders_for(self.viewer, made["layer"])
 
             def add():
-                made = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data,
-                                        limits=shown.get("window"), meta=meta)
-                self.display_steps.extend(result(made))
-            self.display_steps.run([next_turn, add], on_error=on_error)
+                if "layer" in made and name not in self.viewer.layers:
+                    layer = self.viewer.add_layer(made["layer"])
+                else:       # a preview's layer of the same name: reused
+                    layer = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data, meta=meta)
+                self.display_steps.extend(result(layer))
+            self.display_steps.run([next_turn, prepare, add], on_error=on_error)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
@@ -564,6 +573,17 @@ class ReconstructionWidget(QWidget):
     def single_view(self, *_) -> None:
         """Leave the grid and restore what was visible before comparing."""
         self.comparison.single_view()
+
+
+def _image(data, name: str, meta: dict, placed: dict, limits=None):
+    """The napari image layer of a run (not yet added): gray, one scale level, ``limits`` as its window when
+    known (napari then computes none)."""
+    from napari.layers import Image
+
+    kw = dict(placed)
+    if limits is not None and limits[1] > limits[0]:
+        kw["contrast_limits"] = [float(limits[0]), float(limits[1])]
+    return Image(data, name=name, colormap="gray", metadata=meta, multiscale=False, **kw)
 
 
 def eta_seconds(progress: list, n_iter: int) -> float:
