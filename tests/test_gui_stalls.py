@@ -763,10 +763,11 @@ def test_an_iterative_run_adds_its_layer_at_started_not_in_the_click(make_napari
     assert recon.results == [layer] and layer.visible and viewer.dims.ndisplay == 2
 
 
-def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_width_alone(make_napari_viewer):
-    """The warm-up gives the empty layer-controls dock the width an image layer's controls give it, so the
-    first layer does not narrow the canvas (napari painted it twice inside that add_image); the final width
-    is napari's own (a viewer without ctbench has the same), and the stand-in page leaves once a layer came."""
+def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_size_alone(make_napari_viewer):
+    """The warm-up gives the empty layer-controls dock the width an image layer's controls give it and the
+    slider row one slider's height, so the first layer (a volume, a 2D slice with a z slider) does not
+    shrink the canvas (napari painted it twice inside that add_image); the final width is napari's own (a
+    viewer without ctbench has the same), and the stand-in page leaves once a layer came."""
     import numpy as np
 
     from ctbench_napari import PLUGIN
@@ -785,12 +786,13 @@ def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_width_al
     wait_for(lambda: container.width() == plain.window._qt_viewer.controls.width() and canvas.width() > 100,
              timeout=10)
     _spin(0.3)
-    width = canvas.width()
+    width, height = canvas.width(), canvas.height()
     viewer.add_image(np.zeros((8, 8, 8), np.float32))
     wait_for(lambda: container.count() == 2 and type(container.currentWidget()).__name__ == "QtImageControls",
              timeout=10)                   # empty page + the layer's: the stand-in left
     _spin(0.3)
-    assert canvas.width() == width
+    assert viewer.dims.nsteps[0] == 8 and viewer.dims.ndisplay == 2      # a z slider came with the layer
+    assert canvas.width() == width and canvas.height() == height          # the canvas kept its size
     assert container.width() == plain.window._qt_viewer.controls.width()
 
 

@@ -214,7 +214,7 @@ def _controls_width_step(viewer, steps):
 
     In an empty viewer the dock is as wide as napari's empty page; the first layer's controls widen it
     (271 -> 337 px at 1920x1080), so the canvas shrank and napari painted it twice inside the first
-    ``add_image`` (about 0.1 s of a sample's opening).  Here, at start-up, the controls of a throwaway image
+    ``add_image`` (about 0.1 s of a sample's opening; Qt's QOpenGLWidget paints inside every resize).  Here, at start-up, the controls of a throwaway image
     layer join napari's stack of control pages (never shown: the stack is as wide as its widest page) and
     leave it a turn after the first layer has arrived, whose own controls then hold the same width: nothing
     moves in an action."""
@@ -223,9 +223,16 @@ def _controls_width_step(viewer, steps):
         if not background_ready(0):      # the throwaway layer needs pint's registry (built in the background)
             steps.extend([step])
             return
-        container = getattr(getattr(viewer.window, "_qt_viewer", None), "controls", None)
+        qt_viewer = getattr(viewer.window, "_qt_viewer", None)
+        container = getattr(qt_viewer, "controls", None)
         if container is None or len(viewer.layers):
             return                        # another napari, or a layer's controls already set the width
+        # The same for the slider row: the first volume shown as a 2D slice brings the z slider, which
+        # shrank the canvas (and napari painted it) inside the add.  The row is held at one slider's height
+        # until then; napari sets it again itself on every change of the sliders.
+        dims = getattr(qt_viewer, "dims", None)
+        if dims is not None and viewer.dims.ndisplay == 2 and hasattr(dims, "SLIDERHEIGHT"):
+            dims.setMinimumHeight(max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
         import numpy as np
         from napari._qt.layer_controls.qt_layer_controls_container import create_qt_layer_controls
         from napari.layers import Image
