@@ -66,6 +66,10 @@ def test_steps_run_one_per_event_loop_turn_and_a_new_run_drops_the_old(qtbot):
     errors = []
     steps.run([lambda: 1 / 0, lambda: done.append(8)], on_error=errors.append)
     assert isinstance(errors[0], ZeroDivisionError) and steps.pending == 0 and 8 not in done
+    steps.run([lambda: done.append(9), lambda: done.append(10)], later=True)
+    assert 9 not in done and steps.pending == 2              # later: the first step after this turn too
+    wait_for(lambda: steps.pending == 0, timeout=5)
+    assert done[-2:] == [9, 10]
 
 
 def test_comparison_cells_appear_one_per_turn(make_napari_viewer):
@@ -558,10 +562,10 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     runs = []
     real_run, real_extend = common.Steps.run, common.Steps.extend
 
-    def counting_run(self, steps, on_error=None):
+    def counting_run(self, steps, on_error=None, later=False):
         steps = list(steps)
         runs.append(len(steps))
-        return real_run(self, steps, on_error)
+        return real_run(self, steps, on_error, later)
 
     def counting_extend(self, steps):       # a one-pass result's display steps follow the step making its layer
         steps = list(steps)
@@ -579,7 +583,7 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     recon.preview_button.click()
     wait_for(lambda: not recon.running, timeout=120)
     assert recon.message.level != "error", recon.message.text()
-    assert runs and max(runs) >= 6     # next turn, the layer, contrast + visibility, 2D, placement, result_added
+    assert runs and max(runs) >= 6     # model + sliders, the add, contrast + visibility, 2D, placement, result_added
     layer = viewer.layers[recon.last_run["name"]]
     assert [x.name for x in viewer.layers if x.visible] == [layer.name]
     assert viewer.dims.ndisplay == 2

@@ -676,7 +676,8 @@ def after_this_turn(start) -> None:
 
 
 def next_turn() -> None:
-    """A no-op first step for ``Steps.run`` (which runs its first step at once): the rest starts next turn."""
+    """A no-op step for ``Steps.run``: the steps after it wait one more turn (``run(later=True)`` starts the
+    whole chain after this turn)."""
 
 
 class Steps:
@@ -713,8 +714,8 @@ class Steps:
         that the step has just made), one per turn after the others."""
         self._chain.extend(steps)
 
-    def run(self, steps, on_error=None) -> None:
-        """The first step now, each further one in a later turn of the event loop."""
+    def run(self, steps, on_error=None, later: bool = False) -> None:
+        """The first step now (``later``: after this turn), each further one in a later turn of the event loop."""
         from qtpy.QtCore import QTimer
 
         self._generation += 1
@@ -738,4 +739,7 @@ class Steps:
             if self._chain:
                 after_this_turn(lambda: QTimer.singleShot(self.GAP_MS, next_step))
 
-        next_step()
+        if later:
+            after_this_turn(lambda: QTimer.singleShot(self.GAP_MS, next_step))
+        else:
+            next_step()

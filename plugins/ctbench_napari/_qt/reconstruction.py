@@ -19,7 +19,7 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
+from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text,
                      report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
 from .display import prepare_sliders_for, show_result_steps
@@ -441,7 +441,7 @@ class ReconstructionWidget(QWidget):
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                self.display_steps.run([next_turn, *self._display_steps(self.live_layer)],
+                self.display_steps.run(self._display_steps(self.live_layer), later=True,
                                        on_error=lambda e: self.message.error(error_text(e)))
             self.n_live_updates += 1
 
@@ -474,7 +474,7 @@ class ReconstructionWidget(QWidget):
         layer = self.live_layer
         if layer is not None:          # an iterative run's layer: its data now, its display from the next turn
             layer.data = data
-            self.display_steps.run([next_turn, *result(layer)], on_error=on_error)
+            self.display_steps.run(result(layer), on_error=on_error, later=True)
         else:
             # A one-pass run (or a job that sent no Started): its layer is made from the result, in a turn
             # of its own after this one, with the window computed in the worker; its display follows.
@@ -495,7 +495,7 @@ class ReconstructionWidget(QWidget):
                 else:       # a preview's layer of the same name: reused
                     layer = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data, meta=meta)
                 self.display_steps.extend(result(layer))
-            self.display_steps.run([next_turn, prepare, add], on_error=on_error)
+            self.display_steps.run([prepare, add], on_error=on_error, later=True)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
