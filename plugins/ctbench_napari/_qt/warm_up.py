@@ -214,10 +214,11 @@ def _controls_width_step(viewer, steps):
 
     In an empty viewer the dock is as wide as napari's empty page; the first layer's controls widen it
     (271 -> 337 px at 1920x1080), so the canvas shrank and napari painted it twice inside the first
-    ``add_image`` (about 0.1 s of a sample's opening; Qt's QOpenGLWidget paints inside every resize).  Here, at start-up, the controls of a throwaway image
-    layer join napari's stack of control pages (never shown: the stack is as wide as its widest page) and
-    leave it a turn after the first layer has arrived, whose own controls then hold the same width: nothing
-    moves in an action."""
+    ``add_image`` (about 0.1 s of a sample's opening; Qt's OpenGL widget paints inside every resize).
+    Here, at start-up, the controls of a throwaway image layer join napari's stack of control pages (never
+    shown: the stack is as wide as its widest page) and leave it a turn after the first layer has arrived,
+    whose own controls then hold the same width: nothing moves in an action.  The slider row is held the
+    same way (``_hold_slider_row``)."""
 
     def step():
         if not background_ready(0):      # the throwaway layer needs pint's registry (built in the background)
@@ -227,18 +228,19 @@ def _controls_width_step(viewer, steps):
         container = getattr(qt_viewer, "controls", None)
         if container is None or len(viewer.layers):
             return                        # another napari, or a layer's controls already set the width
-        # The same for the slider row: the first volume shown as a 2D slice brings the z slider, which
-        # shrank the canvas (and napari painted it) inside the add.  The row is held at one slider's height
-        # until then; napari sets it again itself on every change of the sliders.
-        dims = getattr(qt_viewer, "dims", None)
-        if dims is not None and viewer.dims.ndisplay == 2 and hasattr(dims, "SLIDERHEIGHT"):
-            dims.setMinimumHeight(max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
         import numpy as np
         from napari._qt.layer_controls.qt_layer_controls_container import create_qt_layer_controls
         from napari.layers import Image
 
         page = create_qt_layer_controls(Image(np.zeros((2, 2, 2), np.float32), name="ctbench width"))
-        container.addWidget(page)         # styled as napari's own pages, not current
+
+        def add_page():
+            if not len(viewer.layers) and not is_deleted(page) and not is_deleted(container):
+                container.addWidget(page)
+        # Each geometry change in a turn of its own (each resizes the canvas, and Qt paints it inside the
+        # resize): the page joins napari's stack of control pages (styled as napari's own, never current),
+        # then the slider row is held at one slider's height.
+        steps.extend([add_page, lambda: _hold_slider_row(viewer, qt_viewer)])
 
         def release(_event=None):
             viewer.layers.events.inserted.disconnect(release)
@@ -250,6 +252,16 @@ def _controls_width_step(viewer, steps):
             QTimer.singleShot(0, remove)
         viewer.layers.events.inserted.connect(release)
     return step
+
+
+def _hold_slider_row(viewer, qt_viewer) -> None:
+    """The empty viewer's slider row at one slider's height: the first volume shown as a 2D slice brings
+    the z slider, which shrank the canvas (and napari painted it) inside the add.  napari sets the row's
+    height itself on every later change of the sliders."""
+    dims = getattr(qt_viewer, "dims", None)
+    if dims is not None and not is_deleted(dims) and not len(viewer.layers) and viewer.dims.ndisplay == 2 \
+            and hasattr(dims, "SLIDERHEIGHT"):
+        dims.setMinimumHeight(max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
 
 
 def _scale_bar_font(viewer):
