@@ -835,3 +835,29 @@ def test_the_sliders_a_new_layer_needs_are_given_before_it_is_added(make_napari_
     viewer.add_layer(result)
     _spin(0.3)
     assert tuple(viewer.dims.range) == ranges and canvas.height() == height
+
+
+def test_bench_gui_plugin_tree_measures_the_plugin_of_another_tree(tmp_path):
+    """``bench_gui.py --plugin-tree DIR``: ctbench_napari (and its submodules) come from DIR, ahead of the
+    editable install's import hook (PYTHONPATH alone lost to it); a folder without the package is refused."""
+    import subprocess
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gui.py"
+    pkg = tmp_path / "plugins" / "ctbench_napari"
+    (pkg / "_qt").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("TREE = 'other'\n")
+    (pkg / "_qt" / "__init__.py").write_text("")
+    (pkg / "_qt" / "common.py").write_text("TREE = 'other common'\n")
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('b', {str(bench)!r})\n"
+            "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n"
+            f"b._use_plugin_tree({str(tmp_path / 'plugins')!r})\n"
+            "import ctbench_napari, ctbench_napari._qt.common as c\n"
+            "print(ctbench_napari.TREE, '|', c.TREE)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "other | other common"
+    bad = subprocess.run([sys.executable, str(bench), "--plugin-tree", str(tmp_path), "--stalls"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "expected a folder holding ctbench_napari/" in bad.stderr
