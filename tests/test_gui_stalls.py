@@ -744,9 +744,10 @@ def test_a_one_pass_run_adds_its_layer_with_the_result_not_in_the_click(make_nap
     assert (lo, hi) == pytest.approx((-31.5, 31.5), abs=0.6)                # the slider spans the result
 
 
-def test_an_iterative_run_adds_its_layer_at_started_not_in_the_click(make_napari_viewer):
-    """SIRT: the live layer comes with Started (a paced turn of its own), takes the live previews and ends
-    holding the result."""
+def test_an_iterative_run_adds_its_layer_before_its_worker_starts_not_in_the_click(make_napari_viewer):
+    """SIRT: the live layer comes in the turns after the click, before the worker starts (napari's work
+    then never waits for the solver's GIL), is there at Started, takes the live previews and ends holding
+    the result."""
     import numpy as np
 
     from ctbench_napari import PLUGIN
@@ -760,7 +761,7 @@ def test_an_iterative_run_adds_its_layer_at_started_not_in_the_click(make_napari
     before, seen = _run_and_watch(recon, viewer, recon.run_button)
     name = recon.last_run["name"]
     assert seen["after_click"] == before                                   # not in the click
-    assert name in seen["at_started"] and name not in before               # with Started
+    assert name in seen["at_started"] and name not in before               # there by Started
     assert recon.n_live_updates >= 1
     layer = viewer.layers[name]
     np.testing.assert_array_equal(np.asarray(layer.data), recon.last_run["finished"].volume.numpy())
@@ -861,3 +862,27 @@ def test_bench_gui_plugin_tree_measures_the_plugin_of_another_tree(tmp_path):
     bad = subprocess.run([sys.executable, str(bench), "--plugin-tree", str(tmp_path), "--stalls"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "expected a folder holding ctbench_napari/" in bad.stderr
+
+
+def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(make_napari_viewer):
+    """Cancel in the turns between the click and the worker's start: no worker starts, no empty layer stays,
+    the buttons are back; the next run works."""
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("sirt", n_iter=3)
+    before = [x.name for x in viewer.layers]
+    recon.run_button.click()
+    assert recon.running and not recon.runner.running          # its layer first, the worker after
+    recon.cancel_button.click()
+    assert not recon.running and not recon.runner.running
+    _spin(0.5)
+    assert not recon.runner.running and "started" not in recon.last_run
+    assert [x.name for x in viewer.layers] == before
+    assert recon.run_button.isEnabled() and not recon.cancel_button.isEnabled()
+    recon.run_button.click()
+    wait_for(lambda: not recon.running, timeout=300)
+    assert recon.last_run["finished"] is not None and recon.last_run["name"] in viewer.layers

@@ -295,8 +295,10 @@ class ReconstructionWidget(QWidget):
         sino_t = torch.from_numpy(np.ascontiguousarray(sino))
         # The run's layer is not added in the click: a new napari layer (its visual, controls, selection, a
         # canvas paint and the window's repaint) and the click's own work in one turn stalled the window
-        # past 250 ms.  An iterative run adds it at Started, a paced turn of its own; a one-pass run (FBP,
-        # FDK: its only frame is the result) adds it with the result, in a turn after Finished.
+        # past 250 ms.  A full iterative run adds it in the turns after the click, before its worker starts
+        # (added while a solver runs, napari's Python work would wait for the GIL); a one-pass run (FBP,
+        # FDK: its only frame is the result) adds it with the result, in a turn after Finished; a quick
+        # preview reuses its layer (made at Started the first time).
         self.live_layer = None
         self._run["name"] = self._layer_name(request, layer.name)
         self.progress.setRange(0, 0)
@@ -308,16 +310,60 @@ class ReconstructionWidget(QWidget):
         # them on the GUI thread in order with the other events.
         post = getattr(self.runner, "post", self.runner.event.emit)     # in order with the paced events
         on_subset = post if request.algorithm in ("os_sirt", "os_tv") else None
-        self.runner.start(job(geo, sino_t, request) if job else
-                          lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
-                                                     on_subset=on_subset))
+
+        def start():
+            self.runner.start(job(geo, sino_t, request) if job else
+                              lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
+                                                         on_subset=on_subset))
+        if mode == "full" and request.spec.iterative:
+            self.display_steps.run([*self._add_steps(self._run["name"], geo.volume_shape, geo.voxel_spacing,
+                                                     {"request": request.to_dict()}), start],
+                                   on_error=self._not_started, later=True)
+        else:
+            start()
         return request
+
+    def _add_steps(self, name, shape, spacing, recon: dict) -> list:
+        """An iterative run's live layer in two turns: its model and the sliders it will need (a slider that
+        appears resizes the canvas), then the add, which then changes no geometry."""
+        made = {}
+
+        def prepare():
+            if name not in self.viewer.layers:
+                made["layer"] = _image(np.zeros(shape, np.float32), name,
+                                       {KEY: {"kind": "volume", "running": True, "recon": recon}},
+                                       placement(shape, spacing, None))
+                prepare_sliders_for(self.viewer, made["layer"])
+
+        def add():
+            if "layer" in made and name not in self.viewer.layers:
+                self.live_layer = self.viewer.add_layer(made["layer"])
+            else:
+                self.live_layer = self._live_layer(name, shape, spacing, None, recon)
+        return [prepare, add]
+
+    def _not_started(self, exc=None) -> None:
+        """A run given up before its worker started (cancelled, or a failing step): nothing is left running
+        and no empty layer stays behind."""
+        layer, self.live_layer = self.live_layer, None
+        if layer is not None and layer in self.viewer.layers:
+            self.viewer.layers.remove(layer)
+        if exc is not None:
+            self.message.error(f"{self._run['request'].title()} failed: {error_text(exc)}")
+        self._set_running(False)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("failed" if exc is not None else "cancelled")
+        self.status.setText("ready")
 
     def cancel(self, *_) -> None:
         """Stop the run after the current iteration; its estimate so far stays as a layer."""
         if self.runner.running:
             self.runner.cancel()
             self.status.setText("cancelling…")
+        elif self.display_steps.pending and "started" not in self._run and self._run.get("finished") is None:
+            self.display_steps.cancel()      # still adding its layer: the worker never starts
+            self._not_started()
 
     @property
     def running(self) -> bool:
