@@ -8,12 +8,15 @@ the phantom_scan and lab_scan samples, a designer edit, the FBP quick preview,
 a full FDK and SIRT run and the time after them, Compare side by side,
 Difference images, 3 s of a long SIRT run and its Cancel, Scan import's Correct and Attach geometry, and the Jobs
 panel docked without a bridge.  ``--label`` names the code measured (e.g.
-"before"/"after": run the script of each version, with PYTHONPATH pointing at
-that version's tree); records go to ``results/bench_gui_stalls.jsonl``.
+"before"/"after"; ``--plugin-tree DIR`` measures the napari plugin found in DIR,
+e.g. ``git archive BASE plugins | tar -x -C /tmp/base`` and ``--plugin-tree
+/tmp/base/plugins``: an editable install's import hook wins over PYTHONPATH);
+records go to ``results/bench_gui_stalls.jsonl``.
 ``--trace-paints`` counts each action's canvas paints and names where the
 longest ran; ``--trace-turns`` lists what ran inside each action's longest gap
-(ctbench steps and runner events, napari rebuilds, paints, main-window
-repaints, garbage collections, with their times); ``--trace-stacks`` samples the GUI thread's stack every 10 ms
+(ctbench steps, runner events and the display rule, napari's sample opening,
+layer models and insertions, rebuilds, paints, main-window repaints, garbage
+collections, with their times); ``--trace-stacks`` samples the GUI thread's stack every 10 ms
 while it stalls; ``--profile-stalls`` runs cProfile on the GUI thread between
 two probe ticks and keeps the functions of each action's longest gap
 (cumulative and own ms; cProfile slows Python, so use it to name causes, not
@@ -369,8 +372,9 @@ class StackSampler:
 
 class TurnTrace:
     """What ran inside each action's longest gap of the probe, turn by turn: the ctbench steps
-    (``common.Steps``) and runner events, napari's scene-graph and grid rebuilds, new layer controls and
-    visuals, the canvas paints, the main window's repaints (Qt's UpdateRequest, the OpenGL canvas composed
+    (``common.Steps``), runner events and display rule, napari's sample opening, layer models and
+    insertions (``open_sample``, ``Image()``, ``add_layer``), scene-graph and grid rebuilds, new layer
+    controls and visuals, the canvas paints, the main window's repaints (Qt's UpdateRequest, the OpenGL canvas composed
     in) and Python's garbage collections, each with its start (ms after the gap began) and its time.
 
     Only slots over 10 ms are kept; nested entries (a napari method inside a step) are listed too, so the
@@ -396,6 +400,12 @@ class TurnTrace:
         self._hook("napari._qt.layer_controls.qt_layer_controls_container", "QtLayerControlsContainer", "_add",
                    "napari layer controls")
         self._hook("vispy.app.backends._qt", "CanvasBackendDesktop", "paintGL", "canvas paint")
+        # Where a new layer's time goes: napari's sample menu, the layer model, its insertion (visual,
+        # controls, selection, dims), and the display rule that puts it in its frame.
+        self._hook("napari.components.viewer_model", "ViewerModel", "open_sample", "napari open_sample")
+        self._hook("napari.components.viewer_model", "ViewerModel", "add_layer", "napari add_layer")
+        self._hook("napari.layers.image.image", "Image", "__init__", "napari Image()")
+        self._hook_function("ctbench_napari._qt.display_rule", "apply", "ctbench display rule")
         gc.callbacks.append(self._gc)
 
     def _gap(self, t0: float, t1: float, gap: float) -> None:
@@ -429,6 +439,18 @@ class TurnTrace:
             owner = getattr(importlib.import_module(module), cls)
             original = owner.__dict__[name]
         except (ImportError, AttributeError, KeyError):
+            return
+        setattr(owner, name, self._timed(original, label))
+        self._undo.append((owner, name, original))
+
+    def _hook_function(self, module: str, name: str, label) -> None:
+        """A module-level function, called through its module's globals (absent in older versions: skipped)."""
+        import importlib
+
+        try:
+            owner = importlib.import_module(module)
+            original = owner.__dict__[name]
+        except (ImportError, KeyError):
             return
         setattr(owner, name, self._timed(original, label))
         self._undo.append((owner, name, original))
@@ -676,7 +698,11 @@ def main(argv=None) -> int:
     p.add_argument("--profile-stalls", action="store_true",
                    help="with --stalls: cProfile the GUI thread and keep, per action, the functions of its "
                         "longest gap (slows Python: for finding causes, not for the figures)")
+    p.add_argument("--plugin-tree", default=None,
+                   help="import ctbench_napari from this folder (another version's plugins/), not the installed one")
     args = p.parse_args(argv)
+    if args.plugin_tree:
+        _use_plugin_tree(args.plugin_tree)
     run_id = args.run_id or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     if args.stalls:
         return _stalls_main(args, run_id)
@@ -711,6 +737,25 @@ def main(argv=None) -> int:
     return 0
 
 
+def _use_plugin_tree(folder: str) -> None:
+    """Make ``import ctbench_napari`` find the package in ``folder`` (ahead of an editable install's hook)."""
+    import importlib.machinery
+
+    folder = str(Path(folder).resolve())
+    if not (Path(folder) / "ctbench_napari" / "__init__.py").is_file():
+        raise SystemExit(f"--plugin-tree: expected a folder holding ctbench_napari/, got {folder!r}")
+
+    class _PluginTree:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "ctbench_napari":
+                return importlib.machinery.PathFinder.find_spec(name, [folder])
+            if name.startswith("ctbench_napari."):
+                return importlib.machinery.PathFinder.find_spec(name, path)
+            return None
+    sys.meta_path.insert(0, _PluginTree)
+
+
 def _stalls_main(args, run_id: str) -> int:
     """--stalls: under a display (re-run under xvfb-run at 1920x1080 when there is none), JSON lines out."""
     if not os.environ.get("DISPLAY"):
@@ -721,6 +766,7 @@ def _stalls_main(args, run_id: str) -> int:
                "--label", args.label, "--run-id", run_id, "--out", args.out] + (["--no-out"] if args.no_out else []) \
             + (["--trace-paints"] if args.trace_paints else []) + (["--trace-stacks"] if args.trace_stacks else []) \
             + (["--trace-turns"] if args.trace_turns else []) \
+            + (["--plugin-tree", args.plugin_tree] if args.plugin_tree else []) \
             + (["--profile-stalls"] if args.profile_stalls else [])
         return subprocess.run(cmd).returncode
     records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,

@@ -66,6 +66,10 @@ def test_steps_run_one_per_event_loop_turn_and_a_new_run_drops_the_old(qtbot):
     errors = []
     steps.run([lambda: 1 / 0, lambda: done.append(8)], on_error=errors.append)
     assert isinstance(errors[0], ZeroDivisionError) and steps.pending == 0 and 8 not in done
+    steps.run([lambda: done.append(9), lambda: done.append(10)], later=True)
+    assert 9 not in done and steps.pending == 2              # later: the first step after this turn too
+    wait_for(lambda: steps.pending == 0, timeout=5)
+    assert done[-2:] == [9, 10]
 
 
 def test_comparison_cells_appear_one_per_turn(make_napari_viewer):
@@ -211,6 +215,49 @@ def test_the_workbench_freezes_the_heap_once_warm_and_unfreezes_when_its_window_
         assert before() is None            # collectable again once the workbench is gone
     finally:
         gc.unfreeze()
+
+
+def test_the_frozen_workbench_runs_full_collections_when_the_event_loop_is_idle(make_napari_viewer):
+    """Python's own full collections came inside the turns that add a layer: while the workbench is on
+    screen its trigger is raised and the same collections run from a timer once the loop is calm; garbage
+    in cycles is still collected without anyone calling gc.collect, and Python's thresholds come back when
+    the window goes."""
+    import gc
+    import weakref
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+
+    class Node:
+        pass
+
+    python_thresholds = gc.get_threshold()
+    gc.unfreeze()
+    try:
+        viewer = make_napari_viewer(show=True)
+        viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+        warm_up.freeze_heap_when_warm(viewer)
+        wait_for(lambda: warm_up.heap_frozen(viewer), timeout=120)
+        guard = viewer.window._qt_window._ctbench_heap_freeze
+        assert gc.get_threshold()[2] == warm_up.FULL_GC_THRESHOLD          # Python's trigger raised
+        assert gc.get_threshold()[:2] == python_thresholds[:2]
+        a, b = Node(), Node()
+        a.other, b.other = b, a                 # garbage only a full collection finds once it is old
+        ref = weakref.ref(a)
+        del b
+        for _ in range(3):                      # age it (alive) into the oldest generation, then drop it
+            gc.collect(1)
+        del a
+        junk = [[{}] for _ in range(20 * python_thresholds[0] * python_thresholds[1])]   # middle collections
+        del junk
+        assert gc.get_count()[2] >= python_thresholds[2] and ref() is not None
+        wait_for(lambda: ref() is None, timeout=30)                 # collected by the idle timer
+        assert guard.idle_collections >= 1
+        viewer.close()
+        assert gc.get_threshold() == python_thresholds                # Python's own again
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*python_thresholds)
 
 
 def test_the_background_warm_up_builds_the_unit_registry_napari_gives_every_layer(monkeypatch):
@@ -406,6 +453,8 @@ def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
     from ctbench_napari._qt.common import start_worker
 
     pool = QThreadPool.globalInstance()
+    # Pool threads of earlier tests' workers (or napari's) that are still ending are not ctbench's to count.
+    wait_for(lambda: pool.activeThreadCount() == 0, timeout=30)
     release = threading.Event()
     workers = [start_worker(release.wait, 30) for _ in range(pool.maxThreadCount() + 1)]
     try:
@@ -511,13 +560,19 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     from ctbench_napari._qt import common
 
     runs = []
-    real_run = common.Steps.run
+    real_run, real_extend = common.Steps.run, common.Steps.extend
 
-    def counting_run(self, steps, on_error=None):
+    def counting_run(self, steps, on_error=None, later=False):
         steps = list(steps)
         runs.append(len(steps))
-        return real_run(self, steps, on_error)
+        return real_run(self, steps, on_error, later)
+
+    def counting_extend(self, steps):       # a one-pass result's display steps follow the step making its layer
+        steps = list(steps)
+        runs[-1] += len(steps)
+        return real_extend(self, steps)
     monkeypatch.setattr(common.Steps, "run", counting_run)
+    monkeypatch.setattr(common.Steps, "extend", counting_extend)
     viewer = make_napari_viewer(show=True)
     viewer.open_sample(PLUGIN, "phantom_scan")
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
@@ -528,7 +583,7 @@ def test_the_quick_preview_shows_its_result_one_update_per_turn(make_napari_view
     recon.preview_button.click()
     wait_for(lambda: not recon.running, timeout=120)
     assert recon.message.level != "error", recon.message.text()
-    assert runs and max(runs) >= 5        # next turn, contrast + visibility, 2D, placement, result_added
+    assert runs and max(runs) >= 6     # model + sliders, the add, contrast + visibility, 2D, placement, result_added
     layer = viewer.layers[recon.last_run["name"]]
     assert [x.name for x in viewer.layers if x.visible] == [layer.name]
     assert viewer.dims.ndisplay == 2
@@ -622,3 +677,212 @@ def test_a_process_a_worker_starts_keeps_the_normal_priority(qapp):
     direct, spawned = seen["nice"]
     assert direct == min(19, main_nice + common.BACKGROUND_NICE)     # what a plain Popen in a worker gets
     assert spawned == main_nice
+
+
+def test_steps_extend_adds_steps_to_the_running_chain_one_per_turn(qtbot):
+    from qtpy.QtWidgets import QWidget
+
+    from ctbench_napari._qt.common import Steps
+
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    steps = Steps(owner)
+    done = []
+
+    def make():                  # a step that makes something and then queues the steps that use it
+        done.append("made")
+        steps.extend([lambda: done.append("shown"), lambda: done.append("told")])
+        assert done == ["first", "made"]          # the extension does not run inside the step
+    steps.run([lambda: done.append("first"), make])
+    wait_for(lambda: steps.pending == 0, timeout=5)
+    assert done == ["first", "made", "shown", "told"]
+
+
+def _run_and_watch(recon, viewer, button):
+    """Click ``button`` and report which layers existed right after the click and when Started arrived."""
+    from ctbench.workbench.workflow import Started
+
+    seen = {}
+    recon.runner.event.connect(lambda ev: seen.setdefault("at_started", [x.name for x in viewer.layers])
+                               if isinstance(ev, Started) else None)
+    before = [x.name for x in viewer.layers]
+    button.click()
+    seen["after_click"] = [x.name for x in viewer.layers]
+    wait_for(lambda: not recon.running, timeout=300)
+    assert recon.message.level != "error", recon.message.text()
+    return before, seen
+
+
+def test_a_one_pass_run_adds_its_layer_with_the_result_not_in_the_click(make_napari_viewer):
+    """FDK/FBP: their only frame is the result, so their layer is added with it, in a turn after Finished
+    (not as zeros in the click: a new layer and the click's own work in one turn stalled past 250 ms). It ends
+    as before: the result's data, named after the run, percentile contrast, a 2D central slice, listed."""
+    import numpy as np
+
+    from ctbench.workbench.metrics import percentile_window
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("fbp")
+    before, seen = _run_and_watch(recon, viewer, recon.run_button)
+    name = recon.last_run["name"]
+    assert name.startswith("FBP") and name not in before
+    assert seen["after_click"] == before and seen["at_started"] == before     # nothing added until the result
+    layer = viewer.layers[name]
+    fin = recon.last_run["finished"]
+    np.testing.assert_array_equal(np.asarray(layer.data), fin.volume.numpy().astype(np.float32))
+    np.testing.assert_allclose(layer.contrast_limits, percentile_window(np.asarray(layer.data)), rtol=1e-4)
+    assert layer.metadata["ctbench"]["kind"] == "volume" and "running" not in layer.metadata["ctbench"]
+    assert layer.metadata["ctbench"]["recon"]["algorithm"] == "fbp"
+    assert recon.results == [layer] and recon.result_list.item(0).text() == name
+    assert [x.name for x in viewer.layers if x.visible] == [name] and viewer.dims.ndisplay == 2
+    assert viewer.dims.point[0] == pytest.approx(0.0, abs=0.6)             # the central slice of z (mm)
+    lo, hi = viewer.dims.range[0][:2]
+    assert (lo, hi) == pytest.approx((-31.5, 31.5), abs=0.6)                # the slider spans the result
+
+
+def test_an_iterative_run_adds_its_layer_before_its_worker_starts_not_in_the_click(make_napari_viewer):
+    """SIRT: the live layer comes in the turns after the click, before the worker starts (napari's work
+    then never waits for the solver's GIL), is there at Started, takes the live previews and ends holding
+    the result."""
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("sirt", n_iter=6)
+    recon.preview_every.setValue(2)
+    before, seen = _run_and_watch(recon, viewer, recon.run_button)
+    name = recon.last_run["name"]
+    assert seen["after_click"] == before                                   # not in the click
+    assert name in seen["at_started"] and name not in before               # there by Started
+    assert recon.n_live_updates >= 1
+    layer = viewer.layers[name]
+    np.testing.assert_array_equal(np.asarray(layer.data), recon.last_run["finished"].volume.numpy())
+    assert recon.results == [layer] and layer.visible and viewer.dims.ndisplay == 2
+
+
+def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_size_alone(make_napari_viewer):
+    """The warm-up gives the empty layer-controls dock the width an image layer's controls give it and the
+    slider row one slider's height, so the first layer (a volume, a 2D slice with a z slider) does not
+    shrink the canvas (napari painted it twice inside that add_image); the final width is napari's own (a
+    viewer without ctbench has the same), and the stand-in page leaves once a layer came."""
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._qt import warm_up
+
+    plain = make_napari_viewer(show=True)
+    plain.add_image(np.zeros((8, 8, 8), np.float32))
+    wait_for(lambda: plain.window._qt_viewer.controls.width() > 0, timeout=10)
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1600, 1000)
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    wait_for(lambda: warm_up.pending(viewer) == 0, timeout=120)
+    container = viewer.window._qt_viewer.controls
+    canvas = viewer.window._qt_viewer.canvas.native
+    assert container.count() == 2          # napari's empty page and the stand-in
+    wait_for(lambda: container.width() == plain.window._qt_viewer.controls.width() and canvas.width() > 100,
+             timeout=10)
+    _spin(0.3)
+    width, height = canvas.width(), canvas.height()
+    viewer.add_image(np.zeros((8, 8, 8), np.float32))
+    wait_for(lambda: container.count() == 2 and type(container.currentWidget()).__name__ == "QtImageControls",
+             timeout=10)                   # empty page + the layer's: the stand-in left
+    _spin(0.3)
+    assert viewer.dims.nsteps[0] == 8 and viewer.dims.ndisplay == 2      # a z slider came with the layer
+    assert canvas.width() == width and canvas.height() == height          # the canvas kept its size
+    assert container.width() == plain.window._qt_viewer.controls.width()
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    wait_for(lambda: time.perf_counter() > end, timeout=seconds + 10)
+
+
+def test_the_sliders_a_new_layer_needs_are_given_before_it_is_added(make_napari_viewer):
+    """After a single-slice preview the z slider is hidden; a volume result brings it back and shrank the
+    canvas inside its add_layer.  ``prepare_sliders_for`` shows the slider (and resizes) first, with the
+    preview still shown; the add then changes neither the sliders nor the canvas."""
+    import numpy as np
+    from napari.layers import Image
+
+    from ctbench_napari._qt.display import apply_frame_range, prepare_sliders_for
+
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1200, 900)
+    kw = {"scale": (1.0, 1.0, 1.0), "translate": (-31.5, -31.5, -31.5)}
+    hidden = viewer.add_image(np.ones((64, 64, 64), np.float32), name="older volume", **kw)
+    hidden.visible = False
+    viewer.add_image(np.ones((1, 64, 64), np.float32), name="preview", scale=(1.0, 1.0, 1.0),
+                     translate=(0.0, -31.5, -31.5))
+    apply_frame_range(viewer)
+    canvas = viewer.window._qt_viewer.canvas.native
+    _spin(0.3)
+    assert viewer.dims.nsteps[0] == 1               # the preview alone: one slice, no z slider
+    alone = canvas.height()
+    result = Image(np.zeros((64, 64, 64), np.float32), name="result", **kw)
+    prepare_sliders_for(viewer, result)
+    _spin(0.3)
+    assert viewer.dims.nsteps[0] == 64 and canvas.height() < alone          # the slider now, before the add
+    assert [x.name for x in viewer.layers if x.visible] == ["preview"]
+    ranges, height = tuple(viewer.dims.range), canvas.height()
+    viewer.add_layer(result)
+    _spin(0.3)
+    assert tuple(viewer.dims.range) == ranges and canvas.height() == height
+
+
+def test_bench_gui_plugin_tree_measures_the_plugin_of_another_tree(tmp_path):
+    """``bench_gui.py --plugin-tree DIR``: ctbench_napari (and its submodules) come from DIR, ahead of the
+    editable install's import hook (PYTHONPATH alone lost to it); a folder without the package is refused."""
+    import subprocess
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gui.py"
+    pkg = tmp_path / "plugins" / "ctbench_napari"
+    (pkg / "_qt").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("TREE = 'other'\n")
+    (pkg / "_qt" / "__init__.py").write_text("")
+    (pkg / "_qt" / "common.py").write_text("TREE = 'other common'\n")
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('b', {str(bench)!r})\n"
+            "b = importlib.util.module_from_spec(spec); spec.loader.exec_module(b)\n"
+            f"b._use_plugin_tree({str(tmp_path / 'plugins')!r})\n"
+            "import ctbench_napari, ctbench_napari._qt.common as c\n"
+            "print(ctbench_napari.TREE, '|', c.TREE)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "other | other common"
+    bad = subprocess.run([sys.executable, str(bench), "--plugin-tree", str(tmp_path), "--stalls"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "expected a folder holding ctbench_napari/" in bad.stderr
+
+
+def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(make_napari_viewer):
+    """Cancel in the turns between the click and the worker's start: no worker starts, no empty layer stays,
+    the buttons are back; the next run works."""
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("sirt", n_iter=3)
+    before = [x.name for x in viewer.layers]
+    recon.run_button.click()
+    assert recon.running and not recon.runner.running          # its layer first, the worker after
+    recon.cancel_button.click()
+    assert not recon.running and not recon.runner.running
+    _spin(0.5)
+    assert not recon.runner.running and "started" not in recon.last_run
+    assert [x.name for x in viewer.layers] == before
+    assert recon.run_button.isEnabled() and not recon.cancel_button.isEnabled()
+    recon.run_button.click()
+    wait_for(lambda: not recon.running, timeout=300)
+    assert recon.last_run["finished"] is not None and recon.last_run["name"] in viewer.layers

@@ -662,8 +662,22 @@ def fit_view(viewer, layers) -> None:
     camera.center = tuple(center)
 
 
+def after_this_turn(start) -> None:
+    """Call ``start`` (which arms the next step's timer) once the event loop has finished this turn.
+
+    A timer armed inside a step is due before any timer that was armed earlier for a later time, e.g. the
+    GUI-thread probe of ``bench_gui.py`` or a widget's own 20 ms timer: when the step and the repaint it
+    caused outlast those, Qt fired the next step first, and two heavy turns ran back to back with nothing
+    between them.  A queued call (Qt's zero-time single shot is a posted event) runs after the repaints
+    posted before it, and a timer armed from it is due after every timer that came due meanwhile."""
+    from qtpy.QtCore import QTimer
+
+    QTimer.singleShot(0, start)
+
+
 def next_turn() -> None:
-    """A no-op first step for ``Steps.run`` (which runs its first step at once): the rest starts next turn."""
+    """A no-op step for ``Steps.run``: the steps after it wait one more turn (``run(later=True)`` starts the
+    whole chain after this turn)."""
 
 
 class Steps:
@@ -695,8 +709,13 @@ class Steps:
         self._generation += 1
         self._chain = []
 
-    def run(self, steps, on_error=None) -> None:
-        """The first step now, each further one in a later turn of the event loop."""
+    def extend(self, steps) -> None:
+        """Append ``steps`` to the chain being run (from one of its steps: e.g. the display steps of a layer
+        that the step has just made), one per turn after the others."""
+        self._chain.extend(steps)
+
+    def run(self, steps, on_error=None, later: bool = False) -> None:
+        """The first step now (``later``: after this turn), each further one in a later turn of the event loop."""
         from qtpy.QtCore import QTimer
 
         self._generation += 1
@@ -718,6 +737,9 @@ class Steps:
                     self.on_error(e)
                 return
             if self._chain:
-                QTimer.singleShot(self.GAP_MS, next_step)
+                after_this_turn(lambda: QTimer.singleShot(self.GAP_MS, next_step))
 
-        next_step()
+        if later:
+            after_this_turn(lambda: QTimer.singleShot(self.GAP_MS, next_step))
+        else:
+            next_step()

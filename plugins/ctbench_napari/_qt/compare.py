@@ -266,10 +266,10 @@ class ComparePanel(QGroupBox):
         hidden = [x for x in shown if not x.visible]
         steps = [functools.partial(set_visible, x, True) for x in hidden]
         self.show_cells(shown)                         # names listed at once; positions once all are shown
-        self.steps.run([next_turn, next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
+        self.steps.run([next_turn, functools.partial(setattr, grid, "enabled", True), *steps,
                         *show_frame_steps(self.viewer, shown, ndisplay=2),
                         lambda: release_grid_shape(self.viewer), functools.partial(self.show_cells, shown)],
-                       on_error=self._show_error)
+                       on_error=self._show_error, later=True)      # the grid two turns after the click
         self.message.note("one camera for all cells; contrast, colormap and gamma are shared"
                           + (f"; metrics against '{ref.name}' inside the {self.mask.currentText()}" if ref else ""))
         return shown

@@ -185,9 +185,10 @@ def sinogram_view(viewer, layer, row: int | None = None) -> None:
 _KEEPERS: dict = {}
 
 
-def frame_range(viewer):
-    """Slider ranges for the visible layers when they all belong to one frame (None otherwise)."""
-    visible = [x for x in viewer.layers if x.visible]
+def frame_range(viewer, extra=()):
+    """Slider ranges for the visible layers (and ``extra`` ones, not yet added) when they all belong to one
+    frame (None otherwise)."""
+    visible = [x for x in viewer.layers if x.visible] + [x for x in extra if x.ndim <= viewer.dims.ndim]
     if not visible or len({frame_of(x) for x in visible}) != 1:
         return None
     ext = _extent(viewer, visible)
@@ -205,8 +206,8 @@ def frame_range(viewer):
     return tuple(ranges)
 
 
-def apply_frame_range(viewer) -> None:
-    ranges = frame_range(viewer)
+def apply_frame_range(viewer, extra=()) -> None:
+    ranges = frame_range(viewer, extra)
     key = id(getattr(viewer, "__wrapped__", viewer))
     state = _KEEPERS.get(key)
     if ranges is None or tuple(viewer.dims.range) == ranges:
@@ -218,6 +219,15 @@ def apply_frame_range(viewer) -> None:
     finally:
         if state is not None:
             state["busy"] = False
+
+
+def prepare_sliders_for(viewer, layer) -> None:
+    """Give the sliders now the range they will have once ``layer`` (made, not yet added) joins the visible
+    layers.  A slider that appears (a volume after a single-slice preview) shrinks the canvas, which napari
+    then paints inside the ``add_layer``: here that resize has a turn of its own, before the layer comes,
+    and the add changes no geometry.  The visible layers stay as they are."""
+    _keep_frame_ranges(viewer)
+    apply_frame_range(viewer, extra=[layer])
 
 
 def _keep_frame_ranges(viewer) -> None:

@@ -19,10 +19,10 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule
-from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text, next_turn,
+from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text,
                      report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
-from .display import show_result_steps
+from .display import prepare_sliders_for, show_result_steps
 from .estimate import EstimateLabel
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
@@ -293,11 +293,14 @@ class ReconstructionWidget(QWidget):
         self._run = {"request": request, "geometry": geo, "source": layer.name, "t0": time.perf_counter(),
                      "finished": None}
         sino_t = torch.from_numpy(np.ascontiguousarray(sino))
-        if mode == "full":
-            # Adding a layer is the one slow GUI step (napari builds its visual and controls):
-            # do it now, in the click, so that the run itself never blocks the event loop.
-            self._live_layer(self._layer_name(request, layer.name), geo.volume_shape, geo.voxel_spacing, None,
-                             {"request": request.to_dict()})
+        # The run's layer is not added in the click: a new napari layer (its visual, controls, selection, a
+        # canvas paint and the window's repaint) and the click's own work in one turn stalled the window
+        # past 250 ms.  A full iterative run adds it in the turns after the click, before its worker starts
+        # (added while a solver runs, napari's Python work would wait for the GIL); a one-pass run (FBP,
+        # FDK: its only frame is the result) adds it with the result, in a turn after Finished; a quick
+        # preview reuses its layer (made at Started the first time).
+        self.live_layer = None
+        self._run["name"] = self._layer_name(request, layer.name)
         self.progress.setRange(0, 0)
         self.progress.setFormat("%v / %m")
         self.status.setText(f"{request.title()}: starting…")
@@ -307,16 +310,60 @@ class ReconstructionWidget(QWidget):
         # them on the GUI thread in order with the other events.
         post = getattr(self.runner, "post", self.runner.event.emit)     # in order with the paced events
         on_subset = post if request.algorithm in ("os_sirt", "os_tv") else None
-        self.runner.start(job(geo, sino_t, request) if job else
-                          lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
-                                                     on_subset=on_subset))
+
+        def start():
+            self.runner.start(job(geo, sino_t, request) if job else
+                              lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
+                                                         on_subset=on_subset))
+        if mode == "full" and request.spec.iterative:
+            self.display_steps.run([*self._add_steps(self._run["name"], geo.volume_shape, geo.voxel_spacing,
+                                                     {"request": request.to_dict()}), start],
+                                   on_error=self._not_started, later=True)
+        else:
+            start()
         return request
+
+    def _add_steps(self, name, shape, spacing, recon: dict) -> list:
+        """An iterative run's live layer in two turns: its model and the sliders it will need (a slider that
+        appears resizes the canvas), then the add, which then changes no geometry."""
+        made = {}
+
+        def prepare():
+            if name not in self.viewer.layers:
+                made["layer"] = _image(np.zeros(shape, np.float32), name,
+                                       {KEY: {"kind": "volume", "running": True, "recon": recon}},
+                                       placement(shape, spacing, None))
+                prepare_sliders_for(self.viewer, made["layer"])
+
+        def add():
+            if "layer" in made and name not in self.viewer.layers:
+                self.live_layer = self.viewer.add_layer(made["layer"])
+            else:
+                self.live_layer = self._live_layer(name, shape, spacing, None, recon)
+        return [prepare, add]
+
+    def _not_started(self, exc=None) -> None:
+        """A run given up before its worker started (cancelled, or a failing step): nothing is left running
+        and no empty layer stays behind."""
+        layer, self.live_layer = self.live_layer, None
+        if layer is not None and layer in self.viewer.layers:
+            self.viewer.layers.remove(layer)
+        if exc is not None:
+            self.message.error(f"{self._run['request'].title()} failed: {error_text(exc)}")
+        self._set_running(False)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("failed" if exc is not None else "cancelled")
+        self.status.setText("ready")
 
     def cancel(self, *_) -> None:
         """Stop the run after the current iteration; its estimate so far stays as a layer."""
         if self.runner.running:
             self.runner.cancel()
             self.status.setText("cancelling…")
+        elif self.display_steps.pending and "started" not in self._run and self._run.get("finished") is None:
+            self.display_steps.cancel()      # still adding its layer: the worker never starts
+            self._not_started()
 
     @property
     def running(self) -> bool:
@@ -357,30 +404,32 @@ class ReconstructionWidget(QWidget):
         except Exception as e:  # noqa: BLE001 - a display problem must not kill the run silently
             self.message.error(error_text(e))
 
-    def _live_layer(self, name, shape, spacing, origin, recon: dict):
-        """The layer that shows the running estimate: reused when it exists (cheap), else added."""
-        zeros = np.zeros(shape, dtype=np.float32)
-        kw = placement(shape, spacing, origin)
-        meta = {KEY: {"kind": "volume", "running": True, "recon": recon}}
+    def _live_layer(self, name, shape, spacing, origin, recon: dict, data=None, limits=None, meta=None):
+        """The layer of a run: zeros (the running estimate to come) or ``data``; reused when it exists (cheap),
+        else added, with ``limits`` as its contrast window when known (napari then computes none)."""
+        given = data is not None
+        data = data if given else np.zeros(shape, dtype=np.float32)
+        kw = placement(data.shape, spacing, origin)
+        meta = meta or {KEY: {"kind": "volume", "running": True, "recon": recon}}
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            if layer.data.shape != zeros.shape:
-                layer.data = zeros
+            if given or layer.data.shape != data.shape:
+                layer.data = data
             set_placement(layer, kw["scale"], kw["translate"])    # unchanged: no dims recomputation
             layer.metadata = meta
-        else:
-            layer = self.viewer.add_image(zeros, name=name, colormap="gray", metadata=meta, **kw)
-        self.live_layer = layer
-        return layer
+            return layer
+        return self.viewer.add_layer(_image(data, name, meta, kw, limits))
 
     def _on_started(self, ev: Started) -> None:
         self.progress.setRange(0, ev.n_iter)
         self.progress.setValue(0)
         self._run["started"] = ev
         name = self.live_layer.name if self.live_layer is not None else \
-            self._layer_name(ev.request, self._run.get("source", ""))
+            self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
         self._run["name"] = name
-        self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin, {"request": ev.request.to_dict()})
+        if ev.request.spec.iterative:      # a one-pass run's layer comes with its result (_on_finished)
+            self.live_layer = self._live_layer(name, ev.volume_shape, ev.voxel_spacing, ev.origin,
+                                               {"request": ev.request.to_dict()})
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: running…")
 
@@ -438,35 +487,61 @@ class ReconstructionWidget(QWidget):
             data = ev.preview.numpy().astype(np.float32, copy=False)
             self.live_layer.data = data
             if self.n_live_updates == 0:
-                self.display_steps.run([next_turn, *self._display_steps(self.live_layer)],
+                self.display_steps.run(self._display_steps(self.live_layer), later=True,
                                        on_error=lambda e: self.message.error(error_text(e)))
             self.n_live_updates += 1
 
     def _on_finished(self, ev: Finished) -> None:
         self._run["finished"] = ev
-        layer = self.live_layer
-        if layer is None:
-            return
         shown = getattr(ev, "display", None) or {}     # made in the worker thread (runner.for_display)
         data = shown.get("data")
         if data is None:
             data = ev.volume.numpy().astype(np.float32, copy=False)
-        layer.data = data
         g = self._run.get("geometry")
-        layer.metadata = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
-                                "recon": {**ev.metadata(), "source": self._run.get("source"),
-                                          "request": ev.request.to_dict()},
-                                "geometry": g.to_dict() if g is not None else None}}
+        meta = {KEY: {"kind": "volume", "voxel_spacing": list(ev.voxel_spacing),
+                      "recon": {**ev.metadata(), "source": self._run.get("source"), "request": ev.request.to_dict()},
+                      "geometry": g.to_dict() if g is not None else None}}
         if ev.stopped == "cancelled":
-            layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
             self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
-        if ev.request.mode == "full":
-            self._add_result(layer)
-        # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles, from the
-        # next turn on, one napari update per turn (display.show_result_steps); then the comparison hears of it.
-        self.display_steps.run([next_turn, *self._display_steps(layer, shown.get("window")),
-                                functools.partial(self.result_added.emit, layer)],
-                               on_error=lambda e: self.message.error(error_text(e)))
+
+        def result(layer):
+            if layer.metadata is not meta:
+                layer.metadata = meta
+            if ev.stopped == "cancelled":
+                layer.name = f"{layer.name} (cancelled at {ev.n_iter})"
+            if ev.request.mode == "full":
+                self._add_result(layer)
+            # A new result: its own 2D central slice, camera fitted to it, contrast from its percentiles, one
+            # napari update per turn (display.show_result_steps); then the comparison hears of it.
+            return [*self._display_steps(layer, shown.get("window")),
+                    functools.partial(self.result_added.emit, layer)]
+
+        on_error = lambda e: self.message.error(error_text(e))   # noqa: E731
+        layer = self.live_layer
+        if layer is not None:          # an iterative run's layer: its data now, its display from the next turn
+            layer.data = data
+            self.display_steps.run(result(layer), on_error=on_error, later=True)
+        else:
+            # A one-pass run (or a job that sent no Started): its layer is made from the result, in a turn
+            # of its own after this one, with the window computed in the worker; its display follows.
+            # First the layer's model and the sliders it will need (a slider appearing resizes the canvas), so
+            # that the turn adding it changes no geometry.
+            name = self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
+            made = {}
+
+            def prepare():
+                if name not in self.viewer.layers:
+                    made["layer"] = _image(data, name, meta, placement(data.shape, ev.voxel_spacing, ev.origin),
+                                           shown.get("window"))
+                    prepare_sliders_for(self.viewer, made["layer"])
+
+            def add():
+                if "layer" in made and name not in self.viewer.layers:
+                    layer = self.viewer.add_layer(made["layer"])
+                else:       # a preview's layer of the same name: reused
+                    layer = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data, meta=meta)
+                self.display_steps.extend(result(layer))
+            self.display_steps.run([prepare, add], on_error=on_error, later=True)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
@@ -544,6 +619,17 @@ class ReconstructionWidget(QWidget):
     def single_view(self, *_) -> None:
         """Leave the grid and restore what was visible before comparing."""
         self.comparison.single_view()
+
+
+def _image(data, name: str, meta: dict, placed: dict, limits=None):
+    """The napari image layer of a run (not yet added): gray, one scale level, ``limits`` as its window when
+    known (napari then computes none)."""
+    from napari.layers import Image
+
+    kw = dict(placed)
+    if limits is not None and limits[1] > limits[0]:
+        kw["contrast_limits"] = [float(limits[0]), float(limits[1])]
+    return Image(data, name=name, colormap="gray", metadata=meta, multiscale=False, **kw)
 
 
 def eta_seconds(progress: list, n_iter: int) -> float:

@@ -17,6 +17,8 @@ from typing import Callable, Iterator
 
 from qtpy.QtCore import QObject, QTimer, Signal
 
+from .common import after_this_turn
+
 
 def for_display(ev):
     """Prepare a result for the screen in the worker thread: its float32 array and contrast window ride along
@@ -84,6 +86,7 @@ class LocalRunner(Runner):
         self._cancel = threading.Event()
         self._queue: deque = deque()
         self._active = False
+        self._arming = False           # the next delivery waits for the end of this turn (_deliver_one)
         # No child objects: Qt would send this object a ChildAdded event, and ``event`` (the signal) hides the
         # QObject.event that handles it.
         self._timer = QTimer()
@@ -135,7 +138,12 @@ class LocalRunner(Runner):
 
     def _enqueue(self, item) -> None:
         self._queue.append(item)
-        if len(self._queue) == 1 and not self._timer.isActive():
+        if len(self._queue) == 1 and not self._timer.isActive() and not self._arming:
+            self._timer.start()
+
+    def _arm(self) -> None:
+        self._arming = False
+        if self._queue:
             self._timer.start()
 
     def _deliver_one(self) -> None:
@@ -152,8 +160,9 @@ class LocalRunner(Runner):
             else:
                 self.event.emit(item)
         finally:
-            if self._queue:
-                self._timer.start()
+            if self._queue:         # the next event after this turn's repaints and due timers (common.py)
+                self._arming = True
+                after_this_turn(lambda: self._arm())
 
 
 def _has_preview(ev) -> bool:

@@ -65,12 +65,17 @@ def install(viewer) -> None:
     window._ctbench_warm_up = steps
     _start_background()
     font = _scale_bar_font(real)
-    if font is not None:
-        steps.run([_glyph_step(font, c) for c in SCALE_BAR_GLYPHS],
-                  on_error=lambda e: log.debug("glyph warm-up failed: %s", e))
+    glyphs = [_glyph_step(font, c) for c in SCALE_BAR_GLYPHS] if font is not None else []
+    steps.run([*glyphs, _controls_width_step(real, steps)],
+              on_error=lambda e: log.debug("GUI warm-up step failed: %s", e))
 
 
 FREEZE_POLL_MS = 200
+IDLE_GC_MS = 200           # how often the workbench looks for an idle moment to run a full collection
+IDLE_TICKS = 3             # ... which is when this many ticks in a row came on time (0.6 s of a calm loop)
+# Full collections Python would start on its own: after this many collections of the middle generation
+# (Python's default is 10; the idle collector runs one once 10 have passed, so the total stays the same).
+FULL_GC_THRESHOLD = 1000
 
 
 def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
@@ -112,7 +117,11 @@ class _HeapFreeze(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(FREEZE_POLL_MS)
         self.timer.timeout.connect(self._check)
-        self.destroyed.connect(lambda *_: gc.unfreeze())
+        self.thresholds = gc.get_threshold()      # Python's, restored when the window goes
+        self.idle_timer = None
+        self.idle_collections = 0                 # full collections run by the idle timer
+        saved = self.thresholds
+        self.destroyed.connect(lambda *_: (gc.unfreeze(), gc.set_threshold(*saved)))
         gc.freeze()              # O(1): the tracked objects join the permanent generation
         self.show()
         self.timer.start()
@@ -123,11 +132,50 @@ class _HeapFreeze(QWidget):
         self.timer.stop()
         if not self.off:
             gc.freeze()
+            self._collect_when_idle(True)
         self.frozen = True
         log.debug("heap frozen after the warm-up: %d objects", gc.get_freeze_count())
 
+    # Full collections at idle moments.  After the freeze a full collection walks only what was made since
+    # (20-70 ms, growing with the session), but Python starts one after every 10 collections of the middle
+    # generation, which a new layer's 100 000 allocations set off: it ran inside the turn that added the
+    # layer (seen in the FDK run's, the difference images' and Attach geometry's longest gaps).  While the
+    # workbench is on screen Python's own trigger is raised (FULL_GC_THRESHOLD) and the same collection runs
+    # from a timer once it is due, between turns: when the timer fires on time (the event loop is idle).
+    # Python's trigger still fires if the window stays busy that long; napari's own ``gc.collect()`` on a
+    # layer's removal is unchanged, so the memory of a removed layer is returned as before.
+    def _collect_when_idle(self, on: bool) -> None:
+        from qtpy.QtCore import QTimer
+
+        if on and self.idle_timer is None:
+            gc.set_threshold(self.thresholds[0], self.thresholds[1], max(FULL_GC_THRESHOLD, self.thresholds[2]))
+            self.idle_timer = QTimer(self)
+            self.idle_timer.setInterval(IDLE_GC_MS)
+            self.idle_timer.timeout.connect(self._idle_collect)
+            self._last_idle_tick, self._calm = None, 0
+            self.idle_timer.start()
+        elif not on and self.idle_timer is not None:
+            self.idle_timer.stop()
+            self.idle_timer.deleteLater()
+            self.idle_timer = None
+            gc.set_threshold(*self.thresholds)
+
+    def _idle_collect(self) -> None:
+        import time
+
+        now = time.perf_counter()
+        last, self._last_idle_tick = self._last_idle_tick, now
+        on_time = last is not None and now - last < 1.5 * IDLE_GC_MS / 1000
+        self._calm = self._calm + 1 if on_time else 0
+        if self._calm >= IDLE_TICKS and gc.get_count()[2] >= self.thresholds[2]:
+            gc.collect()
+            self.idle_collections += 1
+            self._calm = 0
+            self._last_idle_tick = time.perf_counter()
+
     def hideEvent(self, event):  # noqa: N802 - Qt name
         gc.unfreeze()
+        self._collect_when_idle(False)
         self.off = True
         super().hideEvent(event)
 
@@ -135,6 +183,8 @@ class _HeapFreeze(QWidget):
         if self.off:
             gc.freeze()
             self.off = False
+            if self.frozen:
+                self._collect_when_idle(True)
         super().showEvent(event)
 
 
@@ -157,6 +207,61 @@ def _glyph_step(font, char: str):
     def step():
         font[char]           # renders and stores the glyph when missing (napari's QtTextureFont)
     return step
+
+
+def _controls_width_step(viewer, steps):
+    """Give the layer-controls dock the width an image layer's controls give it, before any layer comes.
+
+    In an empty viewer the dock is as wide as napari's empty page; the first layer's controls widen it
+    (271 -> 337 px at 1920x1080), so the canvas shrank and napari painted it twice inside the first
+    ``add_image`` (about 0.1 s of a sample's opening; Qt's OpenGL widget paints inside every resize).
+    Here, at start-up, the controls of a throwaway image layer join napari's stack of control pages (never
+    shown: the stack is as wide as its widest page) and leave it a turn after the first layer has arrived,
+    whose own controls then hold the same width: nothing moves in an action.  The slider row is held the
+    same way (``_hold_slider_row``)."""
+
+    def step():
+        if not background_ready(0):      # the throwaway layer needs pint's registry (built in the background)
+            steps.extend([step])
+            return
+        qt_viewer = getattr(viewer.window, "_qt_viewer", None)
+        container = getattr(qt_viewer, "controls", None)
+        if container is None or len(viewer.layers):
+            return                        # another napari, or a layer's controls already set the width
+        import numpy as np
+        from napari._qt.layer_controls.qt_layer_controls_container import create_qt_layer_controls
+        from napari.layers import Image
+
+        page = create_qt_layer_controls(Image(np.zeros((2, 2, 2), np.float32), name="ctbench width"))
+
+        def add_page():
+            if not len(viewer.layers) and not is_deleted(page) and not is_deleted(container):
+                container.addWidget(page)
+        # Each geometry change in a turn of its own (each resizes the canvas, and Qt paints it inside the
+        # resize): the page joins napari's stack of control pages (styled as napari's own, never current),
+        # then the slider row is held at one slider's height.
+        steps.extend([add_page, lambda: _hold_slider_row(viewer, qt_viewer)])
+
+        def release(_event=None):
+            viewer.layers.events.inserted.disconnect(release)
+
+            def remove():
+                if not is_deleted(page) and not is_deleted(container):
+                    container.removeWidget(page)
+                    page.deleteLater()
+            QTimer.singleShot(0, remove)
+        viewer.layers.events.inserted.connect(release)
+    return step
+
+
+def _hold_slider_row(viewer, qt_viewer) -> None:
+    """The empty viewer's slider row at one slider's height: the first volume shown as a 2D slice brings
+    the z slider, which shrank the canvas (and napari painted it) inside the add.  napari sets the row's
+    height itself on every later change of the sliders."""
+    dims = getattr(qt_viewer, "dims", None)
+    if dims is not None and not is_deleted(dims) and not len(viewer.layers) and viewer.dims.ndisplay == 2 \
+            and hasattr(dims, "SLIDERHEIGHT"):
+        dims.setMinimumHeight(max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
 
 
 def _scale_bar_font(viewer):
