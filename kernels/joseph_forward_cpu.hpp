@@ -1194,8 +1194,8 @@ inline void pad_plane(const float* src, i64 src_stride, int nz, int H, int W, bo
 }
 // Both copies in one parallel region (the planes of the two alternating, so that a static split gives each
 // thread as many transposed planes as straight ones): one fork and join fewer per call than one region per
-// copy, whose end left the second thread spinning in libgomp's barrier (GOMP_SPINCOUNT) while the first
-// finished its share. `dst` holds the (z, y, x) copy, `dst + batch * dst_stride` the (z, x, y) one.
+// copy (no gain beyond the noise measured at N = 64: docs/INTERNALS.md, "Forward flat cost, session 6").
+// `dst` holds the (z, y, x) copy, `dst + batch * dst_stride` the (z, x, y) one.
 inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, float* dst, i64 dst_stride,
                      int nthreads) {
   const i64 items = (i64)batch * (nz + 2 * kPad);
