@@ -270,9 +270,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   ct::fwd::PaddedSlab ps;
   if constexpr (lanes) {
     if (pad) {
-      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, false, padded.data, pslab, nthreads);
-      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, true, padded.data + pslab * batch, pslab,
-                        nthreads);
+      ct::fwd::pad_slab(vol, vol_batch_stride, batch, nz, vw.H, vw.W, padded.data, pslab, nthreads);
       ps = {padded.data, padded.data + pslab * batch, pslab};
     }
   }

@@ -1171,27 +1171,39 @@ struct FusedPlan {
 // The slab (items src_stride apart, nz x H x W) into dst with a zero border of kPad voxels on every side, items
 // dst_stride apart: (nz + 2P, H + 2P, W + 2P), or with swap (nz + 2P, W + 2P, H + 2P) indexed [z][x][y].
 inline i64 padded_slab(int nz, int H, int W) { return (i64)(nz + 2 * kPad) * (H + 2 * kPad) * (W + 2 * kPad); }
-inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, bool swap, float* dst,
-                     i64 dst_stride, int nthreads) {
+// One plane qz (item q, padded plane z) of pad_slab's copy, x/y swapped or not.
+inline void pad_plane(const float* src, i64 src_stride, int nz, int H, int W, bool swap, float* dst, i64 dst_stride,
+                      i64 qz) {
   const int P = kPad, R = swap ? W + 2 * P : H + 2 * P, C = swap ? H + 2 * P : W + 2 * P;  // rows, row length
   const i64 plane = (i64)R * C;
   const int nzp = nz + 2 * P;
+  const int q = (int)(qz / nzp), z = (int)(qz % nzp);
+  float* d = dst + q * dst_stride + (i64)z * plane;
+  std::memset(d, 0, sizeof(float) * (size_t)plane);
+  if (z < P || z >= nz + P) return;
+  const float* s = src + q * src_stride + (i64)(z - P) * H * W;
+  if (!swap) {
+    for (int y = 0; y < H; ++y) std::memcpy(d + (i64)(y + P) * C + P, s + (i64)y * W, sizeof(float) * (size_t)W);
+    return;
+  }
+  const int t = 32;  // transposed in tiles
+  for (int y0 = 0; y0 < H; y0 += t)
+    for (int x0 = 0; x0 < W; x0 += t)
+      for (int y = y0; y < std::min(H, y0 + t); ++y)
+        for (int x = x0; x < std::min(W, x0 + t); ++x) d[(i64)(x + P) * C + (y + P)] = s[(i64)y * W + x];
+}
+// Both copies in one parallel region (the planes of the two alternating, so that a static split gives each
+// thread as many transposed planes as straight ones): one fork and join fewer per call than one region per
+// copy (no gain beyond the noise measured at N = 64: docs/INTERNALS.md, "Forward flat cost, session 6").
+// `dst` holds the (z, y, x) copy, `dst + batch * dst_stride` the (z, x, y) one.
+inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, float* dst, i64 dst_stride,
+                     int nthreads) {
+  const i64 items = (i64)batch * (nz + 2 * kPad);
+  float* swapped = dst + (i64)batch * dst_stride;
 #pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (i64 qz = 0; qz < (i64)batch * nzp; ++qz) {
-    const int q = (int)(qz / nzp), z = (int)(qz % nzp);
-    float* d = dst + q * dst_stride + (i64)z * plane;
-    std::memset(d, 0, sizeof(float) * (size_t)plane);
-    if (z < P || z >= nz + P) continue;
-    const float* s = src + q * src_stride + (i64)(z - P) * H * W;
-    if (!swap) {
-      for (int y = 0; y < H; ++y) std::memcpy(d + (i64)(y + P) * C + P, s + (i64)y * W, sizeof(float) * (size_t)W);
-      continue;
-    }
-    const int t = 32;  // transposed in tiles
-    for (int y0 = 0; y0 < H; y0 += t)
-      for (int x0 = 0; x0 < W; x0 += t)
-        for (int y = y0; y < std::min(H, y0 + t); ++y)
-          for (int x = x0; x < std::min(W, x0 + t); ++x) d[(i64)(x + P) * C + (y + P)] = s[(i64)y * W + x];
+  for (i64 i = 0; i < 2 * items; ++i) {
+    const bool swap = (i & 1) != 0;
+    pad_plane(src, src_stride, nz, H, W, swap, swap ? swapped : dst, dst_stride, i >> 1);
   }
 }
 
