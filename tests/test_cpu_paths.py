@@ -164,6 +164,31 @@ def test_measure_times_every_path(lib, known):
         {"back": "a", "forward": "y"}
 
 
+def test_measure_times_each_candidate_under_its_own_name(lib, known, monkeypatch):
+    """The candidates are a subset of the library's paths: each timing must be of the path it is filed
+    under (the measurement once selected the candidate's position in its own list, so it timed another path
+    under that name, and a forward path that runs real scans 2x slower was chosen), and a path that beat
+    the default is timed again beside it."""
+    real = cpu_paths.set_library_path
+    selected = []
+
+    def spy(lib_, family, op_index, path_index):
+        if path_index >= 0:
+            selected.append((op_index, path_index))
+        return real(lib_, family, op_index, path_index)
+    monkeypatch.setattr(cpu_paths, "set_library_path", spy)
+    t = cpu_joseph_paths.measure(lib, repeats=1)
+    for op, index in cpu_joseph_paths.OPS.items():
+        ran = [known[op][i] for o, i in selected if o == index]
+        names = cpu_joseph_paths.candidates(op, known[op])
+        assert set(ran) == set(names) == set(t[op])
+        # one warm-up and one timed round of every candidate, then, if another path was faster than the
+        # default, a rematch of the two
+        rematch = {n for n in names if ran.count(n) == 3}
+        assert not rematch or (len(rematch) == 2 and names[0] in rematch)
+        assert all(ran.count(n) == 2 for n in names if n not in rematch)
+
+
 def _info(lib, folder):
     return {"source": "jit", "dir": str(folder), "sha256": cpu_build.loaded_libraries()["joseph"]["sha256"]}
 
