@@ -966,3 +966,29 @@ def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(ma
     recon.run_button.click()
     wait_for(lambda: not recon.running, timeout=300)
     assert recon.last_run["finished"] is not None and recon.last_run["name"] in viewer.layers
+
+
+def test_an_estimate_due_when_its_window_closes_waits_until_it_is_shown_again(qtbot):
+    """A closed workbench's debounced estimate started its worker after the window was gone (inside the
+    next test, where it took a thread of Qt's pool): hidden, the estimate waits; shown again, it runs."""
+    from ctbench_napari._qt.estimate import EstimateLabel
+
+    class Settings:
+        running = False
+        asked = 0
+
+        def problem_geometry(self):
+            Settings.asked += 1
+            raise ValueError("no sinogram chosen")
+
+    label = EstimateLabel(Settings())
+    qtbot.addWidget(label)
+    label.show()
+    qtbot.waitExposed(label)
+    label.schedule()
+    label.hide()                               # the window closes with the estimate due
+    qtbot.wait(3 * label._timer.interval())
+    assert Settings.asked == 0 and not label._timer.isActive()
+    label.show()
+    wait_for(lambda: Settings.asked == 1, timeout=30)
+    assert "no sinogram chosen" in label.text()
