@@ -445,6 +445,82 @@ def test_the_runner_delivers_a_failure_after_the_events_before_it_and_done_last(
     assert order == [("event", 1), ("failed", "sinogram contains NaN"), ("done",)]
 
 
+def test_a_worker_quit_before_its_first_step_ends_its_count_once(qtbot):
+    """A generator worker quit before it runs never enters its generator (superqt checks the abort first):
+    its count must still end, or the idle collector (which waits for the workers) would never run again."""
+    from ctbench_napari._qt import common
+
+    base = common.live_workers()
+
+    def gen():
+        yield 1
+
+    wrapped, ended = common._at_background_priority(gen)
+    assert common.live_workers() == base + 1
+    unstarted = wrapped()            # made and dropped without a step, as an aborted worker's
+    del unstarted
+    ended()                          # the worker's finished signal
+    assert common.live_workers() == base
+    ended()
+    assert list(wrapped()) == [1]    # a generator that does run ends the same count: never twice
+    assert common.live_workers() == base
+
+    release = threading.Event()
+    workers = [common.start_worker(release.wait, 30) for _ in range(2)]
+    quitter = common.start_worker(gen)
+    quitter.quit()                   # before or after its first step: either way it ends its count
+    release.set()
+    wait_for(lambda: common.live_workers() == base, timeout=30)
+    assert all(w is not None for w in workers)
+
+
+def test_the_idle_collector_waits_for_workers_and_steps_and_keeps_a_gap(qtbot):
+    """A full collection at a calm moment of an action (a worker running, a Steps chain between turns)
+    would sit in front of the action's next result or the user's Cancel: it waits until both are done, and
+    two idle collections are at least IDLE_GC_GAP_S apart."""
+    import gc
+
+    from qtpy.QtWidgets import QWidget
+
+    from ctbench_napari._qt import common, warm_up
+
+    python_thresholds = gc.get_threshold()
+    window = QWidget()
+    qtbot.addWidget(window)
+    try:
+        guard = warm_up._HeapFreeze(window, lambda: True)
+        wait_for(lambda: guard.frozen and guard.idle_timer is not None, timeout=30)
+        steps = common.Steps(window)
+        steps.run([common.next_turn, common.next_turn, common.next_turn])
+        assert common.steps_pending() >= 2 and warm_up.busy_elsewhere()
+        wait_for(lambda: steps.pending == 0, timeout=30)
+        release = threading.Event()
+        worker = common.start_worker(release.wait, 60)
+        wait_for(lambda: common.live_workers() >= 1, timeout=30)
+        assert warm_up.busy_elsewhere()
+        junk = [[{}] for _ in range(20 * python_thresholds[0] * python_thresholds[1])]   # a full one due
+        del junk
+        assert gc.get_count()[2] >= guard.thresholds[2]
+        qtbot.wait(int(3 * warm_up.IDLE_TICKS * warm_up.IDLE_GC_MS))     # calm, but the worker runs
+        assert guard.idle_collections == 0
+        release.set()
+        wait_for(lambda: guard.idle_collections == 1, timeout=30)       # it runs once the worker ends
+        assert worker is not None
+        junk = [[{}] for _ in range(20 * python_thresholds[0] * python_thresholds[1])]
+        del junk
+        assert gc.get_count()[2] >= guard.thresholds[2]
+        assert guard._last_collection > 0
+        guard._last_collection = time.perf_counter()     # as if one had just run: the next one waits
+        qtbot.wait(int(3 * warm_up.IDLE_TICKS * warm_up.IDLE_GC_MS))
+        assert guard.idle_collections == 1
+        guard._last_collection -= warm_up.IDLE_GC_GAP_S
+        wait_for(lambda: guard.idle_collections == 2, timeout=30)
+    finally:
+        window.close()
+        gc.unfreeze()
+        gc.set_threshold(*python_thresholds)
+
+
 def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
     """QImage conversions (napari's screenshot) run in Qt's global pool while the GUI thread holds the GIL;
     workers that filled the pool and waited for the GIL hung the window for good."""
@@ -458,7 +534,11 @@ def test_a_worker_leaves_a_thread_of_qts_pool_free_for_image_conversions(qtbot):
     release = threading.Event()
     workers = [start_worker(release.wait, 30) for _ in range(pool.maxThreadCount() + 1)]
     try:
-        wait_for(lambda: pool.activeThreadCount() >= len(workers), timeout=30)
+        # Qt counts a pool thread as active until it takes the pool's lock again after its task, and a
+        # thread that once ran a worker stays niced (background_priority): under load a thread that has
+        # just finished something else (a segment of an image conversion) counted for a while, and
+        # "6 > 6" failed with 4 workers.  Wait until exactly the workers are running, then check.
+        wait_for(lambda: pool.activeThreadCount() == len(workers), timeout=30)
         assert pool.maxThreadCount() > pool.activeThreadCount()         # a thread to spare
         free = threading.Event()
         pool.start(free.set)       # what a conversion segment would be: it runs now, not after the workers
@@ -886,3 +966,29 @@ def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(ma
     recon.run_button.click()
     wait_for(lambda: not recon.running, timeout=300)
     assert recon.last_run["finished"] is not None and recon.last_run["name"] in viewer.layers
+
+
+def test_an_estimate_due_when_its_window_closes_waits_until_it_is_shown_again(qtbot):
+    """A closed workbench's debounced estimate started its worker after the window was gone (inside the
+    next test, where it took a thread of Qt's pool): hidden, the estimate waits; shown again, it runs."""
+    from ctbench_napari._qt.estimate import EstimateLabel
+
+    class Settings:
+        running = False
+        asked = 0
+
+        def problem_geometry(self):
+            Settings.asked += 1
+            raise ValueError("no sinogram chosen")
+
+    label = EstimateLabel(Settings())
+    qtbot.addWidget(label)
+    label.show()
+    qtbot.waitExposed(label)
+    label.schedule()
+    label.hide()                               # the window closes with the estimate due
+    qtbot.wait(3 * label._timer.interval())
+    assert Settings.asked == 0 and not label._timer.isActive()
+    label.show()
+    wait_for(lambda: Settings.asked == 1, timeout=30)
+    assert "no sinogram chosen" in label.text()

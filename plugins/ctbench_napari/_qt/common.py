@@ -313,7 +313,7 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     handle = on_error or (lambda e: log.error("ctbench worker failed: %s", e))
     if threading.current_thread() is threading.main_thread():
         spawner_ready()          # before any worker lowers a thread's priority (see _Spawner)
-    func = _at_background_priority(func)
+    func, ended = _at_background_priority(func)
     if inspect.isgeneratorfunction(func):
         func = _runtime_errors_reported(func)
     connect = {"errored": lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e)}
@@ -328,6 +328,9 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
         worker.returned.connect(on_return)
     if on_finished is not None:
         worker.finished.connect(on_finished)
+    # A generator worker quit before its first step never enters the generator (superqt checks the abort
+    # first), so the count also ends with the worker: either way once.
+    worker.finished.connect(ended)
     keep_a_pool_thread_free()
     worker.start()
     return worker
@@ -440,10 +443,20 @@ def spawner_ready() -> None:
 
 def _at_background_priority(func):
     """``func`` (a generator function stays one: napari picks its worker type by that) run after
-    ``background_priority`` in its worker thread, counted among the live workers until it ends."""
+    ``background_priority`` in its worker thread, counted among the live workers until it ends; and
+    ``ended()``, which ends the count too (once in all: whichever comes first)."""
     import inspect
 
     _live(+1)      # from the start (GUI thread): a queued worker that has not run yet counts too
+    lock, counted = threading.Lock(), [True]
+
+    def ended(*_):
+        with lock:
+            if not counted[0]:
+                return
+            counted[0] = False
+        _live(-1)
+
     if inspect.isgeneratorfunction(func):
         @functools.wraps(func)
         def generator(*args, **kwargs):
@@ -451,8 +464,8 @@ def _at_background_priority(func):
                 background_priority()
                 return (yield from func(*args, **kwargs))
             finally:
-                _live(-1)
-        return generator
+                ended()
+        return generator, ended
 
     @functools.wraps(func)
     def plain(*args, **kwargs):
@@ -460,8 +473,8 @@ def _at_background_priority(func):
             background_priority()
             return func(*args, **kwargs)
         finally:
-            _live(-1)
-    return plain
+            ended()
+    return plain, ended
 
 
 def keep_a_pool_thread_free() -> None:
@@ -662,6 +675,24 @@ def fit_view(viewer, layers) -> None:
     camera.center = tuple(center)
 
 
+def _chains():
+    import weakref
+
+    if Steps._running is None:
+        Steps._running = weakref.WeakSet()
+    return Steps._running
+
+
+def steps_pending() -> int:
+    """Steps not yet run in every chain of the process (an action the user started is still showing)."""
+    return sum(s.pending for s in list(_chains()))
+
+
+def live_workers() -> int:
+    """ctbench workers started and not yet ended."""
+    return _LIVE["workers"]
+
+
 def after_this_turn(start) -> None:
     """Call ``start`` (which arms the next step's timer) once the event loop has finished this turn.
 
@@ -704,6 +735,8 @@ class Steps:
     def pending(self) -> int:
         return len(self._chain)
 
+    _running: "weakref.WeakSet" = None     # every Steps object with steps still to run (see steps_pending)
+
     def cancel(self) -> None:
         """Drop the steps not yet run."""
         self._generation += 1
@@ -722,6 +755,7 @@ class Steps:
         self._chain = list(steps)
         self.on_error = on_error
         gen = self._generation
+        _chains().add(self)
 
         def next_step():
             if gen != self._generation or not self._chain or is_deleted(self.owner):

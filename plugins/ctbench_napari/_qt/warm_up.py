@@ -76,6 +76,7 @@ IDLE_TICKS = 3             # ... which is when this many ticks in a row came on 
 # Full collections Python would start on its own: after this many collections of the middle generation
 # (Python's default is 10; the idle collector runs one once 10 have passed, so the total stays the same).
 FULL_GC_THRESHOLD = 1000
+IDLE_GC_GAP_S = 5.0        # at most one idle collection this often (a calm moment can be a pause mid-action)
 
 
 def freeze_heap_when_warm(viewer, extra_ready=lambda: True) -> None:
@@ -152,7 +153,7 @@ class _HeapFreeze(QWidget):
             self.idle_timer = QTimer(self)
             self.idle_timer.setInterval(IDLE_GC_MS)
             self.idle_timer.timeout.connect(self._idle_collect)
-            self._last_idle_tick, self._calm = None, 0
+            self._last_idle_tick, self._calm, self._last_collection = None, 0, -IDLE_GC_GAP_S
             self.idle_timer.start()
         elif not on and self.idle_timer is not None:
             self.idle_timer.stop()
@@ -167,11 +168,17 @@ class _HeapFreeze(QWidget):
         last, self._last_idle_tick = self._last_idle_tick, now
         on_time = last is not None and now - last < 1.5 * IDLE_GC_MS / 1000
         self._calm = self._calm + 1 if on_time else 0
-        if self._calm >= IDLE_TICKS and gc.get_count()[2] >= self.thresholds[2]:
+        # Not while an action is still under way: a worker's results and a Steps chain's turns come at
+        # any moment, and a collection then would sit in front of them (or of the Cancel click).
+        if busy_elsewhere():
+            self._calm = 0
+            return
+        if (self._calm >= IDLE_TICKS and gc.get_count()[2] >= self.thresholds[2]
+                and now - self._last_collection >= IDLE_GC_GAP_S):
             gc.collect()
             self.idle_collections += 1
             self._calm = 0
-            self._last_idle_tick = time.perf_counter()
+            self._last_idle_tick = self._last_collection = time.perf_counter()
 
     def hideEvent(self, event):  # noqa: N802 - Qt name
         gc.unfreeze()
@@ -186,6 +193,13 @@ class _HeapFreeze(QWidget):
             if self.frozen:
                 self._collect_when_idle(True)
         super().showEvent(event)
+
+
+def busy_elsewhere() -> bool:
+    """Whether a ctbench worker is running or a Steps chain still has steps (the idle collector waits)."""
+    from .common import live_workers, steps_pending
+
+    return live_workers() > 0 or steps_pending() > 0
 
 
 def pending(viewer) -> int:
