@@ -349,6 +349,86 @@ inline void interior_sums_avx2(const float* vol, const LaneGroup& G, float* s) {
 
 #endif
 
+#if defined(__AVX512F__)
+// setup_lanes' per-lane loop for lanes h..h+7, op for op as the scalar loop
+// there (the comparisons and min/max keep its order of operands, so NaN and
+// ties select the same side); the plane numbers stay in double (exact
+// integers, |x| <= 1e8 + 2) until they are stored.
+inline void setup_lanes_avx512(const double (*fo)[16], const double (*fd)[16], const double* dd, int h, int a,
+                               int b, int c, bool thin, double m, double big, int lob, int hib, int loc, int hic,
+                               int loa, int hia, float* Ab, float* Bb, float* Ac, float* Bc, float* w, int* n0,
+                               int* n1, int* i0, int* i1, int* ok, int* hits) {
+  const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
+  const __m512d f0 = _mm512_abs_pd(_mm512_load_pd(fd[0] + h)), f1 = _mm512_abs_pd(_mm512_load_pd(fd[1] + h));
+  const __m512d f2 = _mm512_abs_pd(_mm512_load_pd(fd[2] + h));
+  __mmask8 own;
+  if (a == 0) own = _mm512_cmp_pd_mask(f0, f1, _CMP_GE_OQ) & _mm512_cmp_pd_mask(f0, f2, _CMP_GE_OQ);
+  else if (a == 1) own = _mm512_cmp_pd_mask(f1, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f1, f2, _CMP_GE_OQ);
+  else own = _mm512_cmp_pd_mask(f2, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f2, f1, _CMP_GT_OQ);
+  const __m512d fa = _mm512_load_pd(fd[a] + h), foa = _mm512_load_pd(fo[a] + h);
+  const __m512d ifa = _mm512_div_pd(one, fa);
+  const __m512d dBb = _mm512_mul_pd(_mm512_load_pd(fd[b] + h), ifa);
+  const __m512d dBc = _mm512_mul_pd(_mm512_load_pd(fd[c] + h), ifa);
+  const __m512d dw = _mm512_mul_pd(_mm512_sqrt_pd(_mm512_load_pd(dd + h)), _mm512_abs_pd(ifa));
+  const __m512d dAb = _mm512_fnmadd_pd(foa, dBb, _mm512_load_pd(fo[b] + h));
+  const __m512d dAc = _mm512_fnmadd_pd(foa, dBc, _mm512_load_pd(fo[c] + h));
+  const __m256 fAb = _mm512_cvtpd_ps(dAb), fBb = _mm512_cvtpd_ps(dBb), fAc = _mm512_cvtpd_ps(dAc);
+  const __m256 fBc = _mm512_cvtpd_ps(dBc), fw = _mm512_cvtpd_ps(dw);
+  // the float values widened back (exact), for the finite tests and restrict_planes
+  const __m512d gAb = _mm512_cvtps_pd(fAb), gBb = _mm512_cvtps_pd(fBb), gAc = _mm512_cvtps_pd(fAc);
+  const __m512d gBc = _mm512_cvtps_pd(fBc), gw = _mm512_cvtps_pd(fw);
+  // finite: x - x == 0 (a float is finite iff its double widening is)
+  auto finite = [&](__m512d x) { return _mm512_cmp_pd_mask(_mm512_sub_pd(x, x), zero, _CMP_EQ_OQ); };
+  __mmask8 fin = 0xFF;
+  for (int q = 0; q < 3; ++q) fin &= finite(_mm512_load_pd(fo[q] + h)) & finite(_mm512_load_pd(fd[q] + h));
+  fin &= finite(dAb) & finite(dBb) & finite(dAc) & finite(dBc) & finite(dw);
+  fin &= finite(gAb) & finite(gBb) & finite(gAc) & finite(gBc) & finite(gw);
+  const __mmask8 good = own & _mm512_cmp_pd_mask(fa, zero, _CMP_NEQ_UQ) & fin &
+                        _mm512_cmp_pd_mask(gBb, zero, _CMP_NEQ_UQ) & _mm512_cmp_pd_mask(gBc, zero, _CMP_NEQ_UQ);
+  const __m512d Ab_ = _mm512_maskz_mov_pd(good, gAb), Bb_ = _mm512_mask_mov_pd(one, good, gBb);
+  const __m512d Ac_ = _mm512_maskz_mov_pd(good, gAc), Bc_ = _mm512_mask_mov_pd(one, good, gBc);
+  const __m512d iBb = _mm512_div_pd(one, Bb_), iBc = _mm512_div_pd(one, Bc_);
+  auto bc = [](double x) { return _mm512_set1_pd(x); };
+  // tmax(x, y) = x > y ? x : y and tmin(x, y) = x < y ? x : y are max_pd / min_pd exactly
+  auto narrow = [&](__m512d& lo_, __m512d& hi_, double eb0, double eb1, double ec0, double ec1) {
+    __m512d t1 = _mm512_mul_pd(_mm512_sub_pd(bc(eb0), Ab_), iBb), t2 = _mm512_mul_pd(_mm512_sub_pd(bc(eb1), Ab_), iBb);
+    lo_ = _mm512_max_pd(lo_, _mm512_min_pd(t1, t2));
+    hi_ = _mm512_min_pd(hi_, _mm512_max_pd(t1, t2));
+    t1 = _mm512_mul_pd(_mm512_sub_pd(bc(ec0), Ac_), iBc);
+    t2 = _mm512_mul_pd(_mm512_sub_pd(bc(ec1), Ac_), iBc);
+    lo_ = _mm512_max_pd(lo_, _mm512_min_pd(t1, t2));
+    hi_ = _mm512_min_pd(hi_, _mm512_max_pd(t1, t2));
+  };
+  // floor(clampd(x, -big, big)); the values are finite wherever they are used (good lanes)
+  auto fl = [&](__m512d x) {
+    return _mm512_roundscale_pd(_mm512_min_pd(_mm512_max_pd(x, bc(-big)), bc(big)), _MM_FROUND_TO_NEG_INF |
+                                _MM_FROUND_NO_EXC);
+  };
+  __m512d nlo = bc(double(loa)), nhi = bc(double(hia - 1));
+  narrow(nlo, nhi, double(lob - 1), double(hib), double(loc - 1), double(hic));
+  __mmask8 hit = _mm512_cmp_pd_mask(nlo, _mm512_add_pd(nhi, one), _CMP_LE_OQ);
+  const __m512d a0 = _mm512_max_pd(fl(nlo), bc(double(loa)));
+  const __m512d a1 = _mm512_min_pd(_mm512_add_pd(fl(nhi), bc(2.0)), bc(double(hia)));
+  hit &= _mm512_cmp_pd_mask(a0, a1, _CMP_LT_OQ);
+  __m512d ilo = a0, ihi = _mm512_sub_pd(a1, one);
+  narrow(ilo, ihi, double(lob) + m, double(hib - 1) - m, double(loc) + m, double(hic - 1) - m);
+  const __m512d b0 = _mm512_max_pd(_mm512_sub_pd(zero, fl(_mm512_sub_pd(zero, ilo))), a0);
+  const __m512d b1 = _mm512_min_pd(_mm512_add_pd(fl(ihi), one), a1);
+  const __mmask8 inner = thin ? (__mmask8)0 : (__mmask8)(_mm512_cmp_pd_mask(ilo, ihi, _CMP_LE_OQ) &
+                                                       _mm512_cmp_pd_mask(b0, b1, _CMP_LT_OQ));
+  _mm256_store_ps(Ab + h, fAb); _mm256_store_ps(Bb + h, fBb); _mm256_store_ps(Ac + h, fAc);
+  _mm256_store_ps(Bc + h, fBc); _mm256_store_ps(w + h, fw);
+  _mm256_store_si256((__m256i*)(n0 + h), _mm512_cvtpd_epi32(a0));
+  _mm256_store_si256((__m256i*)(n1 + h), _mm512_cvtpd_epi32(a1));
+  _mm256_store_si256((__m256i*)(i0 + h), _mm512_cvtpd_epi32(_mm512_mask_mov_pd(a0, inner, b0)));
+  _mm256_store_si256((__m256i*)(i1 + h), _mm512_cvtpd_epi32(_mm512_mask_mov_pd(a0, inner, b1)));
+  for (int g = 0; g < 8; ++g) {
+    ok[h + g] = (good >> g) & 1;
+    hits[h + g] = (hit >> g) & 1;
+  }
+}
+#endif
+
 // Set-up of the rays of up to 16 pixels (iu[g], iv[g]) of view k at once, in
 // double as make_ray, written as loops over the lanes that the compiler
 // vectorises (the scalar make_ray took a quarter of the forward's time once
@@ -398,6 +478,13 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
   const bool thin = (hib - 1) - lob < 1 || (hic - 1) - loc < 1;  // interior_planes: window too thin
   alignas(64) float Ab[L], Bb[L], Ac[L], Bc[L], w[L];
   alignas(64) int n0[L], n1[L], i0[L], i1[L], ok[L], hits[L];
+#if defined(__AVX512F__) && !defined(CT_SETUP_LANES_SCALAR)
+  // GCC does not vectorise the loop below (control flow, mixed types), so on
+  // AVX-512 the same arithmetic runs here in two halves of 8 double lanes.
+  for (int h = 0; h < L; h += 8)
+    setup_lanes_avx512(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w, n0,
+                       n1, i0, i1, ok, hits);
+#else
 #pragma omp simd
   for (int g = 0; g < L; ++g) {
     const double f0 = CT_ABS(fd[0][g]), f1 = CT_ABS(fd[1][g]), f2 = CT_ABS(fd[2][g]);
@@ -454,6 +541,7 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
     ok[g] = good ? 1 : 0;
     hits[g] = h ? 1 : 0;
   }
+#endif
   unsigned done = 0;
   for (int g = 0; g < n; ++g) {
     if (!ok[g]) continue;
