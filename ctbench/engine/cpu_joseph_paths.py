@@ -89,7 +89,7 @@ def _back_twin_left_out(name: str, names: list[str]) -> bool:
     the view tiles beyond the L2; the measurement runs one thread on an in-cache slab, where they are the same code.
     The row split ran W1 7% faster at 2 threads, the tiles N = 320 8-10% at 1 (docs/INTERNALS.md, "Backprojection,
     session 6").  The z-chunk twin stays forceable."""
-    m = re.search(r"-b\d+$", name)
+    m = _BACK_BANDS.search(name)
     return bool(m) and "-rs-" not in name and name[: m.start()] + "-rs" + name[m.start():] in names
 
 

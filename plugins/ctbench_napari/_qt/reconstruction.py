@@ -316,30 +316,34 @@ class ReconstructionWidget(QWidget):
                               lambda cancel: reconstruct(geo, sino_t, request, preview_every=every, cancel=cancel,
                                                          on_subset=on_subset))
         if mode == "full" and request.spec.iterative:
-            self.display_steps.run([*self._add_steps(self._run["name"], geo.volume_shape, geo.voxel_spacing,
-                                                     {"request": request.to_dict()}), start],
-                                   on_error=self._not_started, later=True)
+            name, shape, recon = self._run["name"], geo.volume_shape, {"request": request.to_dict()}
+            meta = {KEY: {"kind": "volume", "running": True, "recon": recon}}
+            added = self._add_steps(
+                name,
+                lambda: _image(np.zeros(shape, np.float32), name, meta, placement(shape, geo.voxel_spacing, None)),
+                lambda: self._live_layer(name, shape, geo.voxel_spacing, None, recon),
+                lambda layer: setattr(self, "live_layer", layer))
+            self.display_steps.run([*added, start], on_error=self._not_started, later=True)
         else:
             start()
         return request
 
-    def _add_steps(self, name, shape, spacing, recon: dict) -> list:
-        """An iterative run's live layer in two turns: its model and the sliders it will need (a slider that
-        appears resizes the canvas), then the add, which then changes no geometry."""
+    def _add_steps(self, name, make, reuse, then) -> list:
+        """A run's layer in two turns: its model (``make()``) and the sliders it will need (a slider that
+        appears resizes the canvas), then the add, which then changes no geometry; ``reuse()`` where a layer
+        of that name already exists (a preview's); ``then(layer)`` once the layer is in the viewer."""
         made = {}
 
         def prepare():
             if name not in self.viewer.layers:
-                made["layer"] = _image(np.zeros(shape, np.float32), name,
-                                       {KEY: {"kind": "volume", "running": True, "recon": recon}},
-                                       placement(shape, spacing, None))
+                made["layer"] = make()
                 prepare_sliders_for(self.viewer, made["layer"])
 
         def add():
             if "layer" in made and name not in self.viewer.layers:
-                self.live_layer = self.viewer.add_layer(made["layer"])
+                then(self.viewer.add_layer(made["layer"]))
             else:
-                self.live_layer = self._live_layer(name, shape, spacing, None, recon)
+                then(reuse())
         return [prepare, add]
 
     def _not_started(self, exc=None) -> None:
@@ -527,21 +531,13 @@ class ReconstructionWidget(QWidget):
             # First the layer's model and the sliders it will need (a slider appearing resizes the canvas), so
             # that the turn adding it changes no geometry.
             name = self._run.get("name") or self._layer_name(ev.request, self._run.get("source", ""))
-            made = {}
-
-            def prepare():
-                if name not in self.viewer.layers:
-                    made["layer"] = _image(data, name, meta, placement(data.shape, ev.voxel_spacing, ev.origin),
-                                           shown.get("window"))
-                    prepare_sliders_for(self.viewer, made["layer"])
-
-            def add():
-                if "layer" in made and name not in self.viewer.layers:
-                    layer = self.viewer.add_layer(made["layer"])
-                else:       # a preview's layer of the same name: reused
-                    layer = self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data, meta=meta)
-                self.display_steps.extend(result(layer))
-            self.display_steps.run([prepare, add], on_error=on_error, later=True)
+            added = self._add_steps(
+                name, lambda: _image(data, name, meta, placement(data.shape, ev.voxel_spacing, ev.origin),
+                                     shown.get("window")),
+                # a preview's layer of the same name: reused
+                lambda: self._live_layer(name, data.shape, ev.voxel_spacing, ev.origin, {}, data=data, meta=meta),
+                lambda layer: self.display_steps.extend(result(layer)))
+            self.display_steps.run(added, on_error=on_error, later=True)
         note = f" ({ev.note})" if ev.note else ""
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")

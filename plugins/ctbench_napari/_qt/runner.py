@@ -162,7 +162,7 @@ class LocalRunner(Runner):
         finally:
             if self._queue:         # the next event after this turn's repaints and due timers (common.py)
                 self._arming = True
-                after_this_turn(lambda: self._arm())
+                after_this_turn(self._arm)
 
 
 def _has_preview(ev) -> bool:
