@@ -4,6 +4,13 @@
 
 #if !defined(_WIN32)
 #include <sys/mman.h>  // madvise (huge pages); Windows builds go without it
+#include <unistd.h>    // sysconf (the L2 size)
+#endif
+#if defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#if defined(_WIN32)
+#include <windows.h>   // GetLogicalProcessorInformation (the L2 size)
 #endif
 
 #include <algorithm>
@@ -27,6 +34,45 @@ inline bool inner_is_u(const real* ustep, const real* vstep, int n_views) {
     zv += std::fabs((double)vstep[3 * k + 2]);
   }
   return zu < zv;
+}
+
+// The size of one core's L2 cache in bytes, which the blocking of the forward's bands and the
+// backprojection's accumulators is sized to (Zen 4 has 1 MiB, current Intel server cores 2 MiB, Zen 3
+// 512 KiB: one constant fits none of them).  CTBENCH_L2_BYTES overrides it (for measurements); when the
+// system does not say, 1 MiB.  Read once per process.
+inline long long l2_cache_bytes_uncached() {
+  if (const char* env = std::getenv("CTBENCH_L2_BYTES")) {
+    const long long v = std::atoll(env);
+    if (v >= (64 << 10) && v <= (1ll << 30)) return v;
+  }
+  long long bytes = 0;
+#if defined(_WIN32)
+  DWORD len = 0;
+  GetLogicalProcessorInformation(nullptr, &len);
+  if (len > 0) {
+    auto* info = static_cast<SYSTEM_LOGICAL_PROCESSOR_INFORMATION*>(std::malloc(len));
+    if (info != nullptr && GetLogicalProcessorInformation(info, &len)) {
+      for (DWORD i = 0; i < len / sizeof(*info); ++i)
+        if (info[i].Relationship == RelationCache && info[i].Cache.Level == 2)
+          bytes = std::max<long long>(bytes, info[i].Cache.Size);
+    }
+    std::free(info);
+  }
+#elif defined(__APPLE__)
+  long long v = 0;
+  size_t n = sizeof(v);
+  if (sysctlbyname("hw.perflevel0.l2cachesize", &v, &n, nullptr, 0) == 0 ||
+      (n = sizeof(v), sysctlbyname("hw.l2cachesize", &v, &n, nullptr, 0) == 0))
+    bytes = v;
+#elif defined(_SC_LEVEL2_CACHE_SIZE)
+  bytes = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+  return bytes >= (64 << 10) ? bytes : (1ll << 20);
+}
+
+inline long long l2_cache_bytes() {
+  static const long long bytes = l2_cache_bytes_uncached();
+  return bytes;
 }
 
 // A buffer of n elements (the forward's slab copy, the backprojection's accumulators), 2 MiB aligned and marked for

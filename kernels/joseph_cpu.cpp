@@ -428,6 +428,8 @@ CT_JOSEPH_ENTRIES(float, f32)
 CT_JOSEPH_ENTRIES(double, f64)
 
 // Run-time path choice (ctbench/engine/cpu_paths.py).  op: 0 forward, 1 back.
+CT_EXPORT long long joseph_l2_cache_bytes() { return ct::l2_cache_bytes(); }
+
 CT_EXPORT int joseph_path_count(int op) { return path_count(op); }
 
 CT_EXPORT const char* joseph_path_name(int op, int i) {
