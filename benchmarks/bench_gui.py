@@ -520,8 +520,12 @@ def _spin(seconds: float) -> None:
         pass
 
 
+class _Done(Exception):
+    """Raised after the action ``--until`` names: the actions after it are skipped."""
+
+
 def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_stacks: bool = False,
-                  profile: bool = False, trace_turns: bool = False) -> list[dict]:
+                  profile: bool = False, trace_turns: bool = False, until: str | None = None) -> list[dict]:
     import napari
     import napari._qt.qt_main_window as qmw
 
@@ -571,6 +575,8 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
         records.append({"bench": BENCH, "run_id": run_id, "kind": "stall", "label": label, "action": action,
                         "loadavg": list(os.getloadavg()), **rec, **extra})
         print(json.dumps(records[-1]), flush=True)
+        if until and action.startswith(until):
+            raise _Done
 
     def busy(w) -> bool:
         return bool(getattr(w, "busy", False) or getattr(w, "running", False))
@@ -665,6 +671,8 @@ def stall_records(run_id: str, label: str, trace_paints: bool = False, trace_sta
         if jobs is not None:
             jobs.timer.setInterval(200)
             record("jobs panel without a bridge (5 s)", lambda: None, settle_s=5.0)
+    except _Done:
+        pass
     finally:
         if turns is not None:      # before the paint trace: it wraps that trace's paintGL
             turns.close()
@@ -698,6 +706,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile-stalls", action="store_true",
                    help="with --stalls: cProfile the GUI thread and keep, per action, the functions of its "
                         "longest gap (slows Python: for finding causes, not for the figures)")
+    p.add_argument("--until", default=None,
+                   help="with --stalls: stop after the first action whose name starts with this (e.g. 'designer "
+                        "edit (again)')")
     p.add_argument("--plugin-tree", default=None,
                    help="import ctbench_napari from this folder (another version's plugins/), not the installed one")
     args = p.parse_args(argv)
@@ -767,12 +778,13 @@ def _stalls_main(args, run_id: str) -> int:
             + (["--trace-paints"] if args.trace_paints else []) + (["--trace-stacks"] if args.trace_stacks else []) \
             + (["--trace-turns"] if args.trace_turns else []) \
             + (["--plugin-tree", args.plugin_tree] if args.plugin_tree else []) \
-            + (["--profile-stalls"] if args.profile_stalls else [])
+            + (["--profile-stalls"] if args.profile_stalls else []) \
+            + (["--until", args.until] if args.until else [])
         return subprocess.run(cmd).returncode
     records = [{**_header(run_id, args), "kind": "stall-header", "label": args.label,
                 "goal_ms": STALL_GOAL_MS}] + stall_records(run_id, args.label, args.trace_paints,
                                                                   args.trace_stacks, args.profile_stalls,
-                                                                  args.trace_turns)
+                                                                  args.trace_turns, args.until)
     if not args.no_out:
         out = Path(args.out).with_name("bench_gui_stalls.jsonl")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -858,13 +858,14 @@ def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_size_alo
     from ctbench_napari import PLUGIN
     from ctbench_napari._qt import warm_up
 
-    plain = make_napari_viewer(show=True)
-    plain.add_image(np.zeros((8, 8, 8), np.float32))
-    wait_for(lambda: plain.window._qt_viewer.controls.width() > 0, timeout=10)
     viewer = make_napari_viewer(show=True)
     viewer.window._qt_window.resize(1600, 1000)
     viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
     wait_for(lambda: warm_up.pending(viewer) == 0, timeout=120)
+    # napari's own width, with the colour maps the warm-up registered (each image's box lists them all)
+    plain = make_napari_viewer(show=True)
+    plain.add_image(np.zeros((8, 8, 8), np.float32))
+    wait_for(lambda: plain.window._qt_viewer.controls.width() > 0, timeout=10)
     container = viewer.window._qt_viewer.controls
     canvas = viewer.window._qt_viewer.canvas.native
     assert container.count() == 2          # napari's empty page and the stand-in
@@ -872,13 +873,74 @@ def test_the_first_layer_leaves_the_layer_controls_width_and_the_canvas_size_alo
              timeout=10)
     _spin(0.3)
     width, height = canvas.width(), canvas.height()
-    viewer.add_image(np.zeros((8, 8, 8), np.float32))
-    wait_for(lambda: container.count() == 2 and type(container.currentWidget()).__name__ == "QtImageControls",
-             timeout=10)                   # empty page + the layer's: the stand-in left
-    _spin(0.3)
+    with _resizes_of(canvas) as resizes:
+        viewer.add_image(np.zeros((8, 8, 8), np.float32))
+        wait_for(lambda: container.count() == 2 and type(container.currentWidget()).__name__ == "QtImageControls",
+                 timeout=10)                   # empty page + the layer's: the stand-in left
+        _spin(0.3)
     assert viewer.dims.nsteps[0] == 8 and viewer.dims.ndisplay == 2      # a z slider came with the layer
     assert canvas.width() == width and canvas.height() == height          # the canvas kept its size
+    # ... also inside the add: napari makes three sliders, one row each, before it hides two; the window
+    # was laid out with three rows then (the canvas shrank by two and grew back a turn later).
+    assert resizes == []
     assert container.width() == plain.window._qt_viewer.controls.width()
+
+
+class _ResizeLog:
+    def __init__(self, widget):
+        from qtpy.QtCore import QEvent, QObject
+
+        log = self.sizes = []
+
+        class Filter(QObject):
+            def eventFilter(self, obj, event):  # noqa: N802 - Qt name
+                if event.type() == QEvent.Resize:
+                    log.append((event.oldSize().width(), event.oldSize().height(), event.size().width(),
+                                event.size().height()))
+                return False
+        self.widget, self.filter = widget, Filter()
+
+    def __enter__(self):
+        self.widget.installEventFilter(self.filter)
+        return self.sizes
+
+    def __exit__(self, *exc):
+        self.widget.removeEventFilter(self.filter)
+
+
+def _resizes_of(widget) -> _ResizeLog:
+    """``with _resizes_of(w) as sizes``: every resize of ``w`` meanwhile, as (old w, old h, new w, new h)."""
+    return _ResizeLog(widget)
+
+
+def test_the_designers_completeness_map_in_3d_leaves_the_layer_controls_width_alone(make_napari_viewer):
+    """The completeness map's colour map has a long name, and napari lists every registered map in each
+    image's colour-map box: its first controls (in 3D) widened the dock by 42 px inside the designer's
+    first preview (the canvas shrank and was painted there).  The warm-up's stand-in page is made with
+    that map, in 3D, so the dock has that width before any layer."""
+    import numpy as np
+
+    from ctbench_napari import PLUGIN
+    from ctbench_napari._layers import completeness_layer
+    from ctbench_napari._qt import warm_up
+
+    viewer = make_napari_viewer(show=True)
+    viewer.window._qt_window.resize(1600, 1000)
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    wait_for(lambda: warm_up.pending(viewer) == 0, timeout=120)
+    viewer.add_image(np.zeros((8, 8, 8), np.float32))     # a sample: the stand-in page leaves
+    wait_for(lambda: container.count() == 2 if (container := viewer.window._qt_viewer.controls) else False,
+             timeout=10)
+    viewer.dims.ndisplay = 3
+    _spin(0.3)
+    canvas = viewer.window._qt_viewer.canvas.native
+    width = viewer.window._qt_viewer.controls.width()
+    data, kwargs, _ = completeness_layer(np.full((4, 4, 4), 3.0), 10, (1.0, 1.0, 1.0))
+    with _resizes_of(canvas) as resizes:
+        viewer.add_image(data, **kwargs)
+        _spin(0.3)
+    assert type(viewer.window._qt_viewer.controls.currentWidget()).__name__ == "QtImageControls"
+    assert viewer.window._qt_viewer.controls.width() == width and resizes == []
 
 
 def _spin(seconds: float) -> None:

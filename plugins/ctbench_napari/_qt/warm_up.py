@@ -246,7 +246,14 @@ def _controls_width_step(viewer, steps):
         from napari._qt.layer_controls.qt_layer_controls_container import create_qt_layer_controls
         from napari.layers import Image
 
-        page = create_qt_layer_controls(Image(np.zeros((2, 2, 2), np.float32), name="ctbench width"))
+        from .._layers import COMPLETENESS_COLORMAP
+
+        # With the designer's completeness colour map: its long name widens every image's colour-map box
+        # (napari lists all registered maps), so the designer's first map widened the dock by 42 px then.
+        page = create_qt_layer_controls(Image(np.zeros((2, 2, 2), np.float32), name="ctbench width",
+                                              colormap=COMPLETENESS_COLORMAP))
+        if hasattr(page, "ndisplay"):
+            page.ndisplay = 3     # the rows an image shows in 3D too (rendering, depiction)
 
         def add_page():
             if not len(viewer.layers) and not is_deleted(page) and not is_deleted(container):
@@ -275,7 +282,30 @@ def _hold_slider_row(viewer, qt_viewer) -> None:
     dims = getattr(qt_viewer, "dims", None)
     if dims is not None and not is_deleted(dims) and not len(viewer.layers) and viewer.dims.ndisplay == 2 \
             and hasattr(dims, "SLIDERHEIGHT"):
-        dims.setMinimumHeight(max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
+        _steady_slider_row(viewer, dims)
+        QWidget.setMinimumHeight(dims, max(dims.minimumHeight(), int(dims.SLIDERHEIGHT)))
+
+
+def _steady_slider_row(viewer, dims) -> None:
+    """Never let napari's slider row ask for more rows than the view can show sliders for.
+
+    When the number of dimensions changes (the first volume, a 2D layer after a 3D one) napari makes
+    every slider anew and sets the row's minimum height once per slider made, before it hides those of
+    the displayed axes; the ``show()`` of the remaining slider then lays the window out synchronously
+    with that interim height (three rows for a volume), so the canvas shrank by two rows and napari
+    painted it inside the ``add_layer``, and a later turn grew it back (a second paint and a repaint of
+    the whole window).  The rows napari settles on are never more than the non-displayed axes, so
+    capping each request there only removes the interim heights."""
+    if getattr(dims, "_ctbench_steady_rows", False):
+        return
+    model = viewer.dims
+    row = int(dims.SLIDERHEIGHT)
+
+    def set_minimum_height(h):
+        rows = max(0, int(model.ndim) - len(model.displayed))
+        QWidget.setMinimumHeight(dims, int(min(int(h), rows * row)))
+    dims.setMinimumHeight = set_minimum_height      # napari calls it through the instance (Python)
+    dims._ctbench_steady_rows = True
 
 
 def _scale_bar_font(viewer):
