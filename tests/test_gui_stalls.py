@@ -1054,3 +1054,37 @@ def test_an_estimate_due_when_its_window_closes_waits_until_it_is_shown_again(qt
     label.show()
     wait_for(lambda: Settings.asked == 1, timeout=30)
     assert "no sinogram chosen" in label.text()
+
+
+def test_the_designers_new_preview_layers_are_added_hidden_and_shown_a_step_later(make_napari_viewer):
+    """A new layer's add (napari's model, visual, controls) and its first 3D frame were one turn; each new
+    preview layer now comes hidden (its add draws nothing) and the next step shows it.  A later preview
+    updates the layers in place and leaves their visibility to the user."""
+    import numpy as np
+
+    from ctbench.workbench.design import TrajectoryDesign
+    from ctbench_napari._qt.designer import TrajectoryDesignerWidget, _preview_data
+
+    viewer = make_napari_viewer(show=True)
+    w = TrajectoryDesignerWidget(viewer)
+    shape = {"detector_u": 16, "detector_v": 16, "volume_d": 8, "volume_h": 8, "volume_w": 8}
+    geometry = TrajectoryDesign(n_views=12, **shape).build()
+    data = _preview_data(geometry, True, 8)
+    names = [kw["name"] for _, kw, _ in data["layers"]] + ["trajectory: completeness"]
+    seen = set()
+    for step in w._preview_steps(geometry, data):
+        before = set(viewer.layers)
+        step()
+        for layer in set(viewer.layers) - before:      # added by this step: hidden until the next one
+            assert not layer.visible, layer.name
+            seen.add(layer.name)
+    assert seen == set(names) and all(viewer.layers[n].visible for n in names) and w.n_updates == 1
+    layer = viewer.layers["trajectory: completeness"]
+    layer.visible = False                       # the user hides the map; the next preview keeps it hidden
+    later = TrajectoryDesign(n_views=24, **shape).build()
+    data = _preview_data(later, True, 8)
+    for step in w._preview_steps(later, data):
+        step()
+    assert viewer.layers["trajectory: completeness"] is layer and not layer.visible
+    assert all(viewer.layers[n].visible for n in names[:-1])
+    np.testing.assert_array_equal(layer.data, data["completeness"][0])    # updated in place
