@@ -1088,3 +1088,31 @@ def test_the_designers_new_preview_layers_are_added_hidden_and_shown_a_step_late
     assert viewer.layers["trajectory: completeness"] is layer and not layer.visible
     assert all(viewer.layers[n].visible for n in names[:-1])
     np.testing.assert_array_equal(layer.data, data["completeness"][0])    # updated in place
+
+
+def test_the_workbench_adds_a_sample_layer_hidden_and_shows_it_in_a_later_turn(make_napari_viewer):
+    """A layer's add and its first draw (shaders, the slice's upload, a lazy stack's file read) were one
+    turn; in the workbench each sample layer comes hidden and the next turn shows it and applies the
+    display rule (elsewhere napari adds samples as they are: see the test above)."""
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer()
+    viewer.window._qt_window._ctbench_workbench = True                   # as ctbench gui opens it
+    viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    changes = []
+    viewer.layers.events.inserted.connect(
+        lambda e: (changes.append((e.value.name, e.value.visible)),
+                   e.value.events.visible.connect(lambda _v, x=e.value: changes.append((x.name, x.visible)))))
+    added = viewer.open_sample(PLUGIN, "lab_scan")
+    assert [x.visible for x in added] == [False]           # as napari added it, in this turn
+    wait_for(lambda: added[0].visible, timeout=30)         # shown by a later turn
+    assert changes == [("lab scan (raw counts)", False), ("lab scan (raw counts)", True)]
+    changes.clear()
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    wait_for(lambda: "Shepp-Logan cone-beam scan" in viewer.layers and viewer.layers["Shepp-Logan cone-beam scan"]
+             .visible, timeout=30)
+    _spin(0.3)
+    assert changes[:2] == [("Shepp-Logan phantom", False), ("Shepp-Logan phantom", True)]
+    assert ("Shepp-Logan cone-beam scan", False) in changes
+    # the display rule, applied as each one was shown: one frame at a time, the last sample's scan on top
+    assert [x.name for x in viewer.layers if x.visible] == ["Shepp-Logan cone-beam scan"]

@@ -154,8 +154,8 @@ def _phantom_scan_layers() -> list[LayerData]:
 
 
 def _staged(layers: list) -> list:
-    """In the workbench's viewer: the first layer now, the others one per event-loop turn (elsewhere, e.g.
-    a script's viewer, all at once as napari adds them)."""
+    """In the workbench's viewer: the first layer now, hidden, and shown in the next event-loop turn, the
+    others one per turn in the same way (elsewhere, e.g. a script's viewer, all at once as napari adds them)."""
     try:
         import napari
 
@@ -165,8 +165,9 @@ def _staged(layers: list) -> list:
         from ._qt.deferred_samples import add_in_later_turns
     except (ImportError, AttributeError, RuntimeError):
         return layers
-    add_in_later_turns(viewer, layers[1:])
-    return layers[:1]
+    data, kwargs, ltype = layers[0]
+    add_in_later_turns(viewer, layers[1:], first=kwargs["name"])
+    return [(data, {**kwargs, "visible": False}, ltype)]     # shown a turn later (add_in_later_turns)
 
 
 def make_htc2022() -> list[LayerData]:
@@ -205,4 +206,4 @@ def make_lab_scan() -> list[LayerData]:
     if later is not None:
         return later
     data, kw, kind = _lab_scan_layer()
-    return [(data, copy.deepcopy(kw), kind)]     # the lazy stack is shared; each layer owns its metadata
+    return _staged([(data, copy.deepcopy(kw), kind)])     # the lazy stack is shared; each layer owns its metadata
