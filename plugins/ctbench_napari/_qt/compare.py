@@ -310,8 +310,11 @@ class ComparePanel(QGroupBox):
 
             name = f"difference: {_short(layer.name)}"
             meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
+            # Hidden until its own turn (show): napari's add (controls, visual, selection) and the layer's
+            # first draw were one turn and one repaint together.
             made[name] = Image(d, name=name, scale=layer.scale, translate=layer.translate, multiscale=False,
-                               colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta)
+                               colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta,
+                               visible=False)
             prepare_sliders_for(self.viewer, made[name])
 
         def add(layer, d, m):
@@ -319,6 +322,11 @@ class ComparePanel(QGroupBox):
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
             self.differences_added.append(self.viewer.add_layer(made.pop(name)))
+
+        def show(*_):
+            new = self.differences_added[-1]
+            if new in self.viewer.layers:
+                set_visible(new, True)
 
         def kept_results():
             # The results stay in the grid, the reference leaves it: result − reference already says how each
@@ -340,10 +348,10 @@ class ComparePanel(QGroupBox):
                 set_visible(x, x in kept)
 
         def done(out):
-            # One new layer per frame (see compare), its model a turn before it; then the grid is fitted and
-            # the key shown.
+            # One new layer per frame (see compare): its model, its add and its first draw in turns of their
+            # own; then the grid is fitted and the key shown.
             self.steps.cancel()
-            each = [f for x in out for f in (functools.partial(model, *x), functools.partial(add, *x))]
+            each = [f for x in out for f in (functools.partial(model, *x), functools.partial(add, *x), show)]
             self.steps.run([functools.partial(grid_for, out), functools.partial(start, out), *each,
                             lambda: release_grid_shape(self.viewer), functools.partial(finish, out)],
                            on_error=self._show_error)
