@@ -332,7 +332,7 @@ class ReconstructionWidget(QWidget):
         """A run's layer in three turns: its model (``make()``, hidden) and the sliders it will need (a slider
         that appears resizes the canvas), then the add, which then changes no geometry and draws nothing new,
         then (``show``) its first draw; ``reuse()`` where a layer of that name already exists (a preview's);
-        ``then(layer)`` once the layer is in the viewer (shown, with ``show``).  napari's add (the layer's
+        ``then(layer)`` once the layer is in the viewer (still hidden).  napari's add (the layer's
         controls, visual and selection) and the layer's first draw were one turn and one window repaint,
         0.3-0.5 s on a loaded 2-core machine; the display steps that follow a result make it visible."""
         made = {}
@@ -346,8 +346,7 @@ class ReconstructionWidget(QWidget):
         def add():
             if "layer" in made and name not in self.viewer.layers:
                 made["added"] = self.viewer.add_layer(made.pop("layer"))
-                if not show:
-                    then(made["added"])
+                then(made["added"])       # at once: a Cancel before the next turn must find (and remove) it
             else:
                 then(reuse())
 
@@ -356,7 +355,6 @@ class ReconstructionWidget(QWidget):
             if layer is not None and layer in self.viewer.layers:
                 set_visible(layer, True)
                 apply_display_rule(self.viewer, layer)     # as when it arrives visible (display_rule.py)
-                then(layer)
         return [prepare, add, shown] if show else [prepare, add]
 
     def _not_started(self, exc=None) -> None:
