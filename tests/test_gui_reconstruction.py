@@ -232,8 +232,13 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert stats["foreground"] > 0.05
     save_widget_screenshot(recon, "compare_widget", SHOTS)
     # Difference images: result − reference, in the grid with the others.
+    vispy_grid = viewer.window._qt_viewer.canvas.grid          # napari's view boxes of the comparison grid
     recon.comparison.difference_button.click()
     wait_for(lambda: not recon.comparison.busy, timeout=60)
+    # The results beside their differences, the reference out of the grid: the same 2 x 2 grid, not rebuilt.
+    assert [x.name for x in viewer.layers if x.visible] == \
+        [a.name, b.name, *(x.name for x in recon.comparison.differences_added)]
+    assert viewer.window._qt_viewer.canvas.grid is vispy_grid and not phantom.visible
     diffs = [x for x in viewer.layers if x.name.startswith("difference")]
     assert len(diffs) == 2 and diffs == recon.comparison.differences_added
     assert diffs[1].metadata["ctbench"]["difference"] == {"result": b.name, "reference": phantom.name}

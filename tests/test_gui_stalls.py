@@ -1116,3 +1116,44 @@ def test_the_workbench_adds_a_sample_layer_hidden_and_shows_it_in_a_later_turn(m
     assert ("Shepp-Logan cone-beam scan", False) in changes
     # the display rule, applied as each one was shown: one frame at a time, the last sample's scan on top
     assert [x.name for x in viewer.layers if x.visible] == ["Shepp-Logan cone-beam scan"]
+
+
+def test_an_iterative_runs_layer_is_added_hidden_and_shown_a_turn_later_and_cancel_then_removes_it(
+        make_napari_viewer):
+    """The live layer's add and its first draw are turns of their own (napari's add and the first draw were one
+    turn and one window repaint): the layer arrives hidden, with no worker yet; a Cancel in the next turn
+    removes it (no hidden layer stays); an uncancelled run shows it before its worker starts."""
+    from qtpy.QtCore import QTimer
+
+    from ctbench_napari import PLUGIN
+
+    viewer = make_napari_viewer(show=True)
+    viewer.open_sample(PLUGIN, "phantom_scan")
+    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
+    recon.sinogram.select("Shepp-Logan cone-beam scan")
+    recon.select_algorithm("sirt", n_iter=3)
+    before = [x.name for x in viewer.layers]
+    arrived = []
+
+    def inserted(event, cancel):
+        arrived.append((event.value.name, event.value.visible, recon.runner.running))
+        if cancel:
+            QTimer.singleShot(0, recon.cancel_button.click)       # the turn after the add, before the show
+    hook = lambda e: inserted(e, cancel=True)          # noqa: E731
+    viewer.layers.events.inserted.connect(hook)
+    recon.run_button.click()
+    wait_for(lambda: not recon.running, timeout=60)
+    viewer.layers.events.inserted.disconnect(hook)
+    _spin(0.5)
+    assert arrived == [(recon.last_run["name"], False, False)]                 # hidden, no worker yet
+    assert [x.name for x in viewer.layers] == before and "started" not in recon.last_run
+    arrived.clear()
+    hook = lambda e: inserted(e, cancel=False)         # noqa: E731
+    viewer.layers.events.inserted.connect(hook)
+    recon.run_button.click()
+    name = recon.last_run["name"]
+    wait_for(lambda: recon.runner.running or recon.last_run.get("finished") is not None, timeout=60)
+    assert viewer.layers[name].visible                                         # shown before its worker starts
+    wait_for(lambda: not recon.running, timeout=300)
+    assert arrived == [(name, False, False)]
+    assert viewer.layers[name].visible and recon.results[-1].name == name
