@@ -277,7 +277,10 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
 #endif
 #if defined(__AVX512F__) || defined(__AVX2__)
   if constexpr (lanes) {
-    const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band) : 0;
+    const int tile = use_lanes && path.tiles ? ct::fwd::forward_tile_planes((i64)vw.H * vw.W * (i64)sizeof(real), band,
+                                                                            (i64)std::max(vw.H, vw.W) * (i64)sizeof(real),
+                                                                            n_outer)
+                                             : 0;
     if (tile > 0) {
       const int tband = ct::fwd::tiled_band_rows(band, n_outer);
       const float* sw = copy ? swapped.data : nullptr;

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_helpers.hpp"  // l2_cache_bytes: the bands and tiles are sized to this core's L2
 #include "joseph.cuh"
 
 namespace ct {
@@ -47,15 +48,16 @@ constexpr int kForwardLanes = 0;
 #define CT_SIMD_PREFETCH 0
 #endif
 
-// Detector rows per band of the -bands paths: about 2 MiB (the L2 of current cores) of volume planes,
-// 4 to 8 rows (1 thread, W1's geometry scaled, load 12-14: 8 rows best at N = 128-256, 4-5 at N = 320;
-// 1 or 2 rows lose 10-25%, 32 rows 5-10% at N = 128).
+// Detector rows per band of the -bands paths: about one L2 (ct::l2_cache_bytes(), measured: 2 MiB on the
+// Xeon these were tuned on, 1 MiB on Zen 4) of volume planes, 4 to 8 rows (1 thread, W1's geometry scaled,
+// 2 MiB L2, load 12-14: 8 rows best at N = 128-256, 4-5 at N = 320; 1 or 2 rows lose 10-25%, 32 rows 5-10%
+// at N = 128).
 #ifndef CT_FORWARD_BAND_ROWS
 #define CT_FORWARD_BAND_ROWS 0  // > 0: that many rows per band (for measurements; 0: the rule below)
 #endif
 inline int forward_band_rows(i64 plane_bytes, int n_outer) {
   if (CT_FORWARD_BAND_ROWS > 0) return std::max(1, std::min(CT_FORWARD_BAND_ROWS, std::max(1, n_outer)));
-  const i64 target = i64(2) << 20;
+  const i64 target = l2_cache_bytes();
   const i64 rows = plane_bytes > 0 ? target / plane_bytes : 8;
   return (int)std::max<i64>(1, std::min<i64>({i64(8), std::max<i64>(4, rows), (i64)std::max(1, n_outer)}));
 }
@@ -1438,24 +1440,35 @@ inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swa
 // few planes, which stay in the L2 across the run.  Each lane's value is the sum of its segments' sums
 // (float32 rounding differs from -fused-bands; the same samples).
 #ifndef CT_FORWARD_TILE_PLANES
-#define CT_FORWARD_TILE_PLANES 64
+#define CT_FORWARD_TILE_PLANES 0  // > 0: that many planes per tile (for measurements); 0: sized to the L2; < 0: no tiles
 #endif
 #ifndef CT_FORWARD_TILE_VIEWS
 #define CT_FORWARD_TILE_VIEWS 4
 #endif
-// Planes per tile (0: no tiles) for bands of `band` rows over planes of `plane_bytes`: tiles only where
-// a band's planes (with a margin of two for the cone's spread) exceed 2 MiB, the L2 of current cores.
-inline int forward_tile_planes(i64 plane_bytes, int band) {
-  if (CT_FORWARD_TILE_PLANES <= 0 || band <= 0) return 0;
-  return (i64)(band + 2) * plane_bytes > (i64(2) << 20) ? CT_FORWARD_TILE_PLANES : 0;
-}
-
 // Rows per band where the view tiles run: 8 (the 2 MiB rule's 5 rows at N = 320 left 5% on the table: within
 // a tile more rows share each z row, and the tile bounds what the run touches; 1 thread, load 2.8-3.4:
 // N = 320 933 -> 981 M samples/CPU-s, 12 rows 934).
 inline int tiled_band_rows(int band, int n_outer) {
   if (CT_FORWARD_BAND_ROWS > 0) return band;
   return std::max(1, std::min(8, n_outer));
+}
+
+// Planes per tile (0: no tiles) for bands of `band` rows (forward_band_rows) over planes of `plane_bytes`,
+// whose b rows (the contiguous axis the lanes' pairs lie along) are `row_bytes` long.  Tiles only where a
+// band's planes (with a margin of two for the cone's spread) exceed the L2.  A tile's run then touches about
+// (tiled rows + 2) b rows of each of its planes; the tile takes as many planes as fill half the L2 (the
+// other half for the run's ray state, sums and what the cone's spread adds), a power of two in [16, 128]:
+// 64 at N = 256-320 with the 2 MiB L2 the constant 64 was tuned on.
+inline int forward_tile_planes(i64 plane_bytes, int band, i64 row_bytes, int n_outer) {
+  if (CT_FORWARD_TILE_PLANES < 0 || band <= 0) return 0;
+  const i64 l2 = l2_cache_bytes();
+  if ((i64)(band + 2) * plane_bytes <= l2) return 0;
+  if (CT_FORWARD_TILE_PLANES > 0) return CT_FORWARD_TILE_PLANES;
+  const i64 per_plane = (i64)(tiled_band_rows(band, n_outer) + 2) * std::max<i64>(1, row_bytes);
+  const i64 fit = l2 / (2 * per_plane);
+  int tile = 16;
+  while (tile < 128 && 2 * tile <= fit) tile *= 2;
+  return tile;
 }
 
 // The whole forward of the -fused-tiles paths where forward_tile_planes gives tiles: work items are (band of
