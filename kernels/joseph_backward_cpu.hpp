@@ -60,10 +60,11 @@ namespace ct {
 // ray is clipped by a chunk edge (the central rows' nearly level rays ran whole through the checked
 // edge stencil there, set up in both chunks).
 // tile_planes > 0 (with band_rows, padded), where a band's accumulator planes (R + 2 of them) exceed
-// 2 MiB: view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
+// back_tile_min_band_bytes (3 MiB, or the L2 where larger): view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
 // kept, then scattered tile by tile of tile_planes planes of their dominant axis, so that within a tile
 // the run's rays touch the same few planes, which stay in the L2 across the run (the forward's
-// -fused-tiles, fwd::fused_forward_tiled, for the back).  A voxel lies in one tile of its rays' axis,
+// -fused-tiles, fwd::fused_forward_tiled, for the back).  tile_planes is the tile depth for a 2 MiB L2,
+// scaled with the L2 (back_tile_planes).  A voxel lies in one tile of its rays' axis,
 // so its additions keep their order (bitwise the untiled result where no ray is z-dominant).
 struct BackOptions {
   bool pairs = true;
@@ -87,10 +88,28 @@ struct BackOptions {
 // on lines a plane apart.  Any single voxel (edge planes, z-dominant and planar rays) is written as
 // the first half of its own row's slot.  Output row z = first halves of slot z + second halves of
 // slot z - 1.  The slots double the accumulators, so they are taken only while a slot plane is at
-// most kDupMaxSlotPlane bytes: a band's slots then stay in a 2 MiB L2 (W1's planes, 128 KiB slots:
-// 0.57 against 0.60 CPU-s for pairs-padded-b8; N = 192, 288 KiB: 2.31 against 2.12 s, N = 256:
-// 5.9 against 5.2 s, 1 thread, docs/INTERNALS.md "Backprojection, session 5").
+// most kDupMaxSlotPlane bytes: a band's slots then stay in cache (W1's planes, 128 KiB slots: 0.57
+// against 0.60 CPU-s for pairs-padded-b8; N = 192, 288 KiB: 2.31 against 2.12 s, N = 256: 5.9 against
+// 5.2 s, 1 thread, docs/INTERNALS.md "Backprojection, session 5").  Measured again on a 1 MiB L2 (Zen 4,
+// session 7), where the same limit fits: N = 128 0.54 against 0.57 CPU-s without slots, N = 192 with
+// slots 2.41 against 2.12, so it is no share of the L2 (which would halve it there and drop N = 128's).
 constexpr i64 kDupMaxSlotPlane = i64(192) << 10;
+
+// The view tiles (BackOptions::tile_planes) sized to the core's L2 (ct::l2_cache_bytes: Zen 4 1 MiB, the
+// Intel the paths were tuned on 2 MiB).  Session 7, Zen 4, 1 thread, in-process A/B (load 4-5, CPU-s):
+// the tile depth follows the L2 (N = 320: 64 planes 10.9, 128 planes 12.2, no tiles 13.2), while the
+// point where tiles start to pay does not: N = 256 (band planes 2.6 MiB) ran 5.3 without tiles against
+// 5.6 with 64 planes and 5.9 with 128, N = 192 (1.5 MiB) 2.1 against 2.5; on the 2 MiB Intel N = 320
+// (4 MiB) gained with 128 planes (12.5 -> 11.3).  Tiles are taken above 3 MiB of band planes, or above
+// the L2 where that is larger.
+inline i64 back_l2_bytes() { return (i64)l2_cache_bytes(); }
+constexpr i64 kTileMinBandBytes = i64(3) << 20;
+inline i64 back_tile_min_band_bytes() { return std::max(kTileMinBandBytes, back_l2_bytes()); }
+// the view tiles' depth in planes: BackOptions::tile_planes for a 2 MiB L2, in proportion to the L2
+// (a tile's planes of the band's rows then fill the same share of it), at least 16
+inline int back_tile_planes(int planes_at_2mib) {
+  return (int)std::max<i64>(16, (i64)planes_at_2mib * back_l2_bytes() / (i64(2) << 20));
+}
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
 // A thread's sub-chunks [zlo, zhi) all lie in its own z-chunk, so a sample
@@ -719,10 +738,10 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   }
   const int nrun = (int)czlo.size();
   // view tiles (BackOptions::tile_planes): banded, padded, and only where a band's accumulator planes
-  // (with two for the cone's spread) exceed a 2 MiB L2
+  // (with two for the cone's spread) exceed back_tile_min_band_bytes
   const int tiles = opt.tile_planes > 0 && opt.band_rows > 0 && padded && small &&
-                            (i64)(opt.band_rows + 2) * std::max(planeA, planeB) * (i64)sizeof(real) > (i64(2) << 20)
-                        ? opt.tile_planes
+                            (i64)(opt.band_rows + 2) * std::max(planeA, planeB) * (i64)sizeof(real) > back_tile_min_band_bytes()
+                        ? back_tile_planes(opt.tile_planes)
                         : 0;
   const int tile_run = std::max(1, opt.tile_views);
   const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index lies in [0, n_planes)

@@ -95,9 +95,10 @@ constexpr BackPath kBackPaths[] = {
     // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
     // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
     // (W1, 2 threads, interleaved: 0.566 against 0.612 CPU-s, one thread 0.564); and where a band's
-    // accumulator planes exceed the L2 (N >= 222 here), view tiles: runs of 16 views set up once and
-    // scattered tile by tile of 128 planes of their dominant axis (BackOptions::tile_planes; N = 320,
-    // 1 thread: 11.3 against 12.5 CPU-s); docs/INTERNALS.md "Backprojection, session 6"
+    // accumulator planes exceed 3 MiB (or the L2; N >= 281), view tiles: runs of 16 views set up once and
+    // scattered tile by tile of 128 planes of their dominant axis per 2 MiB of L2 (BackOptions::tile_planes,
+    // back_tile_planes; 2 MiB L2, N = 320, 1 thread: 11.3 against 12.5 CPU-s; 1 MiB, 64 planes: 10.9 against
+    // 13.2); docs/INTERNALS.md "Backprojection, session 6" and "session 7"
 #if defined(__AVX512F__)
     {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 128, 16}},
 #endif
