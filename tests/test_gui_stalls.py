@@ -1006,9 +1006,9 @@ def test_bench_gui_plugin_tree_measures_the_plugin_of_another_tree(tmp_path):
     assert bad.returncode != 0 and "expected a folder holding ctbench_napari/" in bad.stderr
 
 
-def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(make_napari_viewer):
-    """Cancel in the turns between the click and the worker's start: no worker starts, no empty layer stays,
-    the buttons are back; the next run works."""
+def _viewer_with_a_sirt_ready(make_napari_viewer):
+    """A viewer with the phantom + scan sample and a Reconstruction widget set to SIRT 3 on its scan; the
+    layer names before any run."""
     from ctbench_napari import PLUGIN
 
     viewer = make_napari_viewer(show=True)
@@ -1016,7 +1016,13 @@ def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(ma
     _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
     recon.sinogram.select("Shepp-Logan cone-beam scan")
     recon.select_algorithm("sirt", n_iter=3)
-    before = [x.name for x in viewer.layers]
+    return viewer, recon, [x.name for x in viewer.layers]
+
+
+def test_cancel_before_an_iterative_runs_worker_starts_leaves_nothing_running(make_napari_viewer):
+    """Cancel in the turns between the click and the worker's start: no worker starts, no empty layer stays,
+    the buttons are back; the next run works."""
+    viewer, recon, before = _viewer_with_a_sirt_ready(make_napari_viewer)
     recon.run_button.click()
     assert recon.running and not recon.runner.running          # its layer first, the worker after
     recon.cancel_button.click()
@@ -1125,14 +1131,7 @@ def test_an_iterative_runs_layer_is_added_hidden_and_shown_a_turn_later_and_canc
     removes it (no hidden layer stays); an uncancelled run shows it before its worker starts."""
     from qtpy.QtCore import QTimer
 
-    from ctbench_napari import PLUGIN
-
-    viewer = make_napari_viewer(show=True)
-    viewer.open_sample(PLUGIN, "phantom_scan")
-    _, recon = viewer.window.add_plugin_dock_widget(PLUGIN, "Reconstruction")
-    recon.sinogram.select("Shepp-Logan cone-beam scan")
-    recon.select_algorithm("sirt", n_iter=3)
-    before = [x.name for x in viewer.layers]
+    viewer, recon, before = _viewer_with_a_sirt_ready(make_napari_viewer)
     arrived = []
 
     def inserted(event, cancel):
