@@ -62,6 +62,21 @@ def _phantom32(viewer):
 
 
 # ------------------------------------------------------------------ 1. display model
+def _settle_canvas(viewer, qtbot, timeout_s: float = 20.0) -> None:
+    """Wait until the canvas keeps its size for 0.3 s (a new dock's layout; a fixed wait was too short under
+    the full suite's load, and the camera fit then met a canvas that grew afterwards)."""
+    import time
+
+    last, since, t0 = None, time.monotonic(), time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        qtbot.wait(50)
+        size = tuple(viewer.canvas.size)
+        if size != last:
+            last, since = size, time.monotonic()
+        elif time.monotonic() - since >= 0.3:
+            return
+
+
 def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, quiet_qt_warning, qtbot):
     viewer = make_napari_viewer(show=True)
     viewer.window.resize(1200, 800)
@@ -79,7 +94,7 @@ def test_sinograms_have_their_own_frame_aspect_and_labels(make_napari_viewer, qu
     save_viewer_screenshot(viewer, "designer_oblique", SHOTS)
 
     proj = _dock(viewer, "Projection")
-    qtbot.wait(300)                                       # let the window lay out its new dock (canvas size)
+    _settle_canvas(viewer, qtbot)                         # let the window lay out its new dock (canvas size)
     assert _same(proj.volume.layer(), phantom) and proj.scan.layer().name == "trajectory"
     proj.scan.select("Shepp-Logan cone-beam scan")      # its geometry, on the phantom's grid
     proj.run_button.click()
@@ -122,7 +137,7 @@ def test_a_new_result_is_a_fitted_2d_slice_with_percentile_contrast(make_napari_
     viewer.dims.ndisplay = 3                              # as the user may have left it
     viewer.scene.camera.zoom = 0.05
     recon = _dock(viewer, "Reconstruction")
-    qtbot.wait(300)                                       # let the window lay out its new dock (canvas size)
+    _settle_canvas(viewer, qtbot)                         # let the window lay out its new dock (canvas size)
     assert _same(recon.sinogram.layer(), proj.last_layer)
     recon.select_algorithm("fbp", filter="hann")
     recon.run_button.click()
