@@ -493,3 +493,26 @@ def _shown_and_dropped_viewer():
     display.show_frame(PublicOnlyProxy(model), [layer])
     assert model in display._BAR_FOLLOWS
     return weakref.ref(model)
+
+
+def test_a_fitted_image_stays_fitted_when_the_canvas_resizes_until_the_user_moves_the_camera(make_napari_viewer,
+                                                                                              qtbot):
+    """A dock laid out after the fit resizes the canvas (seen in the full suite: 0.71 of the canvas filled)."""
+    from ctbench_napari._qt.display import show_result
+    viewer = make_napari_viewer(show=True)
+    layer = _phantom32(viewer)
+    window = viewer.window._qt_window
+    window.resize(1200, 900)
+    _settle_canvas(viewer, qtbot)
+    show_result(viewer, layer)
+    assert filled_fraction(viewer, layer) > 0.9
+    before = tuple(viewer.canvas.size)
+    window.resize(700, 500)                              # the canvas shrinks: the fitted image follows
+    _settle_canvas(viewer, qtbot)
+    assert tuple(viewer.canvas.size) != before
+    assert 0.9 < filled_fraction(viewer, layer) <= 1.0
+    viewer.scene.camera.zoom *= 0.5                      # the user zooms out: a resize leaves the camera alone
+    zoom = viewer.scene.camera.zoom
+    window.resize(1100, 850)
+    _settle_canvas(viewer, qtbot)
+    assert viewer.scene.camera.zoom == pytest.approx(zoom)

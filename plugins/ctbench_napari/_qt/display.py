@@ -281,6 +281,11 @@ def fit_camera(viewer, layers, margin: float = 0.05) -> None:
     sinogram next to 3D volumes, so the 2D fit is done here from the layers' world extents.)
     """
     layers = list(layers)
+    _fit_now(viewer, layers, margin)
+    _keep_fitted(viewer, layers, margin)
+
+
+def _fit_now(viewer, layers, margin) -> None:
     if viewer.dims.ndisplay == 3:
         full = all(x.ndim == viewer.dims.ndim for x in layers)
         viewer.fit_to_view(layers=layers if full else None, margin=margin)
@@ -298,6 +303,38 @@ def fit_camera(viewer, layers, margin: float = 0.05) -> None:
     centre[-2:] = [float((lo[a] + hi[a]) / 2) for a in shown]
     cam.center = tuple(centre)
     cam.zoom = float((1 - margin) * np.min(box / size))
+
+
+# A fit can come before the window has laid out a new dock or a changed panel: the canvas then resizes a
+# moment later and the image no longer fills it.  Until the user moves the camera, a resize refits.
+_FITTED: dict = {}
+
+
+def _camera_state(viewer) -> tuple:
+    cam = viewer.scene.camera
+    return (viewer.dims.ndisplay, float(cam.zoom), tuple(float(c) for c in cam.center))
+
+
+def _keep_fitted(viewer, layers, margin) -> None:
+    real = getattr(viewer, "__wrapped__", viewer)
+    key = id(real)
+    state = _FITTED.get(key)
+    if state is None or state["viewer"]() is not real:
+        state = {"viewer": weakref.ref(real)}
+        _FITTED[key] = state
+
+        def refit(_event=None):
+            v = state["viewer"]()
+            fitted = [x() for x in state.get("layers", ())]
+            if v is None or not fitted or any(x is None or x not in v.layers for x in fitted):
+                return
+            if _camera_state(v) != state["camera"]:      # the user has zoomed or panned since: leave it
+                return
+            _fit_now(v, fitted, state["margin"])
+            state["camera"] = _camera_state(v)
+
+        viewer.canvas.events.size.connect(refit)
+    state.update(layers=[weakref.ref(x) for x in layers], margin=margin, camera=_camera_state(viewer))
 
 
 def filled_fraction(viewer, layer) -> float:
