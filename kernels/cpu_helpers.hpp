@@ -10,6 +10,14 @@
 #include <sys/sysctl.h>
 #endif
 #if defined(_WIN32)
+// windows.h otherwise defines min and max as macros, which break every std::min/std::max of the
+// kernels that include this header; the lean set is all the L2 query needs.
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
 #include <windows.h>   // GetLogicalProcessorInformation (the L2 size)
 #endif
 

@@ -102,13 +102,12 @@ constexpr i64 kDupMaxSlotPlane = i64(192) << 10;
 // 5.6 with 64 planes and 5.9 with 128, N = 192 (1.5 MiB) 2.1 against 2.5; on the 2 MiB Intel N = 320
 // (4 MiB) gained with 128 planes (12.5 -> 11.3).  Tiles are taken above 3 MiB of band planes, or above
 // the L2 where that is larger.
-inline i64 back_l2_bytes() { return (i64)l2_cache_bytes(); }
 constexpr i64 kTileMinBandBytes = i64(3) << 20;
-inline i64 back_tile_min_band_bytes() { return std::max(kTileMinBandBytes, back_l2_bytes()); }
+inline i64 back_tile_min_band_bytes() { return std::max(kTileMinBandBytes, (i64)l2_cache_bytes()); }
 // the view tiles' depth in planes: BackOptions::tile_planes for a 2 MiB L2, in proportion to the L2
 // (a tile's planes of the band's rows then fill the same share of it), at least 16
 inline int back_tile_planes(int planes_at_2mib) {
-  return (int)std::max<i64>(16, (i64)planes_at_2mib * back_l2_bytes() / (i64(2) << 20));
+  return (int)std::max<i64>(16, (i64)planes_at_2mib * (i64)l2_cache_bytes() / (i64(2) << 20));
 }
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.
