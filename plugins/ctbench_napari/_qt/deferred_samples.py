@@ -97,13 +97,11 @@ def add_in_later_turns(viewer, layer_data: list, first: str | None = None) -> No
         getattr(viewer, f"add_{ltype}")(data, **{**kwargs, "visible": False})
 
     def reveal(name):
-        from .display_rule import apply
+        from . import display_rule
 
         layer = viewer.layers[name] if name in viewer.layers else None
-        if layer is None or layer.visible:
-            return
-        layer.visible = True
-        apply(viewer, layer)     # the display rule skipped it while hidden
+        if layer is not None and not layer.visible:
+            display_rule.reveal(viewer, layer)
     later = [lambda: reveal(first)] if first is not None else []
     for ld in layer_data:
         later += [lambda ld=ld: add(*ld), lambda name=ld[1]["name"]: reveal(name)]

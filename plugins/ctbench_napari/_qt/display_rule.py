@@ -101,6 +101,13 @@ def apply(viewer, layer) -> None:
             show_frame(viewer, shown, ndisplay=2)
 
 
+def reveal(viewer, layer) -> None:
+    """Show a layer that was added hidden (so that its add and its first draw take two event-loop turns)
+    and put it in its frame as if it had arrived visible: the rule skips hidden layers."""
+    set_visible(layer, True)
+    apply(viewer, layer)
+
+
 def _default_contrast(layer) -> bool:
     """Whether the layer is an in-memory array that still has napari's full-range default window (nobody
     chose one); lazy stacks (a scan's raw counts) keep theirs: their percentiles would read every file."""

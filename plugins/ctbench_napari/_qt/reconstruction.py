@@ -18,11 +18,11 @@ from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconReq
 
 from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
-from .display_rule import apply as apply_display_rule, install as install_display_rule
+from .display_rule import install as install_display_rule, reveal
 from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text,
                      report_errors, scroll_contents, set_placement)
 from .compare import ComparePanel
-from .display import prepare_sliders_for, set_visible, show_result_steps
+from .display import prepare_sliders_for, show_result_steps
 from .estimate import EstimateLabel
 from .plot import ResidualPlot
 from .runner import LocalRunner, Runner
@@ -353,8 +353,7 @@ class ReconstructionWidget(QWidget):
         def shown():
             layer = made.pop("added", None)
             if layer is not None and layer in self.viewer.layers:
-                set_visible(layer, True)
-                apply_display_rule(self.viewer, layer)     # as when it arrives visible (display_rule.py)
+                reveal(self.viewer, layer)
         return [prepare, add, shown] if show else [prepare, add]
 
     def _not_started(self, exc=None) -> None:
