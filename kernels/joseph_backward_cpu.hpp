@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <vector>
 
 #include <type_traits>
@@ -404,13 +405,58 @@ inline i64 padded_length(i64 n, i64 align_bytes) {
   return r;
 }
 
-// A ray set up by scatter_row and kept for the view tiles (BackOptions::tile_planes): its sinogram
-// index and whether it goes to the x-dominant target.
+// The rays of a view run kept by scatter_row for the view tiles (BackOptions::tile_planes).  Each tile
+// pass reads every kept ray again, so the records are compact: what differs from ray to ray (the four
+// coefficients, the weight, the plane ranges, the sinogram index: 36 bytes for float32) apart from what
+// the rays of a run share (axes, strides, window bounds: a few layouts per run).  A whole Ray (104
+// bytes, 120 with its index) streamed through the L2 once per tile and view evicted the tile's
+// accumulator planes it was meant to keep there (W1 at N = 320: a view's 2560 rays, 307 KiB, beside
+// 64 planes x 10 rows x 320 floats, 819 KiB, in a 1 MiB L2).  The ray rebuilt from a record and its
+// layout is the one kept, field for field (bitwise the same scatter).  Session 9, Zen 4, N = 320, in-process
+// A/B, medians of 4: 1 thread 10.13 -> 9.60 CPU-s, 2 threads 10.72 -> 10.10; with the records, 48- and
+// 80-plane tiles were no faster than 64, and tiles at N = 256 still lost (5.42 against 5.27 untiled).
 template <typename real>
-struct KeptRay {
-  Ray<real> r;
-  i64 pix;
-  bool x;
+struct KeptRays {
+  struct Record {
+    real Ab, Bb, Ac, Bc, w;
+    int16_t n0, n1, i0, i1;  // planes below 2^15 (KeptRays::fits)
+    unsigned pix;            // sinogram index within an item (below 2^32: KeptRays::fits)
+    unsigned layout;         // index into layouts
+  };
+  std::vector<Record> rays;
+  std::vector<Ray<real>> layouts;  // a, b, c, strides, offset, window bounds, planar, pc (coefficients unset)
+  std::vector<unsigned char> to_x;  // per layout: the x-dominant target
+  unsigned last = 0;
+
+  // whether a call's rays can be kept in records: plane indices and window bounds below 2^15, an item's
+  // sinogram below 2^32 entries
+  static bool fits(int n_planes, i64 sino_item) {
+    return n_planes < 32767 && sino_item < (i64(1) << 32);
+  }
+  void clear() { rays.clear(); layouts.clear(); to_x.clear(); last = 0; }
+  static bool same_layout(const Ray<real>& a, const Ray<real>& b) {
+    return a.a == b.a && a.b == b.b && a.c == b.c && a.sa == b.sa && a.sb == b.sb && a.sc == b.sc &&
+           a.offset == b.offset && a.lob == b.lob && a.hib == b.hib && a.loc == b.loc && a.hic == b.hic &&
+           a.planar == b.planar && a.pc == b.pc;
+  }
+  void add(const Ray<real>& r, i64 pix, bool x) {
+    unsigned li = last;
+    if (li >= layouts.size() || !same_layout(layouts[li], r) || (bool)to_x[li] != x) {
+      li = 0;
+      while (li < layouts.size() && !(same_layout(layouts[li], r) && (bool)to_x[li] == x)) ++li;
+      if (li == layouts.size()) { layouts.push_back(r); to_x.push_back(x ? 1 : 0); }
+      last = li;
+    }
+    rays.push_back(Record{r.Ab, r.Bb, r.Ac, r.Bc, r.w, (int16_t)r.n0, (int16_t)r.n1, (int16_t)r.i0,
+                          (int16_t)r.i1, (unsigned)pix, li});
+  }
+  // the kept ray of record k, whole
+  Ray<real> ray(const Record& k) const {
+    Ray<real> r = layouts[k.layout];
+    r.Ab = k.Ab; r.Bb = k.Bb; r.Ac = k.Ac; r.Bc = k.Bc; r.w = k.w;
+    r.n0 = k.n0; r.n1 = k.n1; r.i0 = k.i0; r.i1 = k.i1;
+    return r;
+  }
 };
 
 // Backproject the pixels [inner_lo, inner_hi) of detector row `outer` (a row
@@ -426,7 +472,7 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
                                                  const real* vstep, int cone, const DetectorWindow& dw, int k,
                                                  bool u_inner, int outer, int inner_lo, int inner_hi, int zlo,
                                                  int zhi, const Targets<real>& tg, bool small,
-                                                 const ScatterMode& mode, std::vector<KeptRay<real>>* keep = nullptr) {
+                                                 const ScatterMode& mode, KeptRays<real>* keep = nullptr) {
   const int nu = dw.u1 - dw.u0, nv = dw.v1 - dw.v0;
   const i64 sino_batch_stride = (i64)dw.n_views * nu * nv;
   const VolumeWindow<real> vwl = vw;  // a local copy: the scatter's stores cannot alias it
@@ -469,7 +515,7 @@ __attribute__((flatten)) inline void scatter_row(const real* sino, int batch, co
       const Target<real>& t = pr[p].a == 0 ? tg.x : tg.yz;
       if (t.restride) retarget(pr[p], t);
       if (keep && small) {  // traced later, tile by tile
-        keep->push_back(KeptRay<real>{pr[p], pis[p], pr[p].a == 0});
+        keep->add(pr[p], pis[p], pr[p].a == 0);
         continue;
       }
       for (int q = 0; q < batch; ++q) {
@@ -738,13 +784,13 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
   const int nrun = (int)czlo.size();
   // view tiles (BackOptions::tile_planes): banded, padded, and only where a band's accumulator planes
   // (with two for the cone's spread) exceed back_tile_min_band_bytes
-  const int tiles = opt.tile_planes > 0 && opt.band_rows > 0 && padded && small &&
+  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index lies in [0, n_planes)
+  const i64 sino_batch = (i64)dw.n_views * nu * nv;
+  const int tiles = opt.tile_planes > 0 && opt.band_rows > 0 && padded && small && KeptRays<real>::fits(n_planes, sino_batch) &&
                             (i64)(opt.band_rows + 2) * std::max(planeA, planeB) * (i64)sizeof(real) > back_tile_min_band_bytes()
                         ? back_tile_planes(opt.tile_planes)
                         : 0;
   const int tile_run = std::max(1, opt.tile_views);
-  const int n_planes = std::max({vw.W, vw.H, vw.z1});  // every axis' plane index lies in [0, n_planes)
-  const i64 sino_batch = (i64)dw.n_views * nu * nv;
   if (padded) {
     if (ownA) tg.yz = Target<real>{bufA, slabA, true, per, rowA, planeA, (i64)vw.z0 * planeA};
     tg.x = Target<real>{bufB, slabB, true, rowB, per, planeB, (i64)vw.z0 * planeB};
@@ -809,7 +855,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
           std::fill_n(bufB + q * slabB + (zc0 - vw.z0 + hp) * planeB, (size_t)((zc1 - zc0 + hz) * planeB), real(0));
         }
       const bool halo_below = halo && ch > 0, halo_above = halo && ch + 1 < nrun;
-      std::vector<KeptRay<real>> kept;
+      KeptRays<real> kept;
       const int step_z = row_split ? zc1 - zc0 : sub;  // a row part: its whole z range, every sample its own
       for (int zlo = zc0; zlo < zc1; zlo += step_z) {
         const int zhi = std::min(zc1, zlo + step_z);
@@ -855,12 +901,12 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
                                 bi1[j], zlo, zwin, tgc, small, mode, &kept);
                 }
                 for (int t0 = 0; t0 < n_planes; t0 += tiles)
-                  for (const KeptRay<real>& kr : kept) {
-                    if (kr.r.n1 <= t0 || kr.r.n0 >= t0 + tiles) continue;
-                    const Target<real>& t = kr.x ? tgc.x : tgc.yz;
+                  for (const auto& k : kept.rays) {
+                    if (k.n1 <= t0 || k.n0 >= t0 + tiles) continue;
+                    const Target<real>& t = kept.to_x[k.layout] ? tgc.x : tgc.yz;
+                    const Ray<real> r = kept.ray(k);
                     for (int q = 0; q < batch; ++q)
-                      scatter_ray(t.base + q * t.batch_stride, kr.r, sino[q * sino_batch + kr.pix], mode, t0,
-                                  t0 + tiles);
+                      scatter_ray(t.base + q * t.batch_stride, r, sino[q * sino_batch + k.pix], mode, t0, t0 + tiles);
                   }
               }
             continue;
