@@ -109,6 +109,10 @@ constexpr BackPath kBackPaths[] = {
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif
     {"pairs-padded-b8", {true, 0, false, true, true, 0, true, false, 8}},
+    // bands of 4 with the row split and view tiles too, the twin that the measurement ranks (it cannot see
+    // what -rs pays for, so pairs-padded-b4 alone beside dup-padded-rs-b8 let load noise drop both the split
+    // and the tiles; docs/INTERNALS.md "Path choice under load")
+    {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 128, 32}},
     {"pairs-padded-b4", {true, 0, false, true, true, 0, true, false, 4}},
     // the previous default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
     // sub-chunk, so the volume no longer streams from far cache once per view (-z4m against

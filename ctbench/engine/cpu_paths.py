@@ -125,7 +125,17 @@ def write_choice(path: Path, family: str, sha256: str, cpu: str, known: dict[str
     atomic_write_bytes(path, json.dumps(doc, indent=1).encode(), fsync=True, suffix=".tmp")
 
 
-def fastest(timings: dict[str, dict[str, float]], margin: float = 0.05) -> dict[str, str]:
+# How much faster than the build's default a path must measure to replace it.  The measurement is a
+# second of small calls, cached for the library's life; on a loaded 2-core Zen 4 one measurement in six put
+# a path 7-8% ahead of the default that W1 at 2 threads ran 13-18% slower (pairs-padded-rs-b4 / -b4 against
+# dup-padded-rs-b8, CPU-s medians); with 5% the choice flipped on such noise (docs/INTERNALS.md, "Path choice
+# under load").
+# The choices the measurement exists for differ by far more (gathers against scalar loads on slow-gather
+# cores, view-by-view against banded paths: 1.3-2x).
+CHOICE_MARGIN = 0.10
+
+
+def fastest(timings: dict[str, dict[str, float]], margin: float = CHOICE_MARGIN) -> dict[str, str]:
     """Per operation, the path with the least time, unless it beats the first listed (the build's
     default) by less than ``margin``: a noisy measurement then keeps the default."""
     out = {}
