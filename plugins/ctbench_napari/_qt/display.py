@@ -25,6 +25,7 @@ import numpy as np
 from ctbench.workbench.metrics import percentile_window
 
 from .._layers import kind_of
+from .per_viewer import viewer_state
 
 VOLUME_AXES = ("z (mm)", "y (mm)", "x (mm)")
 SINOGRAM_AXES = ("view", "v (px)", "u (px)")
@@ -208,8 +209,7 @@ def frame_range(viewer, extra=()):
 
 def apply_frame_range(viewer, extra=()) -> None:
     ranges = frame_range(viewer, extra)
-    key = id(getattr(viewer, "__wrapped__", viewer))
-    state = _KEEPERS.get(key)
+    state, _ = viewer_state(_KEEPERS, viewer, create=False)
     if ranges is None or tuple(viewer.dims.range) == ranges:
         return
     if state is not None:
@@ -231,12 +231,10 @@ def prepare_sliders_for(viewer, layer) -> None:
 
 
 def _keep_frame_ranges(viewer) -> None:
-    real = getattr(viewer, "__wrapped__", viewer)
-    key = id(real)
-    if key in _KEEPERS and _KEEPERS[key]["viewer"]() is real:
+    state, new = viewer_state(_KEEPERS, viewer)
+    if not new:
         return
-    state = {"viewer": weakref.ref(real), "busy": False}
-    _KEEPERS[key] = state
+    state["busy"] = False
 
     def reapply(_event=None):
         v = state["viewer"]()
@@ -316,13 +314,8 @@ def _camera_state(viewer) -> tuple:
 
 
 def _keep_fitted(viewer, layers, margin) -> None:
-    real = getattr(viewer, "__wrapped__", viewer)
-    key = id(real)
-    state = _FITTED.get(key)
-    if state is None or state["viewer"]() is not real:
-        state = {"viewer": weakref.ref(real)}
-        _FITTED[key] = state
-
+    state, new = viewer_state(_FITTED, viewer)
+    if new:
         def refit(_event=None):
             v = state["viewer"]()
             fitted = [x() for x in state.get("layers", ())]

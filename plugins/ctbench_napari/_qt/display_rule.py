@@ -23,6 +23,7 @@ from qtpy.QtCore import QTimer
 
 from .._layers import kind_of
 from .common import is_deleted, qt_window
+from .per_viewer import viewer_state
 from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, set_visible, show_frame
 
 _INSTALLED: dict = {}
@@ -30,13 +31,11 @@ _INSTALLED: dict = {}
 
 def install(viewer) -> None:
     """Apply the rule to every layer later added to ``viewer`` (once per viewer)."""
-    real = getattr(viewer, "__wrapped__", viewer)
-    key = id(real)
-    ref = _INSTALLED.get(key)
-    if ref is not None and ref() is real:
+    state, new = viewer_state(_INSTALLED, viewer)
+    if not new:
         return
-    _INSTALLED[key] = weakref.ref(real, lambda _r, k=key, d=_INSTALLED: d.pop(k, None))
-    vref = weakref.ref(real)
+    vref = state["viewer"]
+    real = vref()
     pending: list = []
     # A timer owned by the viewer's window: it dies with the window, so a flush never runs on a closed
     # viewer (its canvas is gone; drawing on it would crash).
