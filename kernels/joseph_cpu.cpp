@@ -38,11 +38,12 @@ struct ForwardPath {
 // load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
 // AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
 // 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
-// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by 5% to displace it.
+// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by cpu_paths.CHOICE_MARGIN
+// (10%) to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
 // -fused-tiles: -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
-// W1's geometry) runs of 4 views traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
+// W1's geometry) runs of views (4 then, 32 since session 10) traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
 // N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
 // -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
 // copies (fwd::pad_slab), so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.  Its float32
