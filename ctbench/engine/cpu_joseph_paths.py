@@ -65,8 +65,8 @@ def rematch_time(default_s: float, challenger_s: float, ratios: list[float]) -> 
     time and the default's least time times the median of their paired ratios (challenger / default, one per
     round).  Least times alone let one lucky call decide: on a loaded 2-core Zen 4 one measurement in six
     ranked ``pairs-padded-b4`` 8% ahead of the default, which the six measurements' median put 3% behind, and
-    each such choice stays cached for the library's life (docs/INTERNALS.md, "Path choice under load").  A ratio of two calls a few milliseconds apart sees the same
-    spell of load, so their median drifts far less."""
+    each such choice stays cached for the library's life (docs/INTERNALS.md, "Path choice under load").  A
+    ratio of two calls a few milliseconds apart sees the same spell of load."""
     if not ratios:
         return challenger_s
     return max(challenger_s, default_s * statistics.median(ratios))
@@ -204,8 +204,9 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
             # about 4 once took a forward path that ran real scans 2x slower than the default)
             challenger = min(names, key=best.__getitem__)
             if challenger != names[0]:
-                # on arrays of their own: where the buffers happen to sit in memory (cache sets) can favour
-                # one path for a whole measurement (a paired median alone still let one in six pick b4)
+                # on arrays of their own, so that the two also meet on another placement in memory: one
+                # path led whole measurements, by the paired median too, and placement is one guess why
+                # (this alone did not stop it; the margin did)
                 calls = _measure_calls(lib)
                 paired = rounds(op, [names[0], challenger], best, REMATCH_ROUNDS * repeats, 1)
                 best[challenger] = rematch_time(best[names[0]], best[challenger],
