@@ -186,7 +186,6 @@ def test_view_tiles_keep_every_sample(band_paths, monkeypatch):
     tiled = [n for n in band_paths if "-rs-" in n]
     assert tiled
     try:
-        torch.set_num_threads(1)
         for name in tiled:
             # the untiled z-chunk twin: the same bands (and pair slots, which planes this size do not take)
             twin = name.replace("-rs-", "-")

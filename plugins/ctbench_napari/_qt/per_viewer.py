@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import weakref
 
+from .common import unwrap
+
 
 def viewer_state(registry: dict, viewer, create: bool = True):
     """``(state, new)``: the dict ``registry`` keeps for ``viewer`` and whether it was made by this call.
 
     ``state["viewer"]`` is a weak reference to the real viewer.  With ``create=False`` a viewer without
     an entry gives ``(None, False)``."""
-    real = getattr(viewer, "__wrapped__", viewer)
+    real = unwrap(viewer)
     key = id(real)
     state = registry.get(key)
     if state is not None and state["viewer"]() is real:
