@@ -61,11 +61,11 @@ namespace ct {
 // ray is clipped by a chunk edge (the central rows' nearly level rays ran whole through the checked
 // edge stencil there, set up in both chunks).
 // tile_planes > 0 (with band_rows, padded), where a band's accumulator planes (R + 2 of them) exceed
-// back_tile_min_band_bytes (3 MiB, or the L2 where larger): view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
+// back_tile_min_band_bytes (2 MiB, or the L2 where larger): view tiles.  A band's views are taken in runs of tile_views, each run's rays set up once and
 // kept, then scattered tile by tile of tile_planes planes of their dominant axis, so that within a tile
 // the run's rays touch the same few planes, which stay in the L2 across the run (the forward's
-// -fused-tiles, fwd::fused_forward_tiled, for the back).  tile_planes is the tile depth for a 2 MiB L2,
-// scaled with the L2 (back_tile_planes).  A voxel lies in one tile of its rays' axis,
+// -fused-tiles, fwd::fused_forward_tiled, for the back).  tile_planes is the tile depth for an L2 of 1 MiB
+// or more, scaled down below that (back_tile_planes).  A voxel lies in one tile of its rays' axis,
 // so its additions keep their order (bitwise the untiled result where no ray is z-dominant).
 struct BackOptions {
   bool pairs = true;
@@ -96,19 +96,23 @@ struct BackOptions {
 // slots 2.41 against 2.12, so it is no share of the L2 (which would halve it there and drop N = 128's).
 constexpr i64 kDupMaxSlotPlane = i64(192) << 10;
 
-// The view tiles (BackOptions::tile_planes) sized to the core's L2 (ct::l2_cache_bytes: Zen 4 1 MiB, the
-// Intel the paths were tuned on 2 MiB).  Session 7, Zen 4, 1 thread, in-process A/B (load 4-5, CPU-s):
-// the tile depth follows the L2 (N = 320: 64 planes 10.9, 128 planes 12.2, no tiles 13.2), while the
-// point where tiles start to pay does not: N = 256 (band planes 2.6 MiB) ran 5.3 without tiles against
-// 5.6 with 64 planes and 5.9 with 128, N = 192 (1.5 MiB) 2.1 against 2.5; on the 2 MiB Intel N = 320
-// (4 MiB) gained with 128 planes (12.5 -> 11.3).  Tiles are taken above 3 MiB of band planes, or above
-// the L2 where that is larger.
-constexpr i64 kTileMinBandBytes = i64(3) << 20;
+// Where the view tiles (BackOptions::tile_planes) start and how deep they are, measured on two L2 sizes
+// (ct::l2_cache_bytes; in-process A/B, 1 thread, CPU-s; docs/INTERNALS.md "Backprojection, session 11"):
+// - Zen 4, 1 MiB L2 (session 7, 9): N = 192 (band planes 1.5 MiB) 2.5 tiled against 2.1 untiled, N = 256
+//   (2.5 MiB) 5.4 against 5.3, N = 320 (3.9 MiB) 10.9 (64 planes) against 12.2 (128) and 13.2 untiled.
+// - Xeon, 2 MiB L2 (session 11): N = 192 1.80 tiled (128 planes) against 1.75; N = 256 4.08 (128 planes) and 4.04 (64)
+//   against 4.63 untiled; N = 320 8.36 (64 planes) against 8.79 (128) and 9.61 (32).
+// So tiles start above 2 MiB of band planes, or above the L2 where that is larger (the Xeon's slower L3 makes
+// the untiled passes cost more there than on Zen 4, where N = 256 is about even), and 64 planes deep on both
+// L2 sizes: a tile's set-up per ray (about 50 cycles) is what shallower tiles lose, more L2 traffic what
+// deeper ones lose.  Below 1 MiB of L2 (not measured) the depth keeps Zen 4's share of it, at least 16.
+constexpr i64 kTileMinBandBytes = i64(2) << 20;
 inline i64 back_tile_min_band_bytes() { return std::max(kTileMinBandBytes, (i64)l2_cache_bytes()); }
-// the view tiles' depth in planes: BackOptions::tile_planes for a 2 MiB L2, in proportion to the L2
-// (a tile's planes of the band's rows then fill the same share of it), at least 16
-inline int back_tile_planes(int planes_at_2mib) {
-  return (int)std::max<i64>(16, (i64)planes_at_2mib * (i64)l2_cache_bytes() / (i64(2) << 20));
+// the view tiles' depth in planes: BackOptions::tile_planes where the L2 holds 1 MiB or more, else in
+// proportion to the L2, at least 16
+inline int back_tile_planes(int planes) {
+  const i64 l2 = l2_cache_bytes();
+  return l2 >= (i64(1) << 20) ? planes : (int)std::max<i64>(16, (i64)planes * l2 / (i64(1) << 20));
 }
 
 // How scatter_ray spreads a ray: the pair options, and which samples it owns.

@@ -96,16 +96,16 @@ constexpr BackPath kBackPaths[] = {
     // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
     // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
     // (W1, 2 threads, interleaved: 0.566 against 0.612 CPU-s, one thread 0.564); and where a band's
-    // accumulator planes exceed 3 MiB (or the L2; N >= 281), view tiles: runs of 32 views set up once and
-    // scattered tile by tile of 128 planes of their dominant axis per 2 MiB of L2 (BackOptions::tile_planes,
-    // back_tile_planes; 2 MiB L2, N = 320, 1 thread: 11.3 against 12.5 CPU-s; 1 MiB, 64 planes: 10.9 against
-    // 13.2); runs of 32 views, not 16 (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of
+    // accumulator planes exceed 2 MiB (or the L2; W1's shape from N = 229), view tiles: runs of 32 views set
+    // up once and scattered tile by tile of 64 planes of their dominant axis (BackOptions::tile_planes,
+    // back_tile_planes; session 11, 2 MiB L2, 1 thread: N = 256 4.04 against 4.63 CPU-s untiled, N = 320 8.36
+    // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 32 views, not 16 (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of
     // 4/8/16/32 views 14.0/12.8/11.7/10.9 CPU-s; 64 and 180 views within noise of 32, with 2-6x the kept
     // rays' memory); docs/INTERNALS.md "Backprojection, session 6", "session 7" and "session 8"
 #if defined(__AVX512F__)
-    {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 128, 32}},
+    {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 32}},
 #endif
-    {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 128, 32}},
+    {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 64, 32}},
 #if defined(__AVX512F__)
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif
@@ -113,7 +113,7 @@ constexpr BackPath kBackPaths[] = {
     // bands of 4 with the row split and view tiles too, the twin that the measurement ranks (it cannot see
     // what -rs pays for, so pairs-padded-b4 alone beside dup-padded-rs-b8 let load noise drop both the split
     // and the tiles; docs/INTERNALS.md "Path choice under load")
-    {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 128, 32}},
+    {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 64, 32}},
     {"pairs-padded-b4", {true, 0, false, true, true, 0, true, false, 4}},
     // the previous default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
     // sub-chunk, so the volume no longer streams from far cache once per view (-z4m against

@@ -1,10 +1,10 @@
 """The backprojection's cache blocking sized to the core's L2 (kernels/joseph_backward_cpu.hpp, view tiles).
 
-The view tiles' depth follows ``ct::l2_cache_bytes`` (``CTBENCH_L2_BYTES`` overrides it, read once per
-process), so each forced L2 runs in its own subprocess.  A (4, 290, 290) slab has 328 KiB float32 planes
-(no padding: 1160-byte rows), so a band of 8 rows (10 planes) holds 3.2 MiB: above the 3 MiB where tiles
-start, and tiled 32, 64 and 128 planes deep for an L2 of 512 KiB, 1 MiB and 2 MiB; a 4 MiB L2 takes no
-tiles in float32 (float64's 6.4 MiB bands tile at every size).  Every result must equal the reference backend's (float64 to round-off, float32 to its rounding),
+Where the view tiles start and how deep they are follow ``ct::l2_cache_bytes`` (``CTBENCH_L2_BYTES``
+overrides it, read once per process), so each forced L2 runs in its own subprocess.  A (4, 290, 290) slab
+has 328 KiB float32 planes (no padding: 1160-byte rows), so a band of 8 rows (10 planes) holds 3.2 MiB: above
+the 2 MiB where tiles start, and tiled 16, 32 and 64 planes deep for an L2 of 256 KiB, 512 KiB and 1 MiB; a
+4 MiB L2 takes no tiles in float32 (float64's 6.4 MiB bands tile at every size).  Every result must equal the reference backend's (float64 to round-off, float32 to its rounding),
 at 1 and 2 threads (the row split's parts at 2).
 """
 
@@ -58,7 +58,7 @@ def test_view_tiles_sized_to_any_l2_equal_the_reference(tmp_path):
     scale = float(want.abs().max())
     assert scale > 0
     results = {}
-    for l2 in (512 << 10, 1 << 20, 2 << 20, 4 << 20):
+    for l2 in (256 << 10, 512 << 10, 1 << 20, 4 << 20):
         got = _run(tmp_path, "cpu", l2, tiled[0])
         for t, (b64, b32) in got.items():
             assert float((b64 - want).abs().max()) <= 1e-12 * scale, (l2, t)
