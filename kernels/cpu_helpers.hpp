@@ -83,35 +83,81 @@ inline long long l2_cache_bytes() {
   return bytes;
 }
 
-// A buffer of n elements (the forward's slab copy, the backprojection's accumulators), 2 MiB aligned and marked for
-// transparent huge pages: one TLB entry covers 2 MiB of the walk instead of
-// 4 KiB, and the first touch faults once per 2 MiB instead of 512 times.  Its
-// size is exactly n elements (what the planner counts); not zero-initialised
-// (the copy writes every element).
+// 2 MiB aligned memory marked for transparent huge pages: one TLB entry covers 2 MiB of the walk instead of
+// 4 KiB, and the first touch faults once per 2 MiB instead of 512 times.  Not zero-initialised.
+inline void* slab_alloc(size_t bytes) {
+  void* p = nullptr;
+#if defined(_WIN32)
+  p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
+  if (p == nullptr) throw std::bad_alloc();
+#else
+  if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
+#endif
+#ifdef MADV_HUGEPAGE
+  const size_t page = 4096;
+  madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+  return p;
+}
+inline void slab_free(void* p) {
+#if defined(_WIN32)
+  _aligned_free(p);
+#else
+  std::free(p);
+#endif
+}
+
+// Small buffers kept between calls, per calling thread, one per slot (KeptSlot): a buffer of this size is
+// fresh memory at every call otherwise (glibc maps and unmaps it), whose pages the kernel faults in and clears
+// before the call writes them again.  At N = 64 (W1's geometry, 2 threads) that was about 5% of the forward's
+// CPU time (docs/INTERNALS.md "Forward flat cost, session 11").  A thread keeps at most one block of up to
+// kKeptBlockBytes per slot, freed when the thread ends; larger buffers are allocated and freed per call (their
+// faults are a small part of a call that size).
+constexpr size_t kKeptBlockBytes = size_t(8) << 20;
+enum KeptSlot : int { kNotKept = -1, kKeptForwardCopy = 0, kKeptBackA = 1, kKeptBackB = 2, kKeptSlots = 3 };
+struct KeptBlocks {
+  void* data[kKeptSlots] = {};
+  size_t bytes[kKeptSlots] = {};
+  KeptBlocks() = default;
+  KeptBlocks(const KeptBlocks&) = delete;
+  KeptBlocks& operator=(const KeptBlocks&) = delete;
+  ~KeptBlocks() {
+    for (void* p : data) slab_free(p);
+  }
+  // a block of at least `want` bytes in `slot`, the kept one where it is large enough
+  void* take(int slot, size_t want) {
+    if (bytes[slot] < want) {
+      slab_free(data[slot]);
+      data[slot] = nullptr;
+      bytes[slot] = 0;
+      data[slot] = slab_alloc(want);
+      bytes[slot] = want;
+    }
+    return data[slot];
+  }
+};
+inline KeptBlocks& kept_blocks() {
+  static thread_local KeptBlocks blocks;
+  return blocks;
+}
+
+// A buffer of n elements (the forward's slab copy, the backprojection's accumulators), from slab_alloc; with a
+// slot and at most kKeptBlockBytes, the calling thread's kept block of that slot (a call must not hold two
+// buffers of one slot).  Not zero-initialised (the copy writes every element; the accumulators are zeroed
+// where they are used).
 template <typename real>
 struct SlabBuffer {
   real* data = nullptr;
-  explicit SlabBuffer(size_t n) {
+  bool kept = false;
+  explicit SlabBuffer(size_t n, int slot = kNotKept) {
     if (n == 0) return;
     const size_t bytes = n * sizeof(real);
-    void* p = nullptr;
-#if defined(_WIN32)
-    p = _aligned_malloc(bytes, size_t(2) << 20);  // no posix_memalign there; freed with _aligned_free
-    if (p == nullptr) throw std::bad_alloc();
-#else
-    if (posix_memalign(&p, size_t(2) << 20, bytes) != 0) throw std::bad_alloc();
-#endif
-    data = static_cast<real*>(p);
-#ifdef MADV_HUGEPAGE
-    const size_t page = 4096;
-    madvise(p, (bytes + page - 1) / page * page, MADV_HUGEPAGE);  // advice only: failure is harmless
-#endif
+    kept = slot >= 0 && slot < kKeptSlots && bytes <= kKeptBlockBytes;
+    data = static_cast<real*>(kept ? kept_blocks().take(slot, bytes) : slab_alloc(bytes));
   }
-#if defined(_WIN32)
-  ~SlabBuffer() { _aligned_free(data); }
-#else
-  ~SlabBuffer() { std::free(data); }
-#endif
+  ~SlabBuffer() {
+    if (!kept) slab_free(data);
+  }
   SlabBuffer(const SlabBuffer&) = delete;
   SlabBuffer& operator=(const SlabBuffer&) = delete;
 };

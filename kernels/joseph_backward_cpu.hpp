@@ -771,7 +771,7 @@ void joseph_backward_cpu(const real* sino, int batch, VolumeWindow<real> vw, con
                         vw.H > 1 && vw.W > 1 && many_rays &&
                         (double)slab * batch * sizeof(real) <= 1024.0 * (1 << 20);
   // 2 MiB aligned, huge pages advised (fewer TLB misses on the plane-strided walk); zeroed by their threads
-  SlabBuffer<real> accA(padded ? (size_t)(slabA * batch) : 0), accB(padded ? (size_t)(slabB * batch) : 0);
+  SlabBuffer<real> accA(padded ? (size_t)(slabA * batch) : 0, kKeptBackA), accB(padded ? (size_t)(slabB * batch) : 0, kKeptBackB);
   real* const bufA = accA.data;
   real* const bufB = accB.data;
   std::vector<real> swapped(swap_acc ? (size_t)(slab * batch) : 0);

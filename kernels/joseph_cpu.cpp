@@ -250,7 +250,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
 #else
   const bool pad = false;
 #endif
-  ct::SlabBuffer<real> swapped(copy && !pad ? (size_t)(slab * batch) : 0);
+  ct::SlabBuffer<real> swapped(copy && !pad ? (size_t)(slab * batch) : 0, ct::kKeptForwardCopy);
   if (copy && !pad) ct::swap_xy(vol, swapped.data, slab, batch, nz, vw.H, vw.W, nthreads);
   // Rows of pixels: (view, u) with v inner, or (view, v) with u inner.
   const bool u_inner = ct::inner_is_u(ustep, vstep, dw.n_views);
@@ -274,7 +274,7 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
 #define CT_FORWARD_CHUNK 16
 #endif
 #if defined(__AVX512F__) || defined(__AVX2__)
-  ct::SlabBuffer<real> padded(pad ? (size_t)(2 * pslab * batch) : 0);
+  ct::SlabBuffer<real> padded(pad ? (size_t)(2 * pslab * batch) : 0, ct::kKeptForwardCopy);
   ct::fwd::PaddedSlab ps;
   if constexpr (lanes) {
     if (pad) {
