@@ -99,9 +99,10 @@ constexpr BackPath kBackPaths[] = {
     // accumulator planes exceed 2 MiB (or the L2; W1's shape from N = 229), view tiles: runs of 32 views set
     // up once and scattered tile by tile of 64 planes of their dominant axis (BackOptions::tile_planes,
     // back_tile_planes; session 11, 2 MiB L2, 1 thread: N = 256 4.04 against 4.63 CPU-s untiled, N = 320 8.36
-    // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 32 views, not 16 (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of
-    // 4/8/16/32 views 14.0/12.8/11.7/10.9 CPU-s; 64 and 180 views within noise of 32, with 2-6x the kept
-    // rays' memory); docs/INTERNALS.md "Backprojection, session 6", "session 7" and "session 8"
+    // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 32 views,
+    // not 16 (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of 4/8/16/32 views
+    // 14.0/12.8/11.7/10.9 CPU-s; 64 and 180 views within noise of 32, with 2-6x the kept rays' memory);
+    // docs/INTERNALS.md "Backprojection, session 6", "session 7", "session 8" and "session 11"
 #if defined(__AVX512F__)
     {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 32}},
 #endif

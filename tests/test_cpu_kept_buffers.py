@@ -11,11 +11,19 @@ backend.
 import math
 import threading
 
+import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
 
 SIZES = (24, 40, 17)  # all below the kept blocks' 8 MiB: the padded copies and accumulators are kept
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
 
 
 def _projector(n, backend="cpu"):
