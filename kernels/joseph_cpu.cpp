@@ -96,17 +96,19 @@ constexpr BackPath kBackPaths[] = {
     // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
     // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
     // (W1, 2 threads, interleaved: 0.566 against 0.612 CPU-s, one thread 0.564); and where a band's
-    // accumulator planes exceed 2 MiB (or the L2; W1's shape from N = 229), view tiles: runs of 32 views set
+    // accumulator planes exceed 2 MiB (or the L2; W1's shape from N = 229), view tiles: runs of 64 views set
     // up once and scattered tile by tile of 64 planes of their dominant axis (BackOptions::tile_planes,
     // back_tile_planes; session 11, 2 MiB L2, 1 thread: N = 256 4.04 against 4.63 CPU-s untiled, N = 320 8.36
-    // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 32 views,
-    // not 16 (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of 4/8/16/32 views
-    // 14.0/12.8/11.7/10.9 CPU-s; 64 and 180 views within noise of 32, with 2-6x the kept rays' memory);
-    // docs/INTERNALS.md "Backprojection, session 6", "session 7", "session 8" and "session 11"
+    // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 64 views
+    // (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of 4/8/16/32 views 14.0/12.8/11.7/10.9
+    // CPU-s; sessions 11 and 12, 1 thread, builds alternated in one process: 64 against 32 views 0.975x the time
+    // at N = 320 on both L2 sizes, 0.972x at N = 256 on 1 MiB, at 2 threads within noise; twice the kept rays'
+    // memory, about 21 MB a thread at a 1024-column detector); docs/INTERNALS.md "Backprojection, session 6",
+    // "session 7", "session 8", "session 11" and "session 12"
 #if defined(__AVX512F__)
-    {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 32}},
+    {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 64}},
 #endif
-    {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 64, 32}},
+    {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 64, 64}},
 #if defined(__AVX512F__)
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif
@@ -114,7 +116,7 @@ constexpr BackPath kBackPaths[] = {
     // bands of 4 with the row split and view tiles too, the twin that the measurement ranks (it cannot see
     // what -rs pays for, so pairs-padded-b4 alone beside dup-padded-rs-b8 let load noise drop both the split
     // and the tiles; docs/INTERNALS.md "Path choice under load")
-    {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 64, 32}},
+    {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 64, 64}},
     {"pairs-padded-b4", {true, 0, false, true, true, 0, true, false, 4}},
     // the previous default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
     // sub-chunk, so the volume no longer streams from far cache once per view (-z4m against
