@@ -150,7 +150,9 @@ def test_measure_times_every_path(lib, known):
     # the banded -bR paths
     twins = {n for n in known["forward"] if n.endswith(("-fused-bands", "-fused-tiles")) and
              n.rsplit("-fused-", 1)[0] + "-fused-pad-tiles" in known["forward"]}
-    assert list(t["forward"]) == [n for n in known["forward"] if n.endswith(("-bands", "-tiles")) and n not in twins]
+    # nor the -loads-bands paths (cpu_joseph_paths.UNSAFE_FORWARD_TAILS)
+    assert list(t["forward"]) == [n for n in known["forward"] if n.endswith(("-bands", "-tiles")) and n not in twins
+                                  and not n.endswith("-loads-bands")]
     if "avx512-gather-fused-pad-tiles" in known["forward"]:
         assert "avx512-gather-fused-bands" not in t["forward"] and "avx512-gather-fused-tiles" not in t["forward"]
         assert "avx512-gather-fused-pad-tiles" in t["forward"] and "avx512-gather-bands" in t["forward"]
@@ -292,3 +294,15 @@ def test_a_lucky_call_does_not_win_the_rematch():
     assert steady == pytest.approx(0.725)
     assert cpu_paths.fastest({"back": {"default": 1.0, "challenger": steady}}) == {"back": "challenger"}
     assert cpu_joseph_paths.rematch_time(1.0, 0.9, []) == 0.9
+
+
+def test_measurement_never_ranks_the_loads_bands_forward():
+    """The -loads-bands forward paths crashed on z-windows of large volumes (docs/INTERNALS.md, "Flat cost and peers,
+    session 12"): the measurement must not choose them, and a cached choice of one is measured again."""
+    lib = cpu_build.load_cpu_library("joseph")
+    known = cpu_joseph_paths.known_paths(lib)
+    loads = [n for n in known["forward"] if n.endswith("-loads-bands")]
+    assert loads, "this build has no -loads-bands forward path to leave out"
+    ranked = cpu_joseph_paths.candidates("forward", known["forward"])
+    assert ranked and not set(loads) & set(ranked)
+    assert all(n in known["forward"] for n in ranked)
