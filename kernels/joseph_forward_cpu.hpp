@@ -202,10 +202,17 @@ inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 
       r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
     }
   } else {
-    // scalar loads: masked-off lanes read offset 0 of the plane (inside the
-    // slab: n lies in some lane's interior) and are zeroed afterwards
+    // scalar loads: masked-off lanes read the stencil of the first lane in the mask (inside the slab) and
+    // are zeroed afterwards.  Not offset 0 of the plane: in a z-window that is a global row outside the
+    // slab when z is the plane's b or c axis.  A plane with no lane inside adds nothing.
     alignas(64) int ix[16];
-    _mm512_store_si512(ix, _mm512_maskz_mov_epi32(m, idx));
+    if (m == 0xffff) {
+      _mm512_store_si512(ix, idx);
+    } else {
+      if (!m) return;
+      const __m512i fill = _mm512_permutexvar_epi32(_mm512_set1_epi32(__builtin_ctz((unsigned)m)), idx);
+      _mm512_store_si512(ix, _mm512_mask_mov_epi32(fill, m, idx));
+    }
     alignas(64) long long q0[16], q1[16];
     for (int g = 0; g < 16; ++g) {
       std::memcpy(&q0[g], plane + ix[g], 8);
@@ -309,9 +316,17 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
       r0h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_hi, mhi, 4));
       r1h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_hi, mhi, 4));
     } else {
-      // scalar loads (see planes_avx512): masked-off lanes read offset 0, then are zeroed
+      // scalar loads (see pair_plane): masked-off lanes read the first masked lane's stencil, then are
+      // zeroed; a plane with no lane inside adds nothing
+      const int mm = _mm256_movemask_ps(_mm256_castsi256_ps(m));
       alignas(32) int ix[8];
-      _mm256_store_si256((__m256i*)ix, _mm256_and_si256(idx, m));
+      if (mm == 0xff) {
+        _mm256_store_si256((__m256i*)ix, idx);
+      } else {
+        if (!mm) continue;
+        const __m256i fill = _mm256_permutevar8x32_epi32(idx, _mm256_set1_epi32(__builtin_ctz((unsigned)mm)));
+        _mm256_store_si256((__m256i*)ix, _mm256_blendv_epi8(fill, idx, m));
+      }
       alignas(32) long long q0[8], q1[8];
       for (int g = 0; g < 8; ++g) {
         std::memcpy(&q0[g], plane + ix[g], 8);

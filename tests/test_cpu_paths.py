@@ -150,9 +150,7 @@ def test_measure_times_every_path(lib, known):
     # the banded -bR paths
     twins = {n for n in known["forward"] if n.endswith(("-fused-bands", "-fused-tiles")) and
              n.rsplit("-fused-", 1)[0] + "-fused-pad-tiles" in known["forward"]}
-    # nor the -loads-bands paths (cpu_joseph_paths.UNSAFE_FORWARD_TAILS)
-    assert list(t["forward"]) == [n for n in known["forward"] if n.endswith(("-bands", "-tiles")) and n not in twins
-                                  and not n.endswith("-loads-bands")]
+    assert list(t["forward"]) == [n for n in known["forward"] if n.endswith(("-bands", "-tiles")) and n not in twins]
     if "avx512-gather-fused-pad-tiles" in known["forward"]:
         assert "avx512-gather-fused-bands" not in t["forward"] and "avx512-gather-fused-tiles" not in t["forward"]
         assert "avx512-gather-fused-pad-tiles" in t["forward"] and "avx512-gather-bands" in t["forward"]
@@ -296,12 +294,3 @@ def test_a_lucky_call_does_not_win_the_rematch():
     assert cpu_joseph_paths.rematch_time(1.0, 0.9, []) == 0.9
 
 
-def test_measurement_never_ranks_the_loads_bands_forward(known):
-    """The -loads-bands forward paths crashed on z-windows of large volumes (docs/INTERNALS.md, "Flat cost and peers,
-    session 12"): the measurement must not rank them (and measured_choice accepts a cached choice only among the
-    candidates, so a cached one is measured again)."""
-    loads = [n for n in known["forward"] if n.endswith("-loads-bands")]
-    assert loads, "this build has no -loads-bands forward path to leave out"
-    ranked = cpu_joseph_paths.candidates("forward", known["forward"])
-    assert ranked and not set(loads) & set(ranked)
-    assert all(n in known["forward"] for n in ranked)

@@ -120,14 +120,6 @@ def _left_out_of_ranking(name: str, names: list[str]) -> bool:
     return False
 
 
-# Forward paths the measurement does not rank: ``-loads-bands``.  Every scalar-load forward path (``-loads`` and
-# ``-loads-bands``; the view-by-view ones are not ranked anyway) crashed (SIGSEGV in the forward's parallel loop) on
-# z-windows of a large volume (session 12, Zen 4: ``project_into`` of 384^3 and 512^3 volumes in 32-plane windows,
-# 6 views, 48 x 48 detector; whole volumes and N <= 256 ran; the gather paths ran).  The Zen 4's measurement had
-# chosen ``avx512-loads-bands``, so ``tests/test_streaming.py`` crashed.  Until the fault is found they run only
-# where forced by ``CTBENCH_CPU_PATH`` (docs/INTERNALS.md, "Flat cost and peers, session 12").  A cached choice of
-# one is measured again: measured_choice accepts only candidates.
-UNSAFE_FORWARD_TAILS = ("-loads-bands",)
 
 
 def candidates(op: str, names: list[str]) -> list[str]:
@@ -139,10 +131,9 @@ def candidates(op: str, names: list[str]) -> list[str]:
     N = 256 7.5 against 5.2, 1 thread, for the best view-by-view path), and of twins differing only in their
     thread split the ``-rs`` one (:func:`_back_twin_left_out`).  The others stay forceable by
     ``CTBENCH_CPU_PATH``; so do the ``-fused-bands`` and ``-fused-tiles`` paths where a ``-fused-pad-tiles``
-    twin exists (:func:`_left_out_of_ranking`), and the ``-loads-bands`` paths (:data:`UNSAFE_FORWARD_TAILS`)."""
+    twin exists (:func:`_left_out_of_ranking`)."""
     if op == "forward":
-        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _left_out_of_ranking(n, names)
-                  and not n.endswith(UNSAFE_FORWARD_TAILS)]
+        banded = [n for n in names if n.endswith(("-bands", "-tiles")) and not _left_out_of_ranking(n, names)]
         return banded or list(names)
     if op == "back":
         banded = [n for n in names if _BACK_BANDS.search(n) and not _back_twin_left_out(n, names)]
