@@ -28,6 +28,28 @@ def _ptr(t: torch.Tensor) -> int:
     return t.data_ptr()
 
 
+# The kernels' vector lanes and scatter offsets index a plane by 32-bit global voxel numbers; a window whose
+# planes lie past 2^31 voxels of the global grid (z1 * H * W, e.g. z >= 1024 of a 2048^3 volume streamed in
+# windows) is traced as a standalone volume of its own planes, the rays moved by the same distance.
+_INDEX_LIMIT = 2**31 - 1
+
+
+def standalone_window(grid: VolumeGrid, z0: int, z1: int, rays: Rays) -> tuple[VolumeGrid, int, Rays]:
+    """(grid, z0, rays) for the window [z0, z1): unchanged while its global voxel numbers fit 32 bits, else
+    the window as a grid of z1 - z0 planes at z0 = 0 and the rays translated along z by the distance between
+    the window's centre and the grid's (plane k's centre is at (k - (D - 1) / 2) dz)."""
+    if z1 * grid.H * grid.W <= _INDEX_LIMIT:
+        return grid, z0, rays
+    nz = z1 - z0
+    shift = (z0 + (nz - grid.D) / 2.0) * grid.spacing[0]  # exact in float64; one rounding to the ray dtype
+    move = torch.zeros(3, dtype=torch.float64)
+    move[2] = shift
+    move = move.to(device=rays.source.device, dtype=rays.source.dtype)
+    source = rays.source - move if rays.cone else rays.source  # parallel beams: source is a direction
+    local = Rays(source, rays.center - move, rays.ustep, rays.vstep, rays.cone, rays.detector_shape)
+    return VolumeGrid((nz, grid.H, grid.W), grid.spacing), 0, local
+
+
 def _geometry(rays: Rays, dtype):
     ts = [t.detach().to(dtype=dtype).contiguous() for t in rays.tensors()]
     return ts, [_ptr(t) for t in ts]
@@ -45,6 +67,7 @@ class CpuBackend(Backend):
         vol, out, accumulate = project_buffers(volume, rays, tile, out)
         if rays.n_views == 0 or nu == 0 or nv == 0:
             return out
+        grid, z0, rays = standalone_window(grid, z0, z0 + nz, rays)
         keep, g = _geometry(rays, vol.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
@@ -59,6 +82,8 @@ class CpuBackend(Backend):
         sino, out = backproject_buffers(sinogram, grid, z0, z1, out)
         if rays.n_views == 0 or z1 <= z0:
             return out
+        grid, z0, rays = standalone_window(grid, z0, z1, rays)
+        z1 = z0 + out.shape[1]
         keep, g = _geometry(rays, sino.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
@@ -71,4 +96,5 @@ class CpuBackend(Backend):
     def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
         """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the OpenMP kernel."""
         from .geometry_grad import cpu_geometry_vjp
-        return cpu_geometry_vjp(volume, grid, z0, grad_sino, rays, tile, num_threads())
+        grid, z0, moved = standalone_window(grid, z0, z0 + volume.shape[1], rays)
+        return cpu_geometry_vjp(volume, grid, z0, grad_sino, moved, tile, num_threads())
