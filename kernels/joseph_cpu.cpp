@@ -261,10 +261,12 @@ void forward(const real* vol, i64 vol_batch_stride, int batch, ct::VolumeWindow<
   const i64 nrows = (i64)dw.n_views * n_outer;
   // float32 with AVX-512/AVX2: groups of kForwardLanes rays in vector lanes
   // (joseph_forward_cpu.hpp); otherwise beams of kBeam scalar rays.  The lane
-  // code addresses a plane with 32-bit offsets: slabs below 2^31 elements.
+  // code addresses a plane with 32-bit offsets from global voxel numbers: slabs below 2^31 elements, and
+  // windows whose global voxel numbers fit 32 bits (the cpu backend moves a window past them to z0 = 0).
   constexpr bool lanes = std::is_same<real, float>::value && ct::fwd::kForwardLanes > 0;
   constexpr int kGroup = lanes ? ct::fwd::kForwardLanes : kBeam;
-  const bool use_lanes = lanes && path.lanes && slab < (i64(1) << 31) - 1;
+  const bool use_lanes = lanes && path.lanes && slab < (i64(1) << 31) - 1 &&
+                         (i64)vw.z1 * vw.H * vw.W < (i64(1) << 31) - 1;
   const int group = use_lanes ? kGroup : kBeam;
   // Row order: view by view, or (bands) detector rows in bands of `band` rows, all views per band: a
   // band's rays stay in a z-range of the volume that the cache then keeps across the views, instead of

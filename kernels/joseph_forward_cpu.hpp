@@ -172,7 +172,8 @@ inline void pair_accumulate(__m512 tb, __m512 tc, __m512 r0l, __m512 r1l, __m512
 #endif
 // The lanes of `m` in plane n (at `plane`) by the unchecked stencil, added to the pair accumulators.
 template <bool GATHER>
-inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, __m512& acc_lo, __m512& acc_hi) {
+inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 m, int safe, __m512& acc_lo,
+                       __m512& acc_hi) {
   const __m512i zero = _mm512_setzero_si512();
   const i64 sc = L.sc;
   const __m512 fn = _mm512_set1_ps((float)n);
@@ -202,17 +203,11 @@ inline void pair_plane(const PairLanes& L, const float* plane, int n, __mmask16 
       r1h = _mm512_castsi512_ps(_mm512_mask_i32gather_epi64(zero, mhi, idx_hi, plane + sc, 4));
     }
   } else {
-    // scalar loads: masked-off lanes read the stencil of the first lane in the mask (inside the slab) and
-    // are zeroed afterwards.  Not offset 0 of the plane: in a z-window that is a global row outside the
-    // slab when z is the plane's b or c axis.  A plane with no lane inside adds nothing.
+    // scalar loads: masked-off lanes read the slab's first voxels (`safe`: the slab's start relative to
+    // `plane`) and are zeroed afterwards.  Not offset 0 of the plane: in a z-window that is a global row
+    // outside the slab when z is the plane's c axis.
     alignas(64) int ix[16];
-    if (m == 0xffff) {
-      _mm512_store_si512(ix, idx);
-    } else {
-      if (!m) return;
-      const __m512i fill = _mm512_permutexvar_epi32(_mm512_set1_epi32(__builtin_ctz((unsigned)m)), idx);
-      _mm512_store_si512(ix, _mm512_mask_mov_epi32(fill, m, idx));
-    }
+    _mm512_store_si512(ix, _mm512_mask_mov_epi32(_mm512_set1_epi32(safe), m, idx));
     alignas(64) long long q0[16], q1[16];
     for (int g = 0; g < 16; ++g) {
       std::memcpy(&q0[g], plane + ix[g], 8);
@@ -241,9 +236,10 @@ inline void planes_avx512(const float* vol, const LaneGroup& G, int n_begin, int
   const PairLanes L(G);
   const i64 sa = G.sa;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
-  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+  int safe = (int)(G.offset - (i64)n_begin * sa);  // vol - plane: 32 bits (use_lanes, joseph_cpu.cpp)
+  for (int n = n_begin; n < n_end; ++n, plane += sa, safe -= (int)sa) {
     prefetch_ahead(G, plane, n);
-    pair_plane<GATHER>(L, plane, n, MASKED ? interior_mask(L, n) : L.part, acc_lo, acc_hi);
+    pair_plane<GATHER>(L, plane, n, MASKED ? interior_mask(L, n) : L.part, safe, acc_lo, acc_hi);
   }
 }
 
@@ -286,7 +282,8 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
   const __m256i part = _mm256_load_si256((const __m256i*)pm);
   const i64 sa = G.sa, sc = G.sc;
   const float* plane = vol + ((i64)n_begin * sa - G.offset);
-  for (int n = n_begin; n < n_end; ++n, plane += sa) {
+  int safe = (int)(G.offset - (i64)n_begin * sa);  // vol - plane (pair_plane)
+  for (int n = n_begin; n < n_end; ++n, plane += sa, safe -= (int)sa) {
     const float fnf = (float)n;
     prefetch_ahead(G, plane, n);
     const __m256 fn = _mm256_set1_ps(fnf);
@@ -316,17 +313,9 @@ inline void planes_avx2(const float* vol, const LaneGroup& G, int n_begin, int n
       r0h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p0, idx_hi, mhi, 4));
       r1h = _mm256_castsi256_ps(_mm256_mask_i32gather_epi64(z, p1, idx_hi, mhi, 4));
     } else {
-      // scalar loads (see pair_plane): masked-off lanes read the first masked lane's stencil, then are
-      // zeroed; a plane with no lane inside adds nothing
-      const int mm = _mm256_movemask_ps(_mm256_castsi256_ps(m));
+      // scalar loads (see pair_plane): masked-off lanes read the slab's first voxels, then are zeroed
       alignas(32) int ix[8];
-      if (mm == 0xff) {
-        _mm256_store_si256((__m256i*)ix, idx);
-      } else {
-        if (!mm) continue;
-        const __m256i fill = _mm256_permutevar8x32_epi32(idx, _mm256_set1_epi32(__builtin_ctz((unsigned)mm)));
-        _mm256_store_si256((__m256i*)ix, _mm256_blendv_epi8(fill, idx, m));
-      }
+      _mm256_store_si256((__m256i*)ix, _mm256_blendv_epi8(_mm256_set1_epi32(safe), idx, m));
       alignas(32) long long q0[8], q1[8];
       for (int g = 0; g < 8; ++g) {
         std::memcpy(&q0[g], plane + ix[g], 8);
@@ -969,7 +958,7 @@ inline void fused_mixed(const float* vol, const FusedRays& R, unsigned traced, c
       if (pairs_ok) checked_pair_plane(C, plane, n, marched, acc_lo, acc_hi);
       else checked_plane(C, plane, n, marched, acc_e);
     }
-    else if (inside) pair_plane<GATHER>(L, plane, n, inside, acc_lo, acc_hi);
+    else if (inside) pair_plane<GATHER>(L, plane, n, inside, (int)(R.offset - (i64)n * sa), acc_lo, acc_hi);
   }
 }
 
