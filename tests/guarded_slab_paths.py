@@ -3,9 +3,10 @@
 The window (B, nz, H, W) float32 lies in an anonymous mapping between two PROT_NONE regions, each larger than
 the whole volume, so an access to any global voxel outside the window faults (the process dies by SIGSEGV)
 instead of touching a neighbour's memory.  Forward (argv[1] == "forward"): each path's projection of the
-fenced window; back ("back"): each path's backprojection into a fenced window.  Both are compared with the
-reference backend (pure torch, float64) on the same window.  Further arguments name the paths (default: all
-that this machine's library has).  Prints one JSON line: {"paths": [...], "worst": relative max error}.
+fenced window; back ("back"): each path's backprojection into a fenced window; "vjp": the geometry gradient of
+the fenced window's projection; "fdk": each FDK path's weighted backprojection into a fenced window.  All are
+compared with the reference backend (pure torch, float64) on the same window.  Further arguments name the
+paths (default: all that this machine's library has).  Prints one JSON line: {"paths": [...], "worst": relative max error}.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from ctbench import Projector, circular_trajectory_3d
 from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
 from ctbench.engine.base import Tile
 from ctbench.engine.cpu import CpuBackend
+from ctbench.engine.executor import reference_geometry_vjp
+from ctbench.engine.fdk_kernels import fdk_paths, weighted_backproject
 from ctbench.engine.reference import ReferenceBackend
 
 PAGE = mmap.PAGESIZE
@@ -61,6 +64,9 @@ def main():
     want = ReferenceBackend().project(whole[:, z0:z1].double(), p.grid, z0, rays64, tile)
     assert float(want.abs().max()) > 0
     op, names = sys.argv[1], sys.argv[2:]
+    rel = lambda got, want: float((got.double() - want).abs().max()) / float(want.abs().max())  # noqa: E731
+    if op in ("vjp", "fdk"):
+        return other_kernels(op, names, p, slab, whole[:, z0:z1], z0, z1, rays32, rays64, tile, rel)
     names = names or cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))[op]
     if op == "back":
         sino = torch.rand((1, angles.numel(), *det), generator=torch.Generator().manual_seed(6))
@@ -75,13 +81,43 @@ def main():
             got = CpuBackend().backproject(sino, p.grid, z0, z1, rays32, tile, out=slab)
             assert got.data_ptr() == slab.data_ptr()
         assert cpu_joseph_paths.active_paths(cpu_build.load_cpu_library("joseph"))[op] == name
-        err = float((got.double() - want).abs().max()) / float(want.abs().max())
+        err = rel(got, want)
         worst = max(worst, err)
         if err > 1e-5:
             raise SystemExit(f"{op} path {name}: relative error {err:.3g}")
     print(json.dumps({"paths": list(names), "worst": worst}))
     del slab
     buf.close()
+
+
+def other_kernels(op, names, p, slab, window, z0, z1, rays32, rays64, tile, rel):
+    """The geometry VJP reading the fenced window, or each FDK path writing into it."""
+    n_views = rays32.n_views
+    g = torch.Generator().manual_seed(7)
+    worst, done = 0.0, []
+    if op == "vjp":
+        gs = torch.rand((1, n_views, *tile.shape), generator=g)
+        want = reference_geometry_vjp(window.double(), p.grid, z0, gs.double(), rays64, tile)
+        got = CpuBackend().geometry_vjp(slab, p.grid, z0, gs, rays32, tile)
+        worst = max(rel(a, b) for a, b in zip(got, want) if float(b.abs().max()) > 0)
+        done = ["float32"]
+        bound = 1e-3  # float32 derivatives of bilinear samples
+    else:
+        q = torch.rand((n_views, *tile.shape), generator=g)
+        w = torch.rand(n_views, generator=g) + 0.5
+        want = weighted_backproject(q.double(), rays64, p.grid, w.double(), z0=z0, z1=z1, backend="reference")
+        for name in names or fdk_paths(torch.float32):
+            os.environ[cpu_paths.PATH_ENV] = f"fdk={name}"
+            view = slab[0]
+            view.zero_()
+            got = weighted_backproject(q, rays32, p.grid, w, z0=z0, z1=z1, out=view, backend="cpu")
+            assert got.data_ptr() == view.data_ptr()
+            worst = max(worst, rel(got, want))
+            done.append(name)
+        bound = 1e-5
+    if worst > bound:
+        raise SystemExit(f"{op}: relative error {worst:.3g}")
+    print(json.dumps({"paths": done, "worst": worst}))
 
 
 if __name__ == "__main__":
