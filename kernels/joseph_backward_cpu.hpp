@@ -49,7 +49,8 @@ namespace ct {
 // sub-chunks and are set up once in each (the reading the measurements fit:
 // N = 320 ran 18% faster with 20-plane sub-chunks; docs/INTERNALS.md,
 // "Backprojection, session 4").
-// simd: with pairs, the stencils by block_stencils_avx512 (AVX-512 builds; else ignored).
+// simd: with pairs, the stencils by block_stencils_avx512 (AVX-512 builds) or block_stencils_avx2 (AVX2 with
+// FMA); else ignored.
 // dup: with padded and seamless, float32 accumulators of z-row pair slots (DupLayout).
 // band_rows > 0: each (sub-)chunk's detector rows in bands of that many rows, every view per band
 // (band, view, row order), so that the accumulator rows a band's rays touch stay in cache across the
@@ -129,7 +130,7 @@ struct ZOwnership {
 struct ScatterMode {
   bool pairs, rows;
   ZOwnership own;
-  bool simd = false;  // pair stencils by block_stencils_avx512 where the build has it
+  bool simd = false;  // pair stencils by block_stencils_avx512 / _avx2 where the build has them
   bool dup = false;   // the accumulators hold z-row pair slots (DupLayout)
 };
 
@@ -232,6 +233,52 @@ inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, Sc
     _mm512_store_pd((double*)(w + 16), _mm512_permutex2var_pd(a_lo, quad_hi, c_lo));
     _mm512_store_pd((double*)(w + 32), _mm512_permutex2var_pd(a_hi, quad_lo, c_hi));
     _mm512_store_pd((double*)(w + 48), _mm512_permutex2var_pd(a_hi, quad_hi, c_hi));
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+// The same in 8-lane AVX2 for AVX2 builds: the four weights of 8 planes transposed to sample order
+// by two unpack stages within 128-bit lanes and one lane exchange per two samples; fb and fc as fused
+// multiply-adds, as GCC contracts the scalar form (W1 bitwise the same).  What it buys is the pair-slot
+// paths on AVX2 cores (Zen 3, W1, 1 thread, in-process A/B: dup-padded-rs-b8 0.725 against 0.82 CPU-s
+// for pairs-padded-rs-b8; docs/INTERNALS.md "Backprojection, session 14 (Zen 3)"); the pair paths
+// gain 1-2%: their scatter waits on memory and hides the stencils.
+template <bool DUP = false>
+inline void block_stencils_avx2(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
+  const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 Ab = _mm256_set1_ps(r.Ab), Bb = _mm256_set1_ps(r.Bb), Ac = _mm256_set1_ps(r.Ac),
+               Bc = _mm256_set1_ps(r.Bc), vv = _mm256_set1_ps(v), one = _mm256_set1_ps(1.0f);
+  // offsets modulo 2^32 as in block_stencils (32-bit lane products wrap the same way)
+  const __m256i sc = _mm256_set1_epi32((int)(unsigned)r.sc);
+  const __m256i sa8 = _mm256_set1_epi32((int)((unsigned)r.sa * 8u));
+  __m256i jsa = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(unsigned)r.sa));
+  for (int j0 = 0; j0 < m; j0 += 8) {
+    const __m256 fn = _mm256_add_ps(_mm256_set1_ps((float)(n + j0)), iota);
+    const __m256 fb = _mm256_fmadd_ps(fn, Bb, Ab), fc = _mm256_fmadd_ps(fn, Bc, Ac);
+    const __m256i ib = _mm256_cvttps_epi32(fb), ic = _mm256_cvttps_epi32(fc);  // interior: truncation is floor
+    const __m256 tb = _mm256_sub_ps(fb, _mm256_cvtepi32_ps(ib)), tc = _mm256_sub_ps(fc, _mm256_cvtepi32_ps(ic));
+    const __m256i bo = DUP ? _mm256_add_epi32(ib, ib) : ib;
+    const __m256i off = _mm256_add_epi32(_mm256_add_epi32(jsa, bo), _mm256_mullo_epi32(ic, sc));
+    _mm256_store_si256((__m256i*)(s.off + j0), off);
+    jsa = _mm256_add_epi32(jsa, sa8);
+    const __m256 vb = _mm256_mul_ps(_mm256_sub_ps(one, tc), vv), vc = _mm256_mul_ps(tc, vv);
+    const __m256 ub = _mm256_sub_ps(one, tb);
+    const __m256 w0 = _mm256_mul_ps(ub, vb), w1 = _mm256_mul_ps(tb, vb);
+    const __m256 w2 = _mm256_mul_ps(ub, vc), w3 = _mm256_mul_ps(tb, vc);
+    // pairs (w0, w1) and (w2, w3); DUP: (w0, w2) and (w1, w3)
+    const __m256 p0 = w0, p1 = DUP ? w2 : w1, p2 = DUP ? w1 : w2, p3 = w3;
+    const __m256d t0 = _mm256_castps_pd(_mm256_unpacklo_ps(p0, p1));  // pairs of samples 0, 1 | 4, 5
+    const __m256d t1 = _mm256_castps_pd(_mm256_unpackhi_ps(p0, p1));  // 2, 3 | 6, 7
+    const __m256d t2 = _mm256_castps_pd(_mm256_unpacklo_ps(p2, p3));
+    const __m256d t3 = _mm256_castps_pd(_mm256_unpackhi_ps(p2, p3));
+    const __m256 u0 = _mm256_castpd_ps(_mm256_unpacklo_pd(t0, t2));  // sample 0 | sample 4
+    const __m256 u1 = _mm256_castpd_ps(_mm256_unpackhi_pd(t0, t2));  // 1 | 5
+    const __m256 u2 = _mm256_castpd_ps(_mm256_unpacklo_pd(t1, t3));  // 2 | 6
+    const __m256 u3 = _mm256_castpd_ps(_mm256_unpackhi_pd(t1, t3));  // 3 | 7
+    float* w = &s.w4[j0][0];
+    _mm256_store_ps(w, _mm256_permute2f128_ps(u0, u1, 0x20));
+    _mm256_store_ps(w + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
+    _mm256_store_ps(w + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
+    _mm256_store_ps(w + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
   }
 }
 #endif
@@ -343,6 +390,9 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
 #if defined(__AVX512F__)
           if (mode.simd) block_stencils_avx512<true>(r, n, m, v, s);
           else
+#elif defined(__AVX2__) && defined(__FMA__)
+          if (mode.simd) block_stencils_avx2<true>(r, n, m, v, s);
+          else
 #endif
             block_stencils<true, float, true>(r, n, m, v, s);
           block_scatter_dup(vol + ((i64)n * sa - r.offset), s, m);
@@ -351,6 +401,9 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
         if (sb == 1 && pairs) {
 #if defined(__AVX512F__)
           if (mode.simd) block_stencils_avx512(r, n, m, v, s);
+          else
+#elif defined(__AVX2__) && defined(__FMA__)
+          if (mode.simd) block_stencils_avx2(r, n, m, v, s);
           else
 #endif
             block_stencils<true>(r, n, m, v, s);

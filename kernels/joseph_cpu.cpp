@@ -79,6 +79,11 @@ constexpr ForwardPath kForwardPaths[] = {
 };
 constexpr int kNumForwardPaths = (int)(sizeof(kForwardPaths) / sizeof(kForwardPaths[0]));
 
+// builds with hand-vectorised pair stencils (block_stencils_avx512 / _avx2): the pair-slot (dup-) paths
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define CT_BACK_SIMD_STENCILS 1
+#endif
+
 struct BackPath {
   const char* name;
   ct::BackOptions opt;
@@ -90,8 +95,9 @@ constexpr BackPath kBackPaths[] = {
     // accumulators stays in cache across the views (W1, 1 thread, interleaved, load 3.9: 0.60 against
     // 0.76 CPU-s for pairs-padded-s4m-f16; N = 256: 5.2 against 7.5); dup-: the accumulators in z-row
     // pair slots (DupLayout: one 16-byte read-modify-write per sample; W1 0.57), taken for planes up
-    // to kDupMaxSlotPlane and AVX-512 stencils only (GCC's vectorisation of the scalar pair-slot
-    // stencils ran W1 1.7x slower)
+    // to kDupMaxSlotPlane and hand-vectorised stencils only (AVX-512, and since session 14 AVX2 with FMA:
+    // GCC's vectorisation of the scalar pair-slot stencils ran W1 1.7x slower; Zen 3, W1, 1 thread:
+    // 0.725 against 0.82 CPU-s for pairs-padded-rs-b8)
     // -rs (session 6): at 2 threads and more, the threads split the detector rows' bands instead of the
     // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
     // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
@@ -105,11 +111,11 @@ constexpr BackPath kBackPaths[] = {
     // at N = 320 on both L2 sizes, 0.972x at N = 256 on 1 MiB, at 2 threads within noise; twice the kept rays'
     // memory, about 21 MB a thread at a 1024-column detector); docs/INTERNALS.md "Backprojection, session 6",
     // "session 7", "session 8", "session 11" and "session 12"
-#if defined(__AVX512F__)
+#if defined(CT_BACK_SIMD_STENCILS)
     {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 64}},
 #endif
     {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 64, 64}},
-#if defined(__AVX512F__)
+#if defined(CT_BACK_SIMD_STENCILS)
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif
     {"pairs-padded-b8", {true, 0, false, true, true, 0, true, false, 8}},

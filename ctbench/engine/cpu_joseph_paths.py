@@ -16,7 +16,7 @@ whole by the sub-chunk holding its stencil's lower z row), their ``-fK`` forms (
 least max(H, W) / K planes), the banded ``-bR`` forms (no sub-chunks; each thread's detector rows in
 bands of R, every view per band; ``dup-padded-b8``: accumulators in z-row pair slots), their ``-rs-bR``
 forms (two or more threads split the detector rows' bands instead of z-chunks, and view tiles where a band's
-planes exceed the L2; ``dup-padded-rs-b8`` is the default of AVX-512 builds, ``pairs-padded-rs-b8`` of the others) and ``blocked`` (four scalar updates per sample).
+planes exceed the L2; ``dup-padded-rs-b8`` is the default of AVX-512 and AVX2 builds, ``pairs-padded-rs-b8`` of the others) and ``blocked`` (four scalar updates per sample).
 All compute the same samples; they differ only in speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
