@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cpu_helpers.hpp"  // l2_cache_bytes: the bands and tiles are sized to this core's L2
@@ -435,6 +436,88 @@ inline void setup_lanes_avx512(const double (*fo)[16], const double (*fd)[16], c
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+// setup_lanes_avx512 for AVX2 builds: lanes h..h+3 in 4 double lanes, the same operations in the same order
+// (masks as all-ones lanes, masked moves as blends).  GCC leaves setup_lanes' scalar loop unvectorised, and
+// on an AVX2 core that loop took about a sixth of W1's backprojection (perf, Zen 3, 1 thread).
+inline void setup_lanes_avx2(const double (*fo)[16], const double (*fd)[16], const double* dd, int h, int a,
+                             int b, int c, bool thin, double m, double big, int lob, int hib, int loc, int hic,
+                             int loa, int hia, float* Ab, float* Bb, float* Ac, float* Bc, float* w, int* n0,
+                             int* n1, int* i0, int* i1, int* ok, int* hits) {
+  const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0), sign = _mm256_set1_pd(-0.0);
+  auto abs_ = [&](__m256d x) { return _mm256_andnot_pd(sign, x); };
+  auto cmp_ = [](__m256d x, __m256d y, auto pred) { return _mm256_cmp_pd(x, y, decltype(pred)::value); };
+  using GE = std::integral_constant<int, _CMP_GE_OQ>;
+  using GT = std::integral_constant<int, _CMP_GT_OQ>;
+  using EQ = std::integral_constant<int, _CMP_EQ_OQ>;
+  using NE = std::integral_constant<int, _CMP_NEQ_UQ>;
+  using LE = std::integral_constant<int, _CMP_LE_OQ>;
+  using LT = std::integral_constant<int, _CMP_LT_OQ>;
+  const __m256d f0 = abs_(_mm256_load_pd(fd[0] + h)), f1 = abs_(_mm256_load_pd(fd[1] + h));
+  const __m256d f2 = abs_(_mm256_load_pd(fd[2] + h));
+  __m256d own;
+  if (a == 0) own = _mm256_and_pd(cmp_(f0, f1, GE{}), cmp_(f0, f2, GE{}));
+  else if (a == 1) own = _mm256_and_pd(cmp_(f1, f0, GT{}), cmp_(f1, f2, GE{}));
+  else own = _mm256_and_pd(cmp_(f2, f0, GT{}), cmp_(f2, f1, GT{}));
+  const __m256d fa = _mm256_load_pd(fd[a] + h), foa = _mm256_load_pd(fo[a] + h);
+  const __m256d ifa = _mm256_div_pd(one, fa);
+  const __m256d dBb = _mm256_mul_pd(_mm256_load_pd(fd[b] + h), ifa);
+  const __m256d dBc = _mm256_mul_pd(_mm256_load_pd(fd[c] + h), ifa);
+  const __m256d dw = _mm256_mul_pd(_mm256_sqrt_pd(_mm256_load_pd(dd + h)), abs_(ifa));
+  const __m256d dAb = _mm256_fnmadd_pd(foa, dBb, _mm256_load_pd(fo[b] + h));
+  const __m256d dAc = _mm256_fnmadd_pd(foa, dBc, _mm256_load_pd(fo[c] + h));
+  const __m128 fAb = _mm256_cvtpd_ps(dAb), fBb = _mm256_cvtpd_ps(dBb), fAc = _mm256_cvtpd_ps(dAc);
+  const __m128 fBc = _mm256_cvtpd_ps(dBc), fw = _mm256_cvtpd_ps(dw);
+  const __m256d gAb = _mm256_cvtps_pd(fAb), gBb = _mm256_cvtps_pd(fBb), gAc = _mm256_cvtps_pd(fAc);
+  const __m256d gBc = _mm256_cvtps_pd(fBc), gw = _mm256_cvtps_pd(fw);
+  auto finite = [&](__m256d x) { return cmp_(_mm256_sub_pd(x, x), zero, EQ{}); };
+  __m256d fin = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
+  for (int q = 0; q < 3; ++q)
+    fin = _mm256_and_pd(fin, _mm256_and_pd(finite(_mm256_load_pd(fo[q] + h)), finite(_mm256_load_pd(fd[q] + h))));
+  fin = _mm256_and_pd(fin, _mm256_and_pd(_mm256_and_pd(finite(dAb), finite(dBb)), _mm256_and_pd(finite(dAc), finite(dBc))));
+  fin = _mm256_and_pd(fin, _mm256_and_pd(finite(dw), _mm256_and_pd(finite(gAb), finite(gBb))));
+  fin = _mm256_and_pd(fin, _mm256_and_pd(_mm256_and_pd(finite(gAc), finite(gBc)), finite(gw)));
+  const __m256d good = _mm256_and_pd(_mm256_and_pd(own, cmp_(fa, zero, NE{})),
+                                     _mm256_and_pd(fin, _mm256_and_pd(cmp_(gBb, zero, NE{}), cmp_(gBc, zero, NE{}))));
+  const __m256d Ab_ = _mm256_and_pd(good, gAb), Bb_ = _mm256_blendv_pd(one, gBb, good);
+  const __m256d Ac_ = _mm256_and_pd(good, gAc), Bc_ = _mm256_blendv_pd(one, gBc, good);
+  const __m256d iBb = _mm256_div_pd(one, Bb_), iBc = _mm256_div_pd(one, Bc_);
+  auto bc = [](double x) { return _mm256_set1_pd(x); };
+  auto narrow = [&](__m256d& lo_, __m256d& hi_, double eb0, double eb1, double ec0, double ec1) {
+    __m256d t1 = _mm256_mul_pd(_mm256_sub_pd(bc(eb0), Ab_), iBb), t2 = _mm256_mul_pd(_mm256_sub_pd(bc(eb1), Ab_), iBb);
+    lo_ = _mm256_max_pd(lo_, _mm256_min_pd(t1, t2));
+    hi_ = _mm256_min_pd(hi_, _mm256_max_pd(t1, t2));
+    t1 = _mm256_mul_pd(_mm256_sub_pd(bc(ec0), Ac_), iBc);
+    t2 = _mm256_mul_pd(_mm256_sub_pd(bc(ec1), Ac_), iBc);
+    lo_ = _mm256_max_pd(lo_, _mm256_min_pd(t1, t2));
+    hi_ = _mm256_min_pd(hi_, _mm256_max_pd(t1, t2));
+  };
+  auto fl = [&](__m256d x) { return _mm256_floor_pd(_mm256_min_pd(_mm256_max_pd(x, bc(-big)), bc(big))); };
+  __m256d nlo = bc(double(loa)), nhi = bc(double(hia - 1));
+  narrow(nlo, nhi, double(lob - 1), double(hib), double(loc - 1), double(hic));
+  __m256d hit = cmp_(nlo, _mm256_add_pd(nhi, one), LE{});
+  const __m256d a0 = _mm256_max_pd(fl(nlo), bc(double(loa)));
+  const __m256d a1 = _mm256_min_pd(_mm256_add_pd(fl(nhi), bc(2.0)), bc(double(hia)));
+  hit = _mm256_and_pd(hit, cmp_(a0, a1, LT{}));
+  __m256d ilo = a0, ihi = _mm256_sub_pd(a1, one);
+  narrow(ilo, ihi, double(lob) + m, double(hib - 1) - m, double(loc) + m, double(hic - 1) - m);
+  const __m256d b0 = _mm256_max_pd(_mm256_sub_pd(zero, fl(_mm256_sub_pd(zero, ilo))), a0);
+  const __m256d b1 = _mm256_min_pd(_mm256_add_pd(fl(ihi), one), a1);
+  const __m256d inner = thin ? zero : _mm256_and_pd(cmp_(ilo, ihi, LE{}), cmp_(b0, b1, LT{}));
+  _mm_store_ps(Ab + h, fAb); _mm_store_ps(Bb + h, fBb); _mm_store_ps(Ac + h, fAc);
+  _mm_store_ps(Bc + h, fBc); _mm_store_ps(w + h, fw);
+  _mm_store_si128((__m128i*)(n0 + h), _mm256_cvtpd_epi32(a0));
+  _mm_store_si128((__m128i*)(n1 + h), _mm256_cvtpd_epi32(a1));
+  _mm_store_si128((__m128i*)(i0 + h), _mm256_cvtpd_epi32(_mm256_blendv_pd(a0, b0, inner)));
+  _mm_store_si128((__m128i*)(i1 + h), _mm256_cvtpd_epi32(_mm256_blendv_pd(a0, b1, inner)));
+  const int gm = _mm256_movemask_pd(good), hm = _mm256_movemask_pd(hit);
+  for (int g = 0; g < 4; ++g) {
+    ok[h + g] = (gm >> g) & 1;
+    hits[h + g] = (hm >> g) & 1;
+  }
+}
+#endif
+
 // Set-up of the rays of up to 16 pixels (iu[g], iv[g]) of view k at once, in
 // double as make_ray, written as loops over the lanes that the compiler
 // vectorises (the scalar make_ray took a quarter of the forward's time once
@@ -490,6 +573,10 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
   for (int h = 0; h < L; h += 8)
     setup_lanes_avx512(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w, n0,
                        n1, i0, i1, ok, hits);
+#elif defined(__AVX2__) && defined(__FMA__) && !defined(CT_SETUP_LANES_SCALAR)
+  for (int h = 0; h < L; h += 4)
+    setup_lanes_avx2(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w, n0, n1,
+                     i0, i1, ok, hits);
 #else
 #pragma omp simd
   for (int g = 0; g < L; ++g) {
