@@ -49,8 +49,7 @@ namespace ct {
 // sub-chunks and are set up once in each (the reading the measurements fit:
 // N = 320 ran 18% faster with 20-plane sub-chunks; docs/INTERNALS.md,
 // "Backprojection, session 4").
-// simd: with pairs, the stencils by block_stencils_avx512 (AVX-512 builds) or block_stencils_avx2 (AVX2 with
-// FMA); else ignored.
+// simd: with pairs, the stencils by block_stencils_simd (AVX-512 builds, AVX2 with FMA); else ignored.
 // dup: with padded and seamless, float32 accumulators of z-row pair slots (DupLayout).
 // band_rows > 0: each (sub-)chunk's detector rows in bands of that many rows, every view per band
 // (band, view, row order), so that the accumulator rows a band's rays touch stay in cache across the
@@ -130,7 +129,7 @@ struct ZOwnership {
 struct ScatterMode {
   bool pairs, rows;
   ZOwnership own;
-  bool simd = false;  // pair stencils by block_stencils_avx512 / _avx2 where the build has them
+  bool simd = false;  // pair stencils by block_stencils_simd where the build has it
   bool dup = false;   // the accumulators hold z-row pair slots (DupLayout)
 };
 
@@ -185,87 +184,73 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
   }
 }
 
-#if defined(__AVX512F__)
-// block_stencils<true> (the pair path: sb == 1, float32) written out in 16-lane AVX-512: the same
-// terms, with fb and fc as fused multiply-adds (as GCC contracts the scalar form: W1 bitwise the
-// same), and the four weights of 16 planes transposed to sample order by eight two-source permutes
-// straight into w4.  GCC vectorised the scalar loop in 8-lane halves with a permute per weight and
-// sample.  Alone it did not shorten W1 beyond the noise (the pair loop waits on memory and hides the
-// stencils); the pair-slot paths need it (their scalar stencils were 1.7x slower).  Lanes past m are
-// computed and never dereferenced.
+// block_stencils<true> (the pair path: sb == 1, float32) written out in SIMD lanes, once for both instruction
+// sets (block_stencils_simd, with one struct of lane operations per set): the same terms, with fb and fc as
+// fused multiply-adds (as GCC contracts the scalar form: W1 bitwise the same), and the four weights of the
+// lanes' planes transposed to sample order straight into w4 (StencilLanes*::store_samples).  GCC vectorised
+// the scalar loop in 8-lane halves with a permute per weight and sample.  Alone it did not shorten W1 beyond
+// the noise (the pair loop waits on memory and hides the stencils); the pair-slot paths need it (their scalar
+// stencils were 1.7x slower: on Zen 3, W1, 1 thread, dup-padded-rs-b8 ran 0.725 against 0.82 CPU-s for
+// pairs-padded-rs-b8 once it had them, docs/INTERNALS.md "Backprojection, session 14 (Zen 3)").  Lanes past m
+// are computed and never dereferenced.
 // DUP: the z-row-pair layout (sb == 2, weights in DupLayout's order).
-template <bool DUP = false>
-inline void block_stencils_avx512(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i iotai = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 Ab = _mm512_set1_ps(r.Ab), Bb = _mm512_set1_ps(r.Bb), Ac = _mm512_set1_ps(r.Ac),
-               Bc = _mm512_set1_ps(r.Bc), vv = _mm512_set1_ps(v), one = _mm512_set1_ps(1.0f);
-  // offsets modulo 2^32 as in block_stencils (32-bit lane products wrap the same way)
-  const __m512i sc = _mm512_set1_epi32((int)(unsigned)r.sc);
-  const __m512i sa16 = _mm512_set1_epi32((int)((unsigned)r.sa * 16u));
-  __m512i jsa = _mm512_mullo_epi32(iotai, _mm512_set1_epi32((int)(unsigned)r.sa));
-  // (w0, w1) pairs of samples 0-7 / 8-15, then 64-bit (pair) picks of samples 0-3, 4-7 (of each half)
-  const __m512i pair_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i pair_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  const __m512i quad_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
-  const __m512i quad_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
-  for (int j0 = 0; j0 < m; j0 += kStencilLanes) {
-    const __m512 fn = _mm512_add_ps(_mm512_set1_ps((float)(n + j0)), iota);
-    const __m512 fb = _mm512_fmadd_ps(fn, Bb, Ab), fc = _mm512_fmadd_ps(fn, Bc, Ac);
-    const __m512i ib = _mm512_cvttps_epi32(fb), ic = _mm512_cvttps_epi32(fc);  // interior: truncation is floor
-    const __m512 tb = _mm512_sub_ps(fb, _mm512_cvtepi32_ps(ib)), tc = _mm512_sub_ps(fc, _mm512_cvtepi32_ps(ic));
-    const __m512i bo = DUP ? _mm512_add_epi32(ib, ib) : ib;
-    const __m512i off = _mm512_add_epi32(_mm512_add_epi32(jsa, bo), _mm512_mullo_epi32(ic, sc));
-    _mm512_store_si512((void*)(s.off + j0), off);
-    jsa = _mm512_add_epi32(jsa, sa16);
-    const __m512 vb = _mm512_mul_ps(_mm512_sub_ps(one, tc), vv), vc = _mm512_mul_ps(tc, vv);
-    const __m512 ub = _mm512_sub_ps(one, tb);
-    const __m512 w0 = _mm512_mul_ps(ub, vb), w1 = _mm512_mul_ps(tb, vb);
-    const __m512 w2 = _mm512_mul_ps(ub, vc), w3 = _mm512_mul_ps(tb, vc);
-    // pairs (w0, w1) and (w2, w3); DUP: (w0, w2) and (w1, w3)
-    const __m512 p0 = w0, p1 = DUP ? w2 : w1, p2 = DUP ? w1 : w2, p3 = w3;
+#if defined(__AVX512F__)
+// 16 lanes; the transpose: eight two-source permutes per 16 samples
+struct StencilLanes512 {
+  static constexpr int N = 16;
+  using F = __m512;
+  using I = __m512i;
+  static F iota() { return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static I iotai() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+  static F set1(float x) { return _mm512_set1_ps(x); }
+  static I set1i(int x) { return _mm512_set1_epi32(x); }
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  static I trunc(F x) { return _mm512_cvttps_epi32(x); }
+  static F to_float(I x) { return _mm512_cvtepi32_ps(x); }
+  static I addi(I a, I b) { return _mm512_add_epi32(a, b); }
+  static I mulloi(I a, I b) { return _mm512_mullo_epi32(a, b); }
+  static void store(unsigned* p, I x) { _mm512_store_si512((void*)p, x); }
+  // samples j = 0..15 as w[4 j .. 4 j + 3] = (p0, p1, p2, p3)[j]
+  static void store_samples(float* w, F p0, F p1, F p2, F p3) {
+    // (p0, p1) pairs of samples 0-7 / 8-15, then 64-bit (pair) picks of samples 0-3, 4-7 (of each half)
+    const __m512i pair_lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i pair_hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i quad_lo = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11);
+    const __m512i quad_hi = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
     const __m512d a_lo = _mm512_castps_pd(_mm512_permutex2var_ps(p0, pair_lo, p1));
     const __m512d a_hi = _mm512_castps_pd(_mm512_permutex2var_ps(p0, pair_hi, p1));
     const __m512d c_lo = _mm512_castps_pd(_mm512_permutex2var_ps(p2, pair_lo, p3));
     const __m512d c_hi = _mm512_castps_pd(_mm512_permutex2var_ps(p2, pair_hi, p3));
-    float* w = &s.w4[j0][0];
     _mm512_store_pd((double*)w, _mm512_permutex2var_pd(a_lo, quad_lo, c_lo));
     _mm512_store_pd((double*)(w + 16), _mm512_permutex2var_pd(a_lo, quad_hi, c_lo));
     _mm512_store_pd((double*)(w + 32), _mm512_permutex2var_pd(a_hi, quad_lo, c_hi));
     _mm512_store_pd((double*)(w + 48), _mm512_permutex2var_pd(a_hi, quad_hi, c_hi));
   }
-}
+};
+using StencilLanes = StencilLanes512;
 #elif defined(__AVX2__) && defined(__FMA__)
-// The same in 8-lane AVX2 for AVX2 builds: the four weights of 8 planes transposed to sample order
-// by two unpack stages within 128-bit lanes and one lane exchange per two samples; fb and fc as fused
-// multiply-adds, as GCC contracts the scalar form (W1 bitwise the same).  What it buys is the pair-slot
-// paths on AVX2 cores (Zen 3, W1, 1 thread, in-process A/B: dup-padded-rs-b8 0.725 against 0.82 CPU-s
-// for pairs-padded-rs-b8; docs/INTERNALS.md "Backprojection, session 14 (Zen 3)"); the pair paths
-// gain 1-2%: their scatter waits on memory and hides the stencils.
-template <bool DUP = false>
-inline void block_stencils_avx2(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
-  const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256 Ab = _mm256_set1_ps(r.Ab), Bb = _mm256_set1_ps(r.Bb), Ac = _mm256_set1_ps(r.Ac),
-               Bc = _mm256_set1_ps(r.Bc), vv = _mm256_set1_ps(v), one = _mm256_set1_ps(1.0f);
-  // offsets modulo 2^32 as in block_stencils (32-bit lane products wrap the same way)
-  const __m256i sc = _mm256_set1_epi32((int)(unsigned)r.sc);
-  const __m256i sa8 = _mm256_set1_epi32((int)((unsigned)r.sa * 8u));
-  __m256i jsa = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)(unsigned)r.sa));
-  for (int j0 = 0; j0 < m; j0 += 8) {
-    const __m256 fn = _mm256_add_ps(_mm256_set1_ps((float)(n + j0)), iota);
-    const __m256 fb = _mm256_fmadd_ps(fn, Bb, Ab), fc = _mm256_fmadd_ps(fn, Bc, Ac);
-    const __m256i ib = _mm256_cvttps_epi32(fb), ic = _mm256_cvttps_epi32(fc);  // interior: truncation is floor
-    const __m256 tb = _mm256_sub_ps(fb, _mm256_cvtepi32_ps(ib)), tc = _mm256_sub_ps(fc, _mm256_cvtepi32_ps(ic));
-    const __m256i bo = DUP ? _mm256_add_epi32(ib, ib) : ib;
-    const __m256i off = _mm256_add_epi32(_mm256_add_epi32(jsa, bo), _mm256_mullo_epi32(ic, sc));
-    _mm256_store_si256((__m256i*)(s.off + j0), off);
-    jsa = _mm256_add_epi32(jsa, sa8);
-    const __m256 vb = _mm256_mul_ps(_mm256_sub_ps(one, tc), vv), vc = _mm256_mul_ps(tc, vv);
-    const __m256 ub = _mm256_sub_ps(one, tb);
-    const __m256 w0 = _mm256_mul_ps(ub, vb), w1 = _mm256_mul_ps(tb, vb);
-    const __m256 w2 = _mm256_mul_ps(ub, vc), w3 = _mm256_mul_ps(tb, vc);
-    // pairs (w0, w1) and (w2, w3); DUP: (w0, w2) and (w1, w3)
-    const __m256 p0 = w0, p1 = DUP ? w2 : w1, p2 = DUP ? w1 : w2, p3 = w3;
+// 8 lanes; the transpose: two unpack stages within 128-bit lanes and one lane exchange per two samples
+struct StencilLanes256 {
+  static constexpr int N = 8;
+  using F = __m256;
+  using I = __m256i;
+  static F iota() { return _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7); }
+  static I iotai() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static I set1i(int x) { return _mm256_set1_epi32(x); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  static I trunc(F x) { return _mm256_cvttps_epi32(x); }
+  static F to_float(I x) { return _mm256_cvtepi32_ps(x); }
+  static I addi(I a, I b) { return _mm256_add_epi32(a, b); }
+  static I mulloi(I a, I b) { return _mm256_mullo_epi32(a, b); }
+  static void store(unsigned* p, I x) { _mm256_store_si256((__m256i*)p, x); }
+  static void store_samples(float* w, F p0, F p1, F p2, F p3) {
     const __m256d t0 = _mm256_castps_pd(_mm256_unpacklo_ps(p0, p1));  // pairs of samples 0, 1 | 4, 5
     const __m256d t1 = _mm256_castps_pd(_mm256_unpackhi_ps(p0, p1));  // 2, 3 | 6, 7
     const __m256d t2 = _mm256_castps_pd(_mm256_unpacklo_ps(p2, p3));
@@ -274,15 +259,43 @@ inline void block_stencils_avx2(const Ray<float>& r, int n, int m, float v, Scat
     const __m256 u1 = _mm256_castpd_ps(_mm256_unpackhi_pd(t0, t2));  // 1 | 5
     const __m256 u2 = _mm256_castpd_ps(_mm256_unpacklo_pd(t1, t3));  // 2 | 6
     const __m256 u3 = _mm256_castpd_ps(_mm256_unpackhi_pd(t1, t3));  // 3 | 7
-    float* w = &s.w4[j0][0];
     _mm256_store_ps(w, _mm256_permute2f128_ps(u0, u1, 0x20));
     _mm256_store_ps(w + 8, _mm256_permute2f128_ps(u2, u3, 0x20));
     _mm256_store_ps(w + 16, _mm256_permute2f128_ps(u0, u1, 0x31));
     _mm256_store_ps(w + 24, _mm256_permute2f128_ps(u2, u3, 0x31));
   }
-}
+};
+using StencilLanes = StencilLanes256;
 #endif
 
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define CT_SIMD_STENCILS 1
+template <bool DUP = false, class V = StencilLanes>
+inline void block_stencils_simd(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
+  static_assert(kScatterBlock % V::N == 0, "a block is a whole number of lane groups");
+  const auto iota = V::iota();
+  const auto Ab = V::set1(r.Ab), Bb = V::set1(r.Bb), Ac = V::set1(r.Ac), Bc = V::set1(r.Bc), vv = V::set1(v);
+  const auto one = V::set1(1.0f);
+  // offsets modulo 2^32 as in block_stencils (32-bit lane products wrap the same way)
+  const auto sc = V::set1i((int)(unsigned)r.sc);
+  const auto saN = V::set1i((int)((unsigned)r.sa * (unsigned)V::N));
+  auto jsa = V::mulloi(V::iotai(), V::set1i((int)(unsigned)r.sa));
+  for (int j0 = 0; j0 < m; j0 += V::N) {
+    const auto fn = V::add(V::set1((float)(n + j0)), iota);
+    const auto fb = V::fmadd(fn, Bb, Ab), fc = V::fmadd(fn, Bc, Ac);
+    const auto ib = V::trunc(fb), ic = V::trunc(fc);  // interior: truncation is floor
+    const auto tb = V::sub(fb, V::to_float(ib)), tc = V::sub(fc, V::to_float(ic));
+    const auto bo = DUP ? V::addi(ib, ib) : ib;
+    V::store(s.off + j0, V::addi(V::addi(jsa, bo), V::mulloi(ic, sc)));
+    jsa = V::addi(jsa, saN);
+    const auto vb = V::mul(V::sub(one, tc), vv), vc = V::mul(tc, vv);
+    const auto ub = V::sub(one, tb);
+    const auto w0 = V::mul(ub, vb), w1 = V::mul(tb, vb), w2 = V::mul(ub, vc), w3 = V::mul(tb, vc);
+    // pairs (w0, w1) and (w2, w3); DUP: (w0, w2) and (w1, w3)
+    V::store_samples(&s.w4[j0][0], w0, DUP ? w2 : w1, DUP ? w1 : w2, w3);
+  }
+}
+#endif
 // The read-modify-writes of the first m planes of a block.
 template <typename real>
 inline void block_scatter(real* CT_RESTRICT plane, i64 sb, i64 sc, const ScatterBlock<real>& s, int m) {
@@ -387,11 +400,8 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
         if (mode.dup && sb == 2 && r.c == 2) {
-#if defined(__AVX512F__)
-          if (mode.simd) block_stencils_avx512<true>(r, n, m, v, s);
-          else
-#elif defined(__AVX2__) && defined(__FMA__)
-          if (mode.simd) block_stencils_avx2<true>(r, n, m, v, s);
+#if defined(CT_SIMD_STENCILS)
+          if (mode.simd) block_stencils_simd<true>(r, n, m, v, s);
           else
 #endif
             block_stencils<true, float, true>(r, n, m, v, s);
@@ -399,11 +409,8 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
           continue;
         }
         if (sb == 1 && pairs) {
-#if defined(__AVX512F__)
-          if (mode.simd) block_stencils_avx512(r, n, m, v, s);
-          else
-#elif defined(__AVX2__) && defined(__FMA__)
-          if (mode.simd) block_stencils_avx2(r, n, m, v, s);
+#if defined(CT_SIMD_STENCILS)
+          if (mode.simd) block_stencils_simd(r, n, m, v, s);
           else
 #endif
             block_stencils<true>(r, n, m, v, s);

@@ -356,162 +356,144 @@ inline void interior_sums_avx2(const float* vol, const LaneGroup& G, float* s) {
 
 #endif
 
+// Double lanes for setup_lanes' per-lane loop, one struct per instruction set, so that the loop is written
+// once (setup_lanes_simd): AVX-512 (8 lanes, compare masks in mask registers) and AVX2 with FMA (4 lanes,
+// masks as all-ones lanes, masked moves as blends).  GCC leaves the scalar loop unvectorised (control flow,
+// mixed types); on an AVX2 core it took about a sixth of W1's backprojection (perf, Zen 3, 1 thread).
 #if defined(__AVX512F__)
-// setup_lanes' per-lane loop for lanes h..h+7, op for op as the scalar loop
-// there (the comparisons and min/max keep its order of operands, so NaN and
-// ties select the same side); the plane numbers stay in double (exact
-// integers, |x| <= 1e8 + 2) until they are stored.
-inline void setup_lanes_avx512(const double (*fo)[16], const double (*fd)[16], const double* dd, int h, int a,
-                               int b, int c, bool thin, double m, double big, int lob, int hib, int loc, int hic,
-                               int loa, int hia, float* Ab, float* Bb, float* Ac, float* Bc, float* w, int* n0,
-                               int* n1, int* i0, int* i1, int* ok, int* hits) {
-  const __m512d zero = _mm512_setzero_pd(), one = _mm512_set1_pd(1.0);
-  const __m512d f0 = _mm512_abs_pd(_mm512_load_pd(fd[0] + h)), f1 = _mm512_abs_pd(_mm512_load_pd(fd[1] + h));
-  const __m512d f2 = _mm512_abs_pd(_mm512_load_pd(fd[2] + h));
-  __mmask8 own;
-  if (a == 0) own = _mm512_cmp_pd_mask(f0, f1, _CMP_GE_OQ) & _mm512_cmp_pd_mask(f0, f2, _CMP_GE_OQ);
-  else if (a == 1) own = _mm512_cmp_pd_mask(f1, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f1, f2, _CMP_GE_OQ);
-  else own = _mm512_cmp_pd_mask(f2, f0, _CMP_GT_OQ) & _mm512_cmp_pd_mask(f2, f1, _CMP_GT_OQ);
-  const __m512d fa = _mm512_load_pd(fd[a] + h), foa = _mm512_load_pd(fo[a] + h);
-  const __m512d ifa = _mm512_div_pd(one, fa);
-  const __m512d dBb = _mm512_mul_pd(_mm512_load_pd(fd[b] + h), ifa);
-  const __m512d dBc = _mm512_mul_pd(_mm512_load_pd(fd[c] + h), ifa);
-  const __m512d dw = _mm512_mul_pd(_mm512_sqrt_pd(_mm512_load_pd(dd + h)), _mm512_abs_pd(ifa));
-  const __m512d dAb = _mm512_fnmadd_pd(foa, dBb, _mm512_load_pd(fo[b] + h));
-  const __m512d dAc = _mm512_fnmadd_pd(foa, dBc, _mm512_load_pd(fo[c] + h));
-  const __m256 fAb = _mm512_cvtpd_ps(dAb), fBb = _mm512_cvtpd_ps(dBb), fAc = _mm512_cvtpd_ps(dAc);
-  const __m256 fBc = _mm512_cvtpd_ps(dBc), fw = _mm512_cvtpd_ps(dw);
-  // the float values widened back (exact), for the finite tests and restrict_planes
-  const __m512d gAb = _mm512_cvtps_pd(fAb), gBb = _mm512_cvtps_pd(fBb), gAc = _mm512_cvtps_pd(fAc);
-  const __m512d gBc = _mm512_cvtps_pd(fBc), gw = _mm512_cvtps_pd(fw);
-  // finite: x - x == 0 (a float is finite iff its double widening is)
-  auto finite = [&](__m512d x) { return _mm512_cmp_pd_mask(_mm512_sub_pd(x, x), zero, _CMP_EQ_OQ); };
-  __mmask8 fin = 0xFF;
-  for (int q = 0; q < 3; ++q) fin &= finite(_mm512_load_pd(fo[q] + h)) & finite(_mm512_load_pd(fd[q] + h));
-  fin &= finite(dAb) & finite(dBb) & finite(dAc) & finite(dBc) & finite(dw);
-  fin &= finite(gAb) & finite(gBb) & finite(gAc) & finite(gBc) & finite(gw);
-  const __mmask8 good = own & _mm512_cmp_pd_mask(fa, zero, _CMP_NEQ_UQ) & fin &
-                        _mm512_cmp_pd_mask(gBb, zero, _CMP_NEQ_UQ) & _mm512_cmp_pd_mask(gBc, zero, _CMP_NEQ_UQ);
-  const __m512d Ab_ = _mm512_maskz_mov_pd(good, gAb), Bb_ = _mm512_mask_mov_pd(one, good, gBb);
-  const __m512d Ac_ = _mm512_maskz_mov_pd(good, gAc), Bc_ = _mm512_mask_mov_pd(one, good, gBc);
-  const __m512d iBb = _mm512_div_pd(one, Bb_), iBc = _mm512_div_pd(one, Bc_);
-  auto bc = [](double x) { return _mm512_set1_pd(x); };
-  // tmax(x, y) = x > y ? x : y and tmin(x, y) = x < y ? x : y are max_pd / min_pd exactly
-  auto narrow = [&](__m512d& lo_, __m512d& hi_, double eb0, double eb1, double ec0, double ec1) {
-    __m512d t1 = _mm512_mul_pd(_mm512_sub_pd(bc(eb0), Ab_), iBb), t2 = _mm512_mul_pd(_mm512_sub_pd(bc(eb1), Ab_), iBb);
-    lo_ = _mm512_max_pd(lo_, _mm512_min_pd(t1, t2));
-    hi_ = _mm512_min_pd(hi_, _mm512_max_pd(t1, t2));
-    t1 = _mm512_mul_pd(_mm512_sub_pd(bc(ec0), Ac_), iBc);
-    t2 = _mm512_mul_pd(_mm512_sub_pd(bc(ec1), Ac_), iBc);
-    lo_ = _mm512_max_pd(lo_, _mm512_min_pd(t1, t2));
-    hi_ = _mm512_min_pd(hi_, _mm512_max_pd(t1, t2));
-  };
-  // floor(clampd(x, -big, big)); the values are finite wherever they are used (good lanes)
-  auto fl = [&](__m512d x) {
-    return _mm512_roundscale_pd(_mm512_min_pd(_mm512_max_pd(x, bc(-big)), bc(big)), _MM_FROUND_TO_NEG_INF |
-                                _MM_FROUND_NO_EXC);
-  };
-  __m512d nlo = bc(double(loa)), nhi = bc(double(hia - 1));
-  narrow(nlo, nhi, double(lob - 1), double(hib), double(loc - 1), double(hic));
-  __mmask8 hit = _mm512_cmp_pd_mask(nlo, _mm512_add_pd(nhi, one), _CMP_LE_OQ);
-  const __m512d a0 = _mm512_max_pd(fl(nlo), bc(double(loa)));
-  const __m512d a1 = _mm512_min_pd(_mm512_add_pd(fl(nhi), bc(2.0)), bc(double(hia)));
-  hit &= _mm512_cmp_pd_mask(a0, a1, _CMP_LT_OQ);
-  __m512d ilo = a0, ihi = _mm512_sub_pd(a1, one);
-  narrow(ilo, ihi, double(lob) + m, double(hib - 1) - m, double(loc) + m, double(hic - 1) - m);
-  const __m512d b0 = _mm512_max_pd(_mm512_sub_pd(zero, fl(_mm512_sub_pd(zero, ilo))), a0);
-  const __m512d b1 = _mm512_min_pd(_mm512_add_pd(fl(ihi), one), a1);
-  const __mmask8 inner = thin ? (__mmask8)0 : (__mmask8)(_mm512_cmp_pd_mask(ilo, ihi, _CMP_LE_OQ) &
-                                                       _mm512_cmp_pd_mask(b0, b1, _CMP_LT_OQ));
-  _mm256_store_ps(Ab + h, fAb); _mm256_store_ps(Bb + h, fBb); _mm256_store_ps(Ac + h, fAc);
-  _mm256_store_ps(Bc + h, fBc); _mm256_store_ps(w + h, fw);
-  _mm256_store_si256((__m256i*)(n0 + h), _mm512_cvtpd_epi32(a0));
-  _mm256_store_si256((__m256i*)(n1 + h), _mm512_cvtpd_epi32(a1));
-  _mm256_store_si256((__m256i*)(i0 + h), _mm512_cvtpd_epi32(_mm512_mask_mov_pd(a0, inner, b0)));
-  _mm256_store_si256((__m256i*)(i1 + h), _mm512_cvtpd_epi32(_mm512_mask_mov_pd(a0, inner, b1)));
-  for (int g = 0; g < 8; ++g) {
-    ok[h + g] = (good >> g) & 1;
-    hits[h + g] = (hit >> g) & 1;
-  }
-}
+struct SetupLanes512 {
+  static constexpr int N = 8;
+  using D = __m512d;
+  using M = __mmask8;
+  using F = __m256;
+  static D set1(double x) { return _mm512_set1_pd(x); }
+  static D load(const double* p) { return _mm512_load_pd(p); }
+  static D abs(D x) { return _mm512_abs_pd(x); }
+  template <int P>
+  static M cmp(D x, D y) { return _mm512_cmp_pd_mask(x, y, P); }
+  static M both(M a, M b) { return a & b; }
+  static M all() { return (M)0xFF; }
+  static M none() { return (M)0; }
+  static D add(D a, D b) { return _mm512_add_pd(a, b); }
+  static D sub(D a, D b) { return _mm512_sub_pd(a, b); }
+  static D mul(D a, D b) { return _mm512_mul_pd(a, b); }
+  static D div(D a, D b) { return _mm512_div_pd(a, b); }
+  static D sqrt(D x) { return _mm512_sqrt_pd(x); }
+  static D fnmadd(D a, D b, D c) { return _mm512_fnmadd_pd(a, b, c); }
+  static D min(D a, D b) { return _mm512_min_pd(a, b); }
+  static D max(D a, D b) { return _mm512_max_pd(a, b); }
+  static D floor(D x) { return _mm512_roundscale_pd(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  static F narrow(D x) { return _mm512_cvtpd_ps(x); }
+  static D widen(F x) { return _mm512_cvtps_pd(x); }
+  static D zero_unless(M m, D x) { return _mm512_maskz_mov_pd(m, x); }
+  static D pick(M m, D if_not, D if_set) { return _mm512_mask_mov_pd(if_not, m, if_set); }
+  static void store(float* p, F x) { _mm256_store_ps(p, x); }
+  static void store_int(int* p, D x) { _mm256_store_si256((__m256i*)p, _mm512_cvtpd_epi32(x)); }
+  static unsigned bits(M m) { return (unsigned)m; }
+};
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+struct SetupLanes256 {
+  static constexpr int N = 4;
+  using D = __m256d;
+  using M = __m256d;
+  using F = __m128;
+  static D set1(double x) { return _mm256_set1_pd(x); }
+  static D load(const double* p) { return _mm256_load_pd(p); }
+  static D abs(D x) { return _mm256_andnot_pd(_mm256_set1_pd(-0.0), x); }
+  template <int P>
+  static M cmp(D x, D y) { return _mm256_cmp_pd(x, y, P); }
+  static M both(M a, M b) { return _mm256_and_pd(a, b); }
+  static M all() { return _mm256_castsi256_pd(_mm256_set1_epi64x(-1)); }
+  static M none() { return _mm256_setzero_pd(); }
+  static D add(D a, D b) { return _mm256_add_pd(a, b); }
+  static D sub(D a, D b) { return _mm256_sub_pd(a, b); }
+  static D mul(D a, D b) { return _mm256_mul_pd(a, b); }
+  static D div(D a, D b) { return _mm256_div_pd(a, b); }
+  static D sqrt(D x) { return _mm256_sqrt_pd(x); }
+  static D fnmadd(D a, D b, D c) { return _mm256_fnmadd_pd(a, b, c); }
+  static D min(D a, D b) { return _mm256_min_pd(a, b); }
+  static D max(D a, D b) { return _mm256_max_pd(a, b); }
+  static D floor(D x) { return _mm256_floor_pd(x); }
+  static F narrow(D x) { return _mm256_cvtpd_ps(x); }
+  static D widen(F x) { return _mm256_cvtps_pd(x); }
+  static D zero_unless(M m, D x) { return _mm256_and_pd(m, x); }
+  static D pick(M m, D if_not, D if_set) { return _mm256_blendv_pd(if_not, if_set, m); }
+  static void store(float* p, F x) { _mm_store_ps(p, x); }
+  static void store_int(int* p, D x) { _mm_store_si128((__m128i*)p, _mm256_cvtpd_epi32(x)); }
+  static unsigned bits(M m) { return (unsigned)_mm256_movemask_pd(m); }
+};
 #endif
 
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-// setup_lanes_avx512 for AVX2 builds: lanes h..h+3 in 4 double lanes, the same operations in the same order
-// (masks as all-ones lanes, masked moves as blends).  GCC leaves setup_lanes' scalar loop unvectorised, and
-// on an AVX2 core that loop took about a sixth of W1's backprojection (perf, Zen 3, 1 thread).
-inline void setup_lanes_avx2(const double (*fo)[16], const double (*fd)[16], const double* dd, int h, int a,
-                             int b, int c, bool thin, double m, double big, int lob, int hib, int loc, int hic,
-                             int loa, int hia, float* Ab, float* Bb, float* Ac, float* Bc, float* w, int* n0,
-                             int* n1, int* i0, int* i1, int* ok, int* hits) {
-  const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0), sign = _mm256_set1_pd(-0.0);
-  auto abs_ = [&](__m256d x) { return _mm256_andnot_pd(sign, x); };
-  auto cmp_ = [](__m256d x, __m256d y, auto pred) { return _mm256_cmp_pd(x, y, decltype(pred)::value); };
-  using GE = std::integral_constant<int, _CMP_GE_OQ>;
-  using GT = std::integral_constant<int, _CMP_GT_OQ>;
-  using EQ = std::integral_constant<int, _CMP_EQ_OQ>;
-  using NE = std::integral_constant<int, _CMP_NEQ_UQ>;
-  using LE = std::integral_constant<int, _CMP_LE_OQ>;
-  using LT = std::integral_constant<int, _CMP_LT_OQ>;
-  const __m256d f0 = abs_(_mm256_load_pd(fd[0] + h)), f1 = abs_(_mm256_load_pd(fd[1] + h));
-  const __m256d f2 = abs_(_mm256_load_pd(fd[2] + h));
-  __m256d own;
-  if (a == 0) own = _mm256_and_pd(cmp_(f0, f1, GE{}), cmp_(f0, f2, GE{}));
-  else if (a == 1) own = _mm256_and_pd(cmp_(f1, f0, GT{}), cmp_(f1, f2, GE{}));
-  else own = _mm256_and_pd(cmp_(f2, f0, GT{}), cmp_(f2, f1, GT{}));
-  const __m256d fa = _mm256_load_pd(fd[a] + h), foa = _mm256_load_pd(fo[a] + h);
-  const __m256d ifa = _mm256_div_pd(one, fa);
-  const __m256d dBb = _mm256_mul_pd(_mm256_load_pd(fd[b] + h), ifa);
-  const __m256d dBc = _mm256_mul_pd(_mm256_load_pd(fd[c] + h), ifa);
-  const __m256d dw = _mm256_mul_pd(_mm256_sqrt_pd(_mm256_load_pd(dd + h)), abs_(ifa));
-  const __m256d dAb = _mm256_fnmadd_pd(foa, dBb, _mm256_load_pd(fo[b] + h));
-  const __m256d dAc = _mm256_fnmadd_pd(foa, dBc, _mm256_load_pd(fo[c] + h));
-  const __m128 fAb = _mm256_cvtpd_ps(dAb), fBb = _mm256_cvtpd_ps(dBb), fAc = _mm256_cvtpd_ps(dAc);
-  const __m128 fBc = _mm256_cvtpd_ps(dBc), fw = _mm256_cvtpd_ps(dw);
-  const __m256d gAb = _mm256_cvtps_pd(fAb), gBb = _mm256_cvtps_pd(fBb), gAc = _mm256_cvtps_pd(fAc);
-  const __m256d gBc = _mm256_cvtps_pd(fBc), gw = _mm256_cvtps_pd(fw);
-  auto finite = [&](__m256d x) { return cmp_(_mm256_sub_pd(x, x), zero, EQ{}); };
-  __m256d fin = _mm256_castsi256_pd(_mm256_set1_epi64x(-1));
-  for (int q = 0; q < 3; ++q)
-    fin = _mm256_and_pd(fin, _mm256_and_pd(finite(_mm256_load_pd(fo[q] + h)), finite(_mm256_load_pd(fd[q] + h))));
-  fin = _mm256_and_pd(fin, _mm256_and_pd(_mm256_and_pd(finite(dAb), finite(dBb)), _mm256_and_pd(finite(dAc), finite(dBc))));
-  fin = _mm256_and_pd(fin, _mm256_and_pd(finite(dw), _mm256_and_pd(finite(gAb), finite(gBb))));
-  fin = _mm256_and_pd(fin, _mm256_and_pd(_mm256_and_pd(finite(gAc), finite(gBc)), finite(gw)));
-  const __m256d good = _mm256_and_pd(_mm256_and_pd(own, cmp_(fa, zero, NE{})),
-                                     _mm256_and_pd(fin, _mm256_and_pd(cmp_(gBb, zero, NE{}), cmp_(gBc, zero, NE{}))));
-  const __m256d Ab_ = _mm256_and_pd(good, gAb), Bb_ = _mm256_blendv_pd(one, gBb, good);
-  const __m256d Ac_ = _mm256_and_pd(good, gAc), Bc_ = _mm256_blendv_pd(one, gBc, good);
-  const __m256d iBb = _mm256_div_pd(one, Bb_), iBc = _mm256_div_pd(one, Bc_);
-  auto bc = [](double x) { return _mm256_set1_pd(x); };
-  auto narrow = [&](__m256d& lo_, __m256d& hi_, double eb0, double eb1, double ec0, double ec1) {
-    __m256d t1 = _mm256_mul_pd(_mm256_sub_pd(bc(eb0), Ab_), iBb), t2 = _mm256_mul_pd(_mm256_sub_pd(bc(eb1), Ab_), iBb);
-    lo_ = _mm256_max_pd(lo_, _mm256_min_pd(t1, t2));
-    hi_ = _mm256_min_pd(hi_, _mm256_max_pd(t1, t2));
-    t1 = _mm256_mul_pd(_mm256_sub_pd(bc(ec0), Ac_), iBc);
-    t2 = _mm256_mul_pd(_mm256_sub_pd(bc(ec1), Ac_), iBc);
-    lo_ = _mm256_max_pd(lo_, _mm256_min_pd(t1, t2));
-    hi_ = _mm256_min_pd(hi_, _mm256_max_pd(t1, t2));
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// setup_lanes' per-lane loop for lanes h..h+V::N-1, op for op as the scalar loop there (the comparisons and
+// min/max keep its order of operands, so NaN and ties select the same side: the rays are bitwise the scalar
+// loop's); the plane numbers stay in double (exact integers, |x| <= 1e8 + 2) until they are stored.
+template <class V>
+inline void setup_lanes_simd(const double (*fo)[16], const double (*fd)[16], const double* dd, int h, int a, int b,
+                             int c, bool thin, double m, double big, int lob, int hib, int loc, int hic, int loa,
+                             int hia, float* Ab, float* Bb, float* Ac, float* Bc, float* w, int* n0, int* n1, int* i0,
+                             int* i1, int* ok, int* hits) {
+  using D = typename V::D;
+  using M = typename V::M;
+  const D zero = V::set1(0.0), one = V::set1(1.0);
+  const D f0 = V::abs(V::load(fd[0] + h)), f1 = V::abs(V::load(fd[1] + h)), f2 = V::abs(V::load(fd[2] + h));
+  M own;
+  if (a == 0) own = V::both(V::template cmp<_CMP_GE_OQ>(f0, f1), V::template cmp<_CMP_GE_OQ>(f0, f2));
+  else if (a == 1) own = V::both(V::template cmp<_CMP_GT_OQ>(f1, f0), V::template cmp<_CMP_GE_OQ>(f1, f2));
+  else own = V::both(V::template cmp<_CMP_GT_OQ>(f2, f0), V::template cmp<_CMP_GT_OQ>(f2, f1));
+  const D fa = V::load(fd[a] + h), foa = V::load(fo[a] + h);
+  const D ifa = V::div(one, fa);
+  const D dBb = V::mul(V::load(fd[b] + h), ifa), dBc = V::mul(V::load(fd[c] + h), ifa);
+  const D dw = V::mul(V::sqrt(V::load(dd + h)), V::abs(ifa));
+  const D dAb = V::fnmadd(foa, dBb, V::load(fo[b] + h)), dAc = V::fnmadd(foa, dBc, V::load(fo[c] + h));
+  const auto fAb = V::narrow(dAb), fBb = V::narrow(dBb), fAc = V::narrow(dAc), fBc = V::narrow(dBc);
+  const auto fw = V::narrow(dw);
+  // the float values widened back (exact), for the finite tests and restrict_planes
+  const D gAb = V::widen(fAb), gBb = V::widen(fBb), gAc = V::widen(fAc), gBc = V::widen(fBc), gw = V::widen(fw);
+  // finite: x - x == 0 (a float is finite iff its double widening is)
+  auto finite = [&](D x) { return V::template cmp<_CMP_EQ_OQ>(V::sub(x, x), zero); };
+  M fin = V::all();
+  for (int q = 0; q < 3; ++q) fin = V::both(fin, V::both(finite(V::load(fo[q] + h)), finite(V::load(fd[q] + h))));
+  fin = V::both(fin, V::both(V::both(finite(dAb), finite(dBb)), V::both(finite(dAc), finite(dBc))));
+  fin = V::both(fin, V::both(finite(dw), V::both(finite(gAb), finite(gBb))));
+  fin = V::both(fin, V::both(V::both(finite(gAc), finite(gBc)), finite(gw)));
+  const M good = V::both(V::both(own, V::template cmp<_CMP_NEQ_UQ>(fa, zero)),
+                         V::both(fin, V::both(V::template cmp<_CMP_NEQ_UQ>(gBb, zero),
+                                              V::template cmp<_CMP_NEQ_UQ>(gBc, zero))));
+  const D Ab_ = V::zero_unless(good, gAb), Bb_ = V::pick(good, one, gBb);
+  const D Ac_ = V::zero_unless(good, gAc), Bc_ = V::pick(good, one, gBc);
+  const D iBb = V::div(one, Bb_), iBc = V::div(one, Bc_);
+  // tmax(x, y) = x > y ? x : y and tmin(x, y) = x < y ? x : y are max_pd / min_pd exactly
+  auto narrow = [&](D& lo_, D& hi_, double eb0, double eb1, double ec0, double ec1) {
+    D t1 = V::mul(V::sub(V::set1(eb0), Ab_), iBb), t2 = V::mul(V::sub(V::set1(eb1), Ab_), iBb);
+    lo_ = V::max(lo_, V::min(t1, t2));
+    hi_ = V::min(hi_, V::max(t1, t2));
+    t1 = V::mul(V::sub(V::set1(ec0), Ac_), iBc);
+    t2 = V::mul(V::sub(V::set1(ec1), Ac_), iBc);
+    lo_ = V::max(lo_, V::min(t1, t2));
+    hi_ = V::min(hi_, V::max(t1, t2));
   };
-  auto fl = [&](__m256d x) { return _mm256_floor_pd(_mm256_min_pd(_mm256_max_pd(x, bc(-big)), bc(big))); };
-  __m256d nlo = bc(double(loa)), nhi = bc(double(hia - 1));
+  // floor(clampd(x, -big, big)); the values are finite wherever they are used (good lanes)
+  auto fl = [&](D x) { return V::floor(V::min(V::max(x, V::set1(-big)), V::set1(big))); };
+  D nlo = V::set1(double(loa)), nhi = V::set1(double(hia - 1));
   narrow(nlo, nhi, double(lob - 1), double(hib), double(loc - 1), double(hic));
-  __m256d hit = cmp_(nlo, _mm256_add_pd(nhi, one), LE{});
-  const __m256d a0 = _mm256_max_pd(fl(nlo), bc(double(loa)));
-  const __m256d a1 = _mm256_min_pd(_mm256_add_pd(fl(nhi), bc(2.0)), bc(double(hia)));
-  hit = _mm256_and_pd(hit, cmp_(a0, a1, LT{}));
-  __m256d ilo = a0, ihi = _mm256_sub_pd(a1, one);
+  M hit = V::template cmp<_CMP_LE_OQ>(nlo, V::add(nhi, one));
+  const D a0 = V::max(fl(nlo), V::set1(double(loa)));
+  const D a1 = V::min(V::add(fl(nhi), V::set1(2.0)), V::set1(double(hia)));
+  hit = V::both(hit, V::template cmp<_CMP_LT_OQ>(a0, a1));
+  D ilo = a0, ihi = V::sub(a1, one);
   narrow(ilo, ihi, double(lob) + m, double(hib - 1) - m, double(loc) + m, double(hic - 1) - m);
-  const __m256d b0 = _mm256_max_pd(_mm256_sub_pd(zero, fl(_mm256_sub_pd(zero, ilo))), a0);
-  const __m256d b1 = _mm256_min_pd(_mm256_add_pd(fl(ihi), one), a1);
-  const __m256d inner = thin ? zero : _mm256_and_pd(cmp_(ilo, ihi, LE{}), cmp_(b0, b1, LT{}));
-  _mm_store_ps(Ab + h, fAb); _mm_store_ps(Bb + h, fBb); _mm_store_ps(Ac + h, fAc);
-  _mm_store_ps(Bc + h, fBc); _mm_store_ps(w + h, fw);
-  _mm_store_si128((__m128i*)(n0 + h), _mm256_cvtpd_epi32(a0));
-  _mm_store_si128((__m128i*)(n1 + h), _mm256_cvtpd_epi32(a1));
-  _mm_store_si128((__m128i*)(i0 + h), _mm256_cvtpd_epi32(_mm256_blendv_pd(a0, b0, inner)));
-  _mm_store_si128((__m128i*)(i1 + h), _mm256_cvtpd_epi32(_mm256_blendv_pd(a0, b1, inner)));
-  const int gm = _mm256_movemask_pd(good), hm = _mm256_movemask_pd(hit);
-  for (int g = 0; g < 4; ++g) {
+  const D b0 = V::max(V::sub(zero, fl(V::sub(zero, ilo))), a0);
+  const D b1 = V::min(V::add(fl(ihi), one), a1);
+  const M inner = thin ? V::none() : V::both(V::template cmp<_CMP_LE_OQ>(ilo, ihi), V::template cmp<_CMP_LT_OQ>(b0, b1));
+  V::store(Ab + h, fAb); V::store(Bb + h, fBb); V::store(Ac + h, fAc); V::store(Bc + h, fBc); V::store(w + h, fw);
+  V::store_int(n0 + h, a0);
+  V::store_int(n1 + h, a1);
+  V::store_int(i0 + h, V::pick(inner, a0, b0));
+  V::store_int(i1 + h, V::pick(inner, a0, b1));
+  const unsigned gm = V::bits(good), hm = V::bits(hit);
+  for (int g = 0; g < V::N; ++g) {
     ok[h + g] = (gm >> g) & 1;
     hits[h + g] = (hm >> g) & 1;
   }
@@ -567,16 +549,17 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
   const bool thin = (hib - 1) - lob < 1 || (hic - 1) - loc < 1;  // interior_planes: window too thin
   alignas(64) float Ab[L], Bb[L], Ac[L], Bc[L], w[L];
   alignas(64) int n0[L], n1[L], i0[L], i1[L], ok[L], hits[L];
-#if defined(__AVX512F__) && !defined(CT_SETUP_LANES_SCALAR)
-  // GCC does not vectorise the loop below (control flow, mixed types), so on
-  // AVX-512 the same arithmetic runs here in two halves of 8 double lanes.
-  for (int h = 0; h < L; h += 8)
-    setup_lanes_avx512(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w, n0,
-                       n1, i0, i1, ok, hits);
-#elif defined(__AVX2__) && defined(__FMA__) && !defined(CT_SETUP_LANES_SCALAR)
-  for (int h = 0; h < L; h += 4)
-    setup_lanes_avx2(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w, n0, n1,
-                     i0, i1, ok, hits);
+#if (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))) && !defined(CT_SETUP_LANES_SCALAR)
+  // GCC does not vectorise the loop below (control flow, mixed types), so the same arithmetic runs here in
+  // double lanes: two halves of 8 on AVX-512, four quarters of 4 on AVX2.
+#if defined(__AVX512F__)
+  using Lanes = SetupLanes512;
+#else
+  using Lanes = SetupLanes256;
+#endif
+  for (int h = 0; h < L; h += Lanes::N)
+    setup_lanes_simd<Lanes>(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w,
+                            n0, n1, i0, i1, ok, hits);
 #else
 #pragma omp simd
   for (int g = 0; g < L; ++g) {
