@@ -28,6 +28,12 @@
 
 #include "common.cuh"
 
+// Builds with hand-written SIMD lanes (the lane-operation structs of joseph_forward_cpu.hpp and
+// joseph_backward_cpu.hpp, and what is written once over them): AVX-512, or AVX2 with FMA.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define CT_SIMD_LANES 1
+#endif
+
 namespace ct {
 
 // Which detector axis the inner pixel loop walks: the one whose pixel step

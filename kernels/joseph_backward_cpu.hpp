@@ -231,7 +231,7 @@ struct StencilLanes512 {
   }
 };
 using StencilLanes = StencilLanes512;
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(CT_SIMD_LANES)
 // 8 lanes; the transpose: two unpack stages within 128-bit lanes and one lane exchange per two samples
 struct StencilLanes256 {
   static constexpr int N = 8;
@@ -268,8 +268,7 @@ struct StencilLanes256 {
 using StencilLanes = StencilLanes256;
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#define CT_SIMD_STENCILS 1
+#if defined(CT_SIMD_LANES)
 template <bool DUP = false, class V = StencilLanes>
 inline void block_stencils_simd(const Ray<float>& r, int n, int m, float v, ScatterBlock<float>& s) {
   static_assert(kScatterBlock % V::N == 0, "a block is a whole number of lane groups");
@@ -296,6 +295,7 @@ inline void block_stencils_simd(const Ray<float>& r, int n, int m, float v, Scat
   }
 }
 #endif
+
 // The read-modify-writes of the first m planes of a block.
 template <typename real>
 inline void block_scatter(real* CT_RESTRICT plane, i64 sb, i64 sc, const ScatterBlock<real>& s, int m) {
@@ -400,7 +400,7 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
 #if defined(__SSE2__)
       if constexpr (std::is_same<real, float>::value) {
         if (mode.dup && sb == 2 && r.c == 2) {
-#if defined(CT_SIMD_STENCILS)
+#if defined(CT_SIMD_LANES)
           if (mode.simd) block_stencils_simd<true>(r, n, m, v, s);
           else
 #endif
@@ -409,7 +409,7 @@ inline void scatter_ray(real* CT_RESTRICT vol, const Ray<real>& r, real value, c
           continue;
         }
         if (sb == 1 && pairs) {
-#if defined(CT_SIMD_STENCILS)
+#if defined(CT_SIMD_LANES)
           if (mode.simd) block_stencils_simd(r, n, m, v, s);
           else
 #endif

@@ -106,11 +106,11 @@ constexpr BackPath kBackPaths[] = {
     // at N = 320 on both L2 sizes, 0.972x at N = 256 on 1 MiB, at 2 threads within noise; twice the kept rays'
     // memory, about 21 MB a thread at a 1024-column detector); docs/INTERNALS.md "Backprojection, session 6",
     // "session 7", "session 8", "session 11" and "session 12"
-#if defined(CT_SIMD_STENCILS)  // the pair-slot paths need block_stencils_simd
+#if defined(CT_SIMD_LANES)  // the pair-slot paths need block_stencils_simd
     {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 64}},
 #endif
     {"pairs-padded-rs-b8", {true, 0, false, true, true, 0, true, false, 8, true, 64, 64}},
-#if defined(CT_SIMD_STENCILS)  // the pair-slot paths need block_stencils_simd
+#if defined(CT_SIMD_LANES)  // the pair-slot paths need block_stencils_simd
     {"dup-padded-b8", {true, 0, false, true, true, 0, true, true, 8}},
 #endif
     {"pairs-padded-b8", {true, 0, false, true, true, 0, true, false, 8}},

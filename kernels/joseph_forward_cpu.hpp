@@ -391,8 +391,8 @@ struct SetupLanes512 {
   static void store_int(int* p, D x) { _mm256_store_si256((__m256i*)p, _mm512_cvtpd_epi32(x)); }
   static unsigned bits(M m) { return (unsigned)m; }
 };
-#endif
-#if defined(__AVX2__) && defined(__FMA__)
+using SetupLanes = SetupLanes512;
+#elif defined(CT_SIMD_LANES)
 struct SetupLanes256 {
   static constexpr int N = 4;
   using D = __m256d;
@@ -423,9 +423,10 @@ struct SetupLanes256 {
   static void store_int(int* p, D x) { _mm_store_si128((__m128i*)p, _mm256_cvtpd_epi32(x)); }
   static unsigned bits(M m) { return (unsigned)_mm256_movemask_pd(m); }
 };
+using SetupLanes = SetupLanes256;
 #endif
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(CT_SIMD_LANES)
 // setup_lanes' per-lane loop for lanes h..h+V::N-1, op for op as the scalar loop there (the comparisons and
 // min/max keep its order of operands, so NaN and ties select the same side: the rays are bitwise the scalar
 // loop's); the plane numbers stay in double (exact integers, |x| <= 1e8 + 2) until they are stored.
@@ -549,17 +550,12 @@ inline unsigned setup_lanes(const VolumeWindow<float>& vw, const float* src, con
   const bool thin = (hib - 1) - lob < 1 || (hic - 1) - loc < 1;  // interior_planes: window too thin
   alignas(64) float Ab[L], Bb[L], Ac[L], Bc[L], w[L];
   alignas(64) int n0[L], n1[L], i0[L], i1[L], ok[L], hits[L];
-#if (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))) && !defined(CT_SETUP_LANES_SCALAR)
+#if defined(CT_SIMD_LANES) && !defined(CT_SETUP_LANES_SCALAR)
   // GCC does not vectorise the loop below (control flow, mixed types), so the same arithmetic runs here in
   // double lanes: two halves of 8 on AVX-512, four quarters of 4 on AVX2.
-#if defined(__AVX512F__)
-  using Lanes = SetupLanes512;
-#else
-  using Lanes = SetupLanes256;
-#endif
-  for (int h = 0; h < L; h += Lanes::N)
-    setup_lanes_simd<Lanes>(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc, w,
-                            n0, n1, i0, i1, ok, hits);
+  for (int h = 0; h < L; h += SetupLanes::N)
+    setup_lanes_simd<SetupLanes>(fo, fd, dd, h, a, b, c, thin, m, big, lob, hib, loc, hic, loa, hia, Ab, Bb, Ac, Bc,
+                                 w, n0, n1, i0, i1, ok, hits);
 #else
 #pragma omp simd
   for (int g = 0; g < L; ++g) {
