@@ -334,7 +334,7 @@ PIPELINE_SCAN = dict(n_views=240, detector_u=160, detector_v=120)
 
 def run_pipeline(emit, args, threads: int):
     """``run_recon`` end to end (read, flat/dark, -log, centre, FDK) and the FDK inside it."""
-    from ctbench.io.pipeline import parse_config, run_recon
+    from ctbench.pipeline import parse_config, run_recon
     from ctbench.io.sample_scan import LabScanSpec, write_lab_scan
 
     torch.set_num_threads(threads)

@@ -4,8 +4,8 @@
                    reconstruct it with FDK, write zarr + PNG, print accuracy
 ``ctbench gui``    open napari with the ctbench widgets and a sample
 ``ctbench info``   backends, compiler and kernel cache
-``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/io/pipeline.py)
-``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/io/calibrate_run.py)
+``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/pipeline/recon.py)
+``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/pipeline/calibrate.py)
 ``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 """
 
@@ -129,10 +129,9 @@ def main(argv=None) -> int:
     p.set_defaults(func=_gui)
     p = sub.add_parser("info", help="backends, compiler and kernel cache")
     p.set_defaults(func=_info)
-    from .io.pipeline import register_cli as _register_recon
-    _register_recon(sub)   # ctbench recon CONFIG.json
-    from .io.calibrate_run import register_cli as _register_calibrate
-    _register_calibrate(sub)   # ctbench calibrate CONFIG.json
+    from .pipeline.cli import register_calibrate, register_recon
+    register_recon(sub)       # ctbench recon CONFIG.json
+    register_calibrate(sub)   # ctbench calibrate CONFIG.json
     from .jobs.cli import add_commands as add_job_commands, run as run_job_command
     add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """One output policy for every ctbench writer: what may be written where, and how a path is replaced.
 
-Used by ``ctbench recon`` (io/pipeline), :func:`ctbench.io.export.export_volume`,
+Used by ``ctbench recon`` (ctbench/pipeline), :func:`ctbench.io.export.export_volume`,
 :func:`ctbench.workbench.dataset.save_dataset`, job results (jobs/worker) and
 the napari writer.  The rules (docs/RELIABILITY.md, "Outputs and durability"):
 

@@ -8,7 +8,7 @@ import time
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 from ctbench.io.scan import RawScan
 from ctbench.io.orientation import Orientation
-from ctbench.io.pipeline import prepare, PreprocessConfig
+from ctbench.pipeline import prepare, PreprocessConfig
 from ctbench.io.handedness import resolve_orientation
 for ph in ("chiral", "shepp-logan"):
   for off in (0.0, 2.37, -3.6):

@@ -83,7 +83,7 @@ def test_a_quarter_turn_is_still_refused():
 
 def test_dxchange_half_turn_through_ctbench_recon(tmp_path):
     """A beamline scan as DXchange writes it (theta 0..180 inclusive): the pipeline finds the offset, no warning."""
-    from ctbench.io.pipeline import load_config, run_recon
+    from ctbench.pipeline import load_config, run_recon
     from ctbench.io.sample_scan import LabScanSpec
 
     from vendor_files import write_dxchange

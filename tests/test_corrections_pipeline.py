@@ -4,7 +4,7 @@ counts what was touched, bad keys name their field, and ``run_recon`` runs with 
 import numpy as np
 import pytest
 
-from ctbench.io.pipeline import PreprocessConfig, parse_config, prepare, run_recon, load_config
+from ctbench.pipeline import PreprocessConfig, parse_config, prepare, run_recon, load_config
 from ctbench.io.sample_scan import LabScanSpec, write_lab_scan
 from ctbench.io.scan import RawScan
 from ctbench.preprocessing import (fit_linearisation, linearise, minus_log, paganin, remove_outliers,
@@ -115,7 +115,7 @@ def test_recon_runs_with_every_correction_and_gives_a_finite_volume(tmp_path):
 
 
 def test_preview_shows_what_prepare_does_to_that_view_and_row():
-    from ctbench.io.corrections_preview import correction_preview
+    from ctbench.pipeline.corrections_preview import correction_preview
 
     idx = RNG.choice(16 * 12 * 40, 25, replace=False)
     scan, _ = _counts_scan(np.unravel_index(idx, (16, 12, 40)))
@@ -135,7 +135,7 @@ def test_preview_shows_what_prepare_does_to_that_view_and_row():
 
 def test_non_finite_data_is_refused_by_the_correction_steps_not_spread():
     """The steps ``prepare`` calls refuse NaN with its count (whatever rule the flat/dark step applies before)."""
-    from ctbench.io.corrections_config import clean_outliers, correct_line_integrals, to_line_integrals
+    from ctbench.pipeline.corrections import clean_outliers, correct_line_integrals, to_line_integrals
 
     _, t = _counts_scan()
     t = t.astype(np.float32)

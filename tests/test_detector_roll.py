@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ctbench.io.orientation import CTBENCH, roll_detector
-from ctbench.io.pipeline import load_config, run_recon
+from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec
 from ctbench.io.scan import sinogram_to_images
 from ctbench.io.scanner import scanner_json

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ctbench.io import read_scan
-from ctbench.io.corrections_preview import correction_preview
+from ctbench.pipeline.corrections_preview import correction_preview
 from ctbench_napari import PLUGIN
 from ctbench_napari._qt.corrections import PREVIEW, PREVIEW_ROW
 from ctbench_napari._testing import save_viewer_screenshot, wait_for

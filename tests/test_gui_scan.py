@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ctbench.io import read_scan, read_volume
-from ctbench.io.pipeline import PreprocessConfig, load_config, prepare
+from ctbench.pipeline import PreprocessConfig, load_config, prepare
 from ctbench.io.sample_scan import LabScanSpec, sample_scan_path
 from ctbench.solvers import fdk
 from ctbench.workbench.design import ScanGeometry

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ctbench.io import read_scan, read_volume
-from ctbench.io.pipeline import (GeometryConfig, PreprocessConfig, build_geometry, find_offset, parse_config,
-                                 prepare)
+from ctbench.pipeline import (GeometryConfig, PreprocessConfig, build_geometry, find_offset, parse_config,
+                              prepare)
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts, write_lab_scan
 from ctbench.io.scan import images_to_sinogram
 from ctbench.solvers import fdk
@@ -76,7 +76,7 @@ def test_crop_bookkeeping_moves_the_offset_with_the_detector_centre(prepared, la
 
 
 def test_nexus_file_gives_the_same_data_geometry_and_centre_as_the_tiff_folder(prepared, tmp_path):
-    from ctbench.io.pipeline import distances
+    from ctbench.pipeline import distances
     scan_t, prep_t = prepared
     proj, flats, darks, _ = simulate_counts(SPEC)      # the same counts (same seed) as the TIFF files
     write_nxtomo(tmp_path / "scan.nxs", proj, flats, darks, np.degrees(SPEC.angles), SPEC.pitch * 1e-3,

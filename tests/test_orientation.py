@@ -19,7 +19,7 @@ import torch
 from ctbench.cli import main
 from ctbench.io import read_scan
 from ctbench.io.orientation import CTBENCH, Orientation, reverse_rotation, to_ctbench_images
-from ctbench.io.pipeline import GeometryConfig, PreprocessConfig, build_geometry, prepare
+from ctbench.pipeline import GeometryConfig, PreprocessConfig, build_geometry, prepare
 from ctbench.io.sample_scan import LabScanSpec, write_lab_scan
 from ctbench.io.scan import images_to_sinogram
 from ctbench.solvers import fdk

@@ -13,7 +13,7 @@ import pytest
 
 from ctbench.io import read_volume
 from ctbench.io.export import export_volume
-from ctbench.io.pipeline import load_config, run_recon
+from ctbench.pipeline import load_config, run_recon
 from ctbench.output_policy import (ForeignOutputError, OutputOverlapError, check_output, replace_into_place,
                                    staging_path, written_by_ctbench)
 from ctbench.workbench.dataset import load_dataset, save_dataset

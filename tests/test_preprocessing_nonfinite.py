@@ -119,7 +119,7 @@ def test_the_ring_filter_does_not_spread_a_nan():
 
 
 def test_recon_prepare_reports_the_non_finite_values(tmp_path):
-    from ctbench.io.pipeline import PreprocessConfig, prepare
+    from ctbench.pipeline import PreprocessConfig, prepare
     from ctbench.io.scan import RawScan
 
     p, flat, dark = _counts(n=3)

@@ -17,7 +17,7 @@ import pytest
 
 from ctbench.io import read_scan
 from ctbench.io.orientation import CTBENCH
-from ctbench.io.pipeline import load_config, run_recon
+from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 from ctbench.io.scanner import scanner_json
 

@@ -10,7 +10,7 @@ import pytest
 
 from ctbench.io import ScanFileError, read_scan
 from ctbench.io.orientation import CTBENCH
-from ctbench.io.pipeline import load_config, run_recon
+from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 
 from vendor_files import write_bruker, write_dxchange, write_nikon, write_txrm

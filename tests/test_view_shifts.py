@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ctbench.io import ScanFileError, read_scan
-from ctbench.io.pipeline import load_config, run_recon
+from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 from ctbench.io.view_shifts import read_skyscan_shift_list, shift_images
 

@@ -2,7 +2,7 @@
 
 A group box with the four corrections' parameters (:meth:`CorrectionsBox.keys`
 gives them as recon-config keys) and a **Preview** button that runs
-:func:`ctbench.io.corrections_preview.correction_preview` in a napari thread
+:func:`ctbench.pipeline.corrections_preview.correction_preview` in a napari thread
 worker on the view under the slider (and one detector row over all views
 when a ring method is on) and shows before | after side by side in a
 "correction preview" layer.  The Scan import widget supplies the scan, the
@@ -128,7 +128,7 @@ class CorrectionsBox(QGroupBox):
 
 def _preview(open_scan, pre, pitch, view):
     """Open the scan and compute the preview (runs in the worker thread)."""
-    from ctbench.io.corrections_preview import correction_preview
+    from ctbench.pipeline.corrections_preview import correction_preview
 
     scan = open_scan()
     return correction_preview(scan, pre, view=view, pixel_size=None if scan.pixel_size else pitch)

@@ -19,9 +19,9 @@ from qtpy.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QFormLayout, QGro
                             QVBoxLayout, QWidget)
 
 from ctbench.io import FORMATS, export_volume
-from ctbench.io.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
-                                 PreprocessConfig, RawOptions, ReconConfig, build_geometry, prepare,
-                                 save_config)
+from ctbench.pipeline import (AlgorithmConfig, GeometryConfig, InputConfig, OutputConfig, Prepared,
+                              PreprocessConfig, RawOptions, ReconConfig, build_geometry, prepare,
+                              save_config)
 from ctbench.io.readers import read_scan
 from ctbench.io.scan import images_to_sinogram
 

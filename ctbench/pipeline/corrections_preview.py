@@ -1,7 +1,7 @@
 """Before/after previews of the corrections on one view and one detector row of a scan (Qt-free).
 
 The Scan import widget shows these; they run the pipeline's own
-:func:`~ctbench.io.pipeline.prepare` on a one-view (or one-row) slice of the
+:func:`~ctbench.pipeline.prepare` on a one-view (or one-row) slice of the
 scan, once without the corrections and once with them, so that the preview
 is exactly what ``ctbench recon`` will do to that view.  Ring filters need
 every view of a row (a stripe is what all views share), Paganin's filter a
@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .pipeline import PreprocessConfig, prepare
-from .scan import RawScan
+from .config import PreprocessConfig
+from .steps import prepare
+from ..io.scan import RawScan
 
 _OFF = {"zingers": None, "rings": None, "phase": None, "beam_hardening": None, "ring_filter": 0}
 

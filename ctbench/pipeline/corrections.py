@@ -1,5 +1,5 @@
 """The recon config's correction keys (``preprocess.zingers``, ``rings``, ``phase``, ``beam_hardening``) and
-the steps of :func:`ctbench.io.pipeline.prepare` that apply them.
+the steps of :func:`ctbench.pipeline.steps.prepare` that apply them.
 
 Kept apart from the pipeline so that each correction's parameters are
 validated in one place and the pipeline only calls three functions:

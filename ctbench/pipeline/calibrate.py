@@ -10,7 +10,6 @@ volume file) makes it reproject that object instead of reconstructing.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +17,10 @@ import numpy as np
 
 from ..atomic_files import atomic_write_bytes
 from .calibrate_config import CalibrateConfig
+from ..io.scan import images_to_sinogram
 from .calibrate_known import read_known_object
-from .pipeline import ReconConfig, build_geometry, load_config, oriented_scan
-from .scan import images_to_sinogram
+from .config import ReconConfig
+from .steps import build_geometry, oriented_scan
 
 
 def _rel(cfg_path: Path | None, p: str) -> Path:
@@ -76,31 +76,3 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
     atomic_write_bytes(report_path, json.dumps(report, indent=1).encode())
     say(f"wrote {traj_path} and {report_path}")
     return report
-
-
-def register_cli(subparsers) -> None:
-    p = subparsers.add_parser("calibrate", help="calibrate a scan's geometry from its own data "
-                                                "(the recon config's calibrate section; docs/CALIBRATION.md)")
-    p.add_argument("config", help="recon config (JSON) with an optional calibrate section")
-    p.add_argument("--overwrite", action="store_true", help="replace existing trajectory and report files")
-    p.set_defaults(func=_cli)
-
-
-def _cli(args) -> int:
-    try:
-        cfg = load_config(args.config)
-        if cfg.calibrate is None:
-            cfg.calibrate = CalibrateConfig()
-        if args.overwrite:
-            cfg.calibrate.overwrite = True
-        report = run_calibrate(cfg, config_path=Path(args.config), log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as e:
-        print(f"ctbench calibrate: {e}", file=sys.stderr)
-        return 2
-    # the scan's orientation/centre doubts, as ctbench recon gives them: a calibration of a mirrored or
-    # mis-centred reading is a calibration of the wrong scan
-    for w in report.get("warnings", []):
-        print(f"ctbench calibrate: warning: {w}", file=sys.stderr)
-    print(json.dumps({k: report[k] for k in ("trajectory", "report", "final_loss", "elapsed_s")}
-                     | {"parameters": {p["name"]: p["value"] for p in report["parameters"]}}))
-    return 0

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from .errors import ScanFileError
-from .export import read_volume
+from ..io.errors import ScanFileError
+from ..io.export import read_volume
 
 KEY = "calibrate.known_object"
 
