@@ -167,12 +167,13 @@ class StreamedRecon:
         iterative = 0 if fdk is not None else self._in_memory_bytes(D * H * W)
         align = max(16, 2 ** (len(level_shapes((D, H, W))) - 1))
         band = fdk.band_height if fdk is not None else (lambda z0, z1: rows)
+        baseline = planning_baseline()      # measured once: both plans below assume the same fixed cost
         try:
-            plan = plan_pipeline(shape, self.budget, planning_baseline(), band_rows=band, alignment=align,
+            plan = plan_pipeline(shape, self.budget, baseline, band_rows=band, alignment=align,
                                  iterative_bytes=iterative)
         except BudgetError:
             if iterative and self.request.algorithm == "cgls":
-                plan = plan_pipeline(shape, self.budget, planning_baseline(), band_rows=band, alignment=align)
+                plan = plan_pipeline(shape, self.budget, baseline, band_rows=band, alignment=align)
                 plan.solver_from_disk = True      # disk-backed CGLS plans its own windows
                 self.say("CGLS does not fit in memory: it runs from disk stores (disk-backed CGLS)")
             else:
