@@ -96,6 +96,7 @@ def test_fdk_and_fbp_name_the_same_method_and_the_report_says_which_ran(scan):
     b = run_recon(parse_config(doc | {"algorithm": {"name": "fbp"}}))
     assert torch.equal(a["volume"], b["volume"])
     assert a["algorithm"]["method"] == b["algorithm"]["method"] == "fdk"
+    assert a["kernel_s"]["backproject"] > 0 and a["kernel_s"]["filter"] > 0      # the kernels' own time
 
 
 # ------------------------------------------------------------------ OME-Zarr out
