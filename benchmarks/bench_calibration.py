@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter  # noqa: E402
+from bench_projector import Emitter, cpu_flags, cpu_model  # noqa: E402
 from workloads import W1, w1_projector  # noqa: E402
 
 from ctbench.calibration import calibrate  # noqa: E402
@@ -44,20 +44,6 @@ from ctbench.calibration.simulate import gauge_free_walk, random_object, simulat
 BENCH = "calibration"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_calibration.jsonl"
 TIME_LIMIT_S = 120.0
-
-
-def _cpu() -> tuple[str, bool]:
-    model, avx512 = platform.processor() or platform.machine(), False
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                avx512 = "avx512f" in line.split()
-    except OSError:
-        pass
-    return model, avx512
 
 
 def algotom_estimates(sino: np.ndarray, du: float, dv: float) -> dict | None:
@@ -99,7 +85,7 @@ def main(argv=None) -> None:
 
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     P = w1_projector("cpu", scale=args.scale)
-    cpu, avx512 = _cpu()
+    cpu, avx512 = cpu_model(), "avx512f" in cpu_flags()
     emit = Emitter(args.out, run_id, bench=BENCH)
     # "machine" in the shape benchmarks/readme_table.py prints (CPU model, CPUs, threads, load)
     emit(kind="header", machine={"cpu": cpu, "avx512": avx512, "arch": platform.machine(),

@@ -26,7 +26,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -38,32 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_projector import Emitter, machine_info  # noqa: E402
+
 BENCH = "large_scan"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_large_scan.jsonl"
 SIZES = {"small": (256, 360), "default": (1024, 1500), "large": (2048, 3000)}   # detector N (N^2), views
 TARGET_RATIO = 1.25
 PITCH_MM, SID_MM, SDD_MM = 0.1, 200.0, 400.0     # the volume's voxel at the axis: 0.05 mm
-
-
-def cpu_model() -> tuple[str, bool]:
-    model, avx512 = platform.processor() or platform.machine(), False
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                avx512 = "avx512f" in line.split()
-    except OSError:
-        pass
-    return model, avx512
-
-
-def emit(out: Path, **rec) -> None:
-    line = json.dumps(rec)
-    print(line, flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("a") as f:
-        f.write(line + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- the scan
@@ -130,7 +111,7 @@ def _tree_rss(proc) -> int:
     return total
 
 
-def run_streamed(config: Path, out_path: Path, memory: str, threads: int, slabs: int | None) -> dict:
+def run_recon_process(config: Path, out_path: Path, memory: str, threads: int, slabs: int | None) -> dict:
     """One ``ctbench recon`` child process (module doc, 2)."""
     import psutil
 
@@ -232,15 +213,16 @@ def main(argv=None) -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ctbench-large-"))
     work.mkdir(parents=True, exist_ok=True)
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    model, avx512 = cpu_model()
+    emit = Emitter(args.out, run_id, bench=BENCH)
     import torch
-    emit(args.out, bench=BENCH, kind="header", run=run_id, cpu=model, avx512=avx512, cores=os.cpu_count(),
-         threads=args.threads, torch=torch.__version__, python=platform.python_version(), size=args.size,
-         detector=n, views=views, volume=n, memory=args.memory, slabs=args.slabs)
+    machine = machine_info()
+    emit(kind="header", machine=machine, avx512="avx512f" in machine["simd"], threads=args.threads,
+         torch=torch.__version__, size=args.size, detector=n, views=views, volume=n, memory=args.memory,
+         slabs=args.slabs)
     try:
         scan = work / f"scan_{n}_{views}"
         if not (scan / "scan.json").is_file():
-            emit(args.out, bench=BENCH, kind="scan", run=run_id, **write_scan(scan, n, views))
+            emit(kind="scan", **write_scan(scan, n, views))
         config = work / "recon.json"
         config.write_text(json.dumps({"input": {"path": str(scan)}, "algorithm": {"name": "fdk"},
                                       "geometry": {"volume_shape": [n, n, n]}}))
@@ -250,21 +232,21 @@ def main(argv=None) -> int:
             torch.set_num_threads(args.threads)
         walls, peer_walls, peaks, last = [], [], [], None
         for i in range(args.repeats if args.compare else 1):
-            rec = run_streamed(config, out_path, args.memory, args.threads, args.slabs)
+            rec = run_recon_process(config, out_path, args.memory, args.threads, args.slabs)
             walls.append(rec["wall_s"])
             peaks.append(rec["peak_rss_bytes"])
             last = rec
-            line = {"bench": BENCH, "kind": "streamed", "run": run_id, "call": i} | rec
+            line = {"kind": "streamed", "call": i} | rec
             bp = rec["stages"].get("backproject")
             if args.slabs and bp and bp.get("rate"):
                 rest = (bp["total"] - bp["done"]) / bp["rate"]
                 line["projected_total_s"] = round(rec["wall_s"] + rest, 1)
-            emit(args.out, **line)
+            emit(**line)
             if peer is not None:
                 t, vol = time_in_memory(*peer)
                 peer_walls.append(t)
-                emit(args.out, bench=BENCH, kind="in_memory_fdk", run=run_id, call=i, wall_s=round(t, 2))
-        summary = {"bench": BENCH, "kind": "summary", "run": run_id, "streamed_wall_min_s": min(walls),
+                emit(kind="in_memory_fdk", call=i, wall_s=round(t, 2))
+        summary = {"kind": "summary", "streamed_wall_min_s": min(walls),
                    "streamed_wall_median_s": statistics.median(walls), "peak_rss_max_bytes": max(peaks),
                    "budget": args.memory}
         if peer_walls:
@@ -278,7 +260,7 @@ def main(argv=None) -> int:
                         "volume_max": float(vol.abs().max())}
         if last and last["kernel_s"]:
             summary["kernel_s"] = last["kernel_s"]
-        emit(args.out, **summary)
+        emit(**summary)
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
