@@ -42,12 +42,12 @@ read: it may not be, contain or lie inside the scan, its flats or darks;
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..atomic_files import atomic_write_bytes
 from ..io.errors import read_json_object
 from ..io.readers import FORMATS
 from .calibrate_config import CalibrateConfig
@@ -202,7 +202,6 @@ def save_config(cfg: ReconConfig, path, *, overwrite: bool = True) -> Path:
     path = Path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
-    tmp.replace(path)
+    # a new temporary sibling created exclusively (a planted link is never written through), then renamed
+    atomic_write_bytes(path, json.dumps(cfg.model_dump(mode="json"), indent=2).encode(), fsync=True, mode=0o666)
     return path
