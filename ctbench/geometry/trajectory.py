@@ -207,9 +207,15 @@ class Trajectory:
     def load(cls, path: str | Path, device=None) -> "Trajectory":
         """Read a trajectory JSON file through the guarded opener (a regular file of at most
         ``CTBENCH_READER_MAX_BYTES``, 64 MiB by default: a FIFO or device is refused without blocking);
-        every problem is an :class:`~ctbench.guarded_open.InputError` (a ValueError) naming the file."""
-        from .. import guarded_open
+        every problem is an :class:`~ctbench.guarded_open.InputError` (a ValueError) naming the file.  A path
+        that a killed :meth:`save` left missing (between the two renames of a replace) is put back first."""
+        import os
 
+        from .. import guarded_open
+        from ..output_policy import recover_interrupted_replace
+
+        if not os.path.lexists(path):       # a save killed between the two renames of a replace: put it back
+            recover_interrupted_replace(path)
         raw = guarded_open.read_bytes(path)
         try:
             return cls.from_json(raw.decode("utf-8"), device=device)
@@ -229,15 +235,25 @@ def _is_number(x) -> bool:
     return type(x) in (int, float)          # JSON numbers only: not bool, not str
 
 
+def _json_type(x) -> str:
+    """What a JSON value is, in JSON's words (null, true/false, a number, a string, an array, an object)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true/false"
+    return {int: "a number", float: "a number", str: "a string", list: "an array", tuple: "an array",
+            dict: "an object"}.get(type(x), type(x).__name__)
+
+
 def _vectors(value, name: str) -> list:
     """A JSON field of per-view 3-vectors, checked to be a list of [x, y, z] numbers (first bad view named)."""
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"trajectory JSON field {name!r} must be a list of [x, y, z] per view, got "
-                         f"{type(value).__name__}")
+                         f"{_json_type(value)}")
     for i, row in enumerate(value):
         if not (isinstance(row, (list, tuple)) and len(row) == 3 and all(_is_number(c) for c in row)):
             raise ValueError(f"trajectory JSON field {name!r}: view {i} must be [x, y, z] (three numbers), got "
-                             f"{json.dumps(row)[:80] if _jsonable_row(row) else type(row).__name__}")
+                             f"{json.dumps(row)[:80] if _jsonable_row(row) else _json_type(row)}")
     return value
 
 
@@ -272,7 +288,7 @@ def parse_document(d, device=None) -> dict:
         raise ValueError(f"trajectory JSON field 'ndim' must be 2 or 3, got {ndim!r:.40}")
     meta = d.get("meta", {})
     if not isinstance(meta, dict):
-        raise ValueError(f"trajectory JSON field 'meta' must be an object, got {type(meta).__name__}")
+        raise ValueError(f"trajectory JSON field 'meta' must be an object, got {_json_type(meta)}")
     dtype = names[dtype_name]
     tensors = {}
     n = None
@@ -284,7 +300,10 @@ def parse_document(d, device=None) -> dict:
             n = len(rows)
         elif len(rows) != n:
             raise ValueError(f"trajectory JSON field {f!r} has {len(rows)} views but 'source' has {n}")
-        t = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 3).to(dtype=dtype)
+        try:
+            t = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 3).to(dtype=dtype)
+        except (OverflowError, RuntimeError):      # an integer of hundreds of digits
+            raise ValueError(f"trajectory JSON field {f!r} holds numbers beyond the range of float64") from None
         bad = (~torch.isfinite(t)).any(dim=1)
         if bad.any():
             why = "NaN or infinite" if dtype == torch.float64 else "NaN, infinite or beyond float32's range"
@@ -292,10 +311,10 @@ def parse_document(d, device=None) -> dict:
         tensors[f] = t.to(device=device)
     angles = meta.get("angles")
     if angles is not None and not (isinstance(angles, (list, tuple)) and len(angles) == n
-                                   and all(_is_number(a) and math.isfinite(a) for a in angles)):
+                                   and all(_is_number(a) and abs(a) < 1e300 and math.isfinite(a) for a in angles)):
         raise ValueError(f"trajectory JSON field 'meta.angles' must be {n} finite numbers (one per view)")
     if "kind" in meta and not isinstance(meta["kind"], str):
-        raise ValueError(f"trajectory JSON field 'meta.kind' must be a string, got {type(meta['kind']).__name__}")
+        raise ValueError(f"trajectory JSON field 'meta.kind' must be a string, got {_json_type(meta['kind'])}")
     return {**tensors, "beam": beam, "ndim": ndim, "meta": meta}
 
 
