@@ -175,7 +175,8 @@ def _inodes(path: Path) -> set[tuple[int, int]]:
     return out
 
 
-def check_overlap(path, inputs: Iterable = (), *, new_file_inside: bool = False) -> None:
+def check_overlap(path, inputs: Iterable = (), *, new_file_inside: bool = False,
+                  what: str = "output") -> None:
     """Refuse (:class:`OutputOverlapError`) an output that is, contains or lies inside one of ``inputs``.
 
     ``new_file_inside`` lets a file output lie inside an input *folder* (a calibration's JSON beside the scan's
@@ -188,30 +189,30 @@ def check_overlap(path, inputs: Iterable = (), *, new_file_inside: bool = False)
             continue
         src = Path(os.path.realpath(inp))
         if out == src:
-            raise OutputOverlapError(f"the output {path} is the input {inp}; write the result elsewhere")
+            raise OutputOverlapError(f"the {what} {path} is the input {inp}; write the result elsewhere")
         if src in out.parents:
             if not new_file_inside:
-                raise OutputOverlapError(f"the output {path} lies inside the input {inp}; write the result "
+                raise OutputOverlapError(f"the {what} {path} lies inside the input {inp}; write the result "
                                          "elsewhere")
             try:
                 st = os.stat(out)
             except FileNotFoundError:
                 continue
             except OSError as e:
-                raise OutputOverlapError(f"the output {path} lies inside the input {inp} and cannot be checked "
+                raise OutputOverlapError(f"the {what} {path} lies inside the input {inp} and cannot be checked "
                                          f"({e.strerror or e}); write the result elsewhere") from None
             if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not written_by_ctbench(out):
-                raise OutputOverlapError(f"the output {path} would replace a file of the input {inp} (one that "
+                raise OutputOverlapError(f"the {what} {path} would replace a file of the input {inp} (one that "
                                          "ctbench did not write); write the result elsewhere")
             continue
         if out in src.parents:
-            raise OutputOverlapError(f"the output {path} contains the input {inp}; replacing it would delete the "
+            raise OutputOverlapError(f"the {what} {path} contains the input {inp}; replacing it would delete the "
                                      "input: write the result elsewhere")
         if os.path.lexists(out) and os.path.exists(src):
             if out_ids is None:
                 out_ids = _inodes(out)
             if out_ids & _inodes(src):
-                raise OutputOverlapError(f"the output {path} and the input {inp} share a file (a hard link); "
+                raise OutputOverlapError(f"the {what} {path} and the input {inp} share a file (a hard link); "
                                          "write the result elsewhere")
 
 
@@ -229,7 +230,7 @@ def check_output(path, inputs: Iterable = (), *, overwrite: bool = False, force:
     if not path.name or path.name in (".", ".."):
         raise ValueError(f"{what} must name a file or folder, got {str(path)!r}")
     inputs = list(inputs)
-    check_overlap(path, inputs, new_file_inside=new_file_inside)
+    check_overlap(path, inputs, new_file_inside=new_file_inside, what=what)
     recover_interrupted_replace(path)
     if os.path.lexists(path):
         if not (overwrite or force):

@@ -23,12 +23,14 @@ mixture), and any failure leaves no staging file behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from ..engine.plan import format_bytes
 from ..output_policy import FileReservation, check_overlap
 from .calibrate_config import CalibrateConfig
 from ..io.scan import images_to_sinogram
@@ -44,6 +46,26 @@ def _rel(cfg_path: Path | None, p: str) -> Path:
 
 # What each output is reserved for before the work (bytes): a JSON file of a few numbers per view.
 _RESERVE_BASE, _RESERVE_PER_VIEW = 64 << 10, 2 << 10
+# The calibration holds its estimate on the full grid at the end (the final loss reprojects it there) beside
+# its resampled copy and the coarse levels' volumes; the sinogram, its binned levels and their residuals.
+_VOLUME_COPIES, _SINOGRAM_COPIES = 3.0, 6.0
+
+
+def check_memory(volume_shape, sinogram_shape, itemsize: int, memory=None) -> None:
+    """Refuse a calibration whose arrays cannot fit ``memory`` (``resources.memory``; default: 80% of the
+    memory available) before anything is allocated: a clear error instead of "Unable to allocate 1.16 TiB"."""
+    from .budget import BudgetError, default_budget, parse_budget
+
+    voxels = math.prod(int(s) for s in volume_shape)
+    values = math.prod(int(s) for s in sinogram_shape)
+    need = (_VOLUME_COPIES * voxels + _SINOGRAM_COPIES * values) * int(itemsize)
+    cap = parse_budget(memory, "resources.memory") or default_budget()
+    if need > cap:
+        raise BudgetError(f"the calibration needs about {format_bytes(need)} for a {tuple(volume_shape)} volume grid "
+                          f"and {tuple(sinogram_shape)} line integrals, more than the {format_bytes(cap)} it may use "
+                          "(resources.memory, default 80% of the memory available): give a coarser grid "
+                          "(geometry.voxel_size_mm, geometry.volume_shape), bin or crop the detector (preprocess.bin, "
+                          "rows, cols), or raise resources.memory")
 
 
 def calibrate_inputs(cfg: ReconConfig, config_path=None) -> list[Path]:
@@ -64,7 +86,7 @@ def _reserve_outputs(cfg: ReconConfig, cal: CalibrateConfig, config_path) -> tup
                          "replace the other: give two paths") from None
     inputs = calibrate_inputs(cfg, config_path)
     for key, p in (("calibrate.trajectory", traj_path), ("calibrate.report", report_path)):
-        check_overlap(p, inputs, new_file_inside=True)    # an input is refused whatever overwrite says
+        check_overlap(p, inputs, new_file_inside=True, what=key)    # an input: refused whatever overwrite says
         if os.path.lexists(p) and not (cal.overwrite or cal.force):
             raise FileExistsError(f"{key} {p} exists; set calibrate.overwrite (--overwrite) to replace it")
     # beside the scan's files in its folder is fine (the bundled sample does so), over one of them never
@@ -115,6 +137,7 @@ def _calibrate(cfg, cal, config_path, traj_out: FileReservation, report_out: Fil
         update |= {"voxel_size_mm": grid.voxel_size_mm, "volume_shape": grid.volume_shape}
     geo_cfg = cfg.geometry.model_copy(update=update)
     geometry = build_geometry(prep, geo_cfg, sid, sdd, angles, offset_u)
+    check_memory(geometry.volume_shape, images_to_sinogram(prep.images).shape, 4, cfg.resources.memory)
     sino = torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images)))
     P = geometry.projector(backend=cal.backend)
     say(f"calibrating {', '.join(cal.free)} on {tuple(sino.shape)} line integrals")
