@@ -45,7 +45,7 @@ def positive_number(x, name: str, *, allow_zero: bool = False) -> float:
 def int_at_least(x, name: str, lo: int = 3) -> int:
     """``x`` as an integer >= ``lo`` (filter widths, levels)."""
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer, float, np.floating)) \
-            or not math.isfinite(x) or int(x) != x or int(x) < lo:
+            or (isinstance(x, (float, np.floating)) and not math.isfinite(x)) or int(x) != x or int(x) < lo:
         raise ValueError(f"{name} must be an integer >= {lo} (pixels), got {x!r}")
     return int(x)
 
