@@ -228,6 +228,8 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         """Write one chunk of a file at ``offset`` (chunks of one file go to ``PATH.part`` until ``final``)."""
         target = data_path(path)
         if target.is_dir():
+            if offset:      # the upload as a whole failed: drop what its earlier chunks left
+                discard_part(bridge.data_dir, path)
             raise HTTPException(409, f"{path} is a directory")
         if target == bridge.data_dir.resolve():
             raise HTTPException(409, "give a file path under the data directory")
