@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
 import threading
 from pathlib import Path
 
@@ -86,12 +86,45 @@ def fsync_tree(path) -> None:
         fsync_dir(root)
 
 
-def atomic_write_bytes(path: Path, data, fsync: bool = False, suffix: str = ".partial") -> int:
-    """Write ``data`` to ``path`` through a temporary sibling ``.<name>.*<suffix>`` (mode 0600) and an atomic
-    rename; ``fsync`` flushes it to disk before the rename.  Returns the number of bytes written."""
+_EXCL_FLAGS = (os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_BINARY", 0))
+
+
+def create_exclusive(folder, prefix: str, suffix: str = "", mode: int = 0o600) -> tuple[int, Path]:
+    """``(descriptor, path)`` of a new file ``folder/<prefix><random><suffix>``, created exclusively.
+
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``: a name that already exists, a planted
+    link included, is never opened or written through; another random name is
+    tried instead.  ``mode`` is subject to the umask (0o666 gives the user's
+    usual permissions for an output, the default 0o600 keeps a file private).
+    """
+    folder = Path(folder)
+    for _ in range(64):
+        path = folder / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            return os.open(path, _EXCL_FLAGS, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a new temporary file {prefix}*{suffix} in {folder}")
+
+
+def write_all(fd: int, data) -> int:
+    """Write every byte of ``data`` to ``fd`` (os.write may write less than asked)."""
+    view = memoryview(data).cast("B")
+    total = len(view)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+    return total
+
+
+def atomic_write_bytes(path: Path, data, fsync: bool = False, suffix: str = ".partial", mode: int = 0o600) -> int:
+    """Write ``data`` to ``path`` through a new temporary sibling ``.<name>.*<suffix>`` (created exclusively,
+    :func:`create_exclusive`) and an atomic rename; ``fsync`` flushes it to disk before the rename; a failure
+    removes the temporary file.  Returns the number of bytes written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    fd, tmp = create_exclusive(path.parent, f".{path.name}.", suffix, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             n = f.write(data)

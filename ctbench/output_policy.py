@@ -8,13 +8,22 @@ the napari writer.  The rules (docs/RELIABILITY.md, "Outputs and durability"):
    the same file through a hard link counts as the same file).
 2. An existing path is replaced only with ``overwrite`` and only if ctbench
    wrote it (:func:`written_by_ctbench`: a ctbench dataset, a TIFF or HDF5
-   export carrying ctbench's marker, or an empty folder), unless the user
+   export carrying ctbench's marker, a JSON output starting with its
+   `"format": "ctbench.…"` key, or an empty folder), unless the user
    forces it (``force=True``, ``--force``).
 3. Replacement is by exchange (:func:`replace_into_place`): the complete new
    output and the old one swap names atomically (Linux ``renameat2``
    RENAME_EXCHANGE; two renames elsewhere) and only then is the old one
    deleted.  What a kill between the two fallback renames leaves is put back
    by :func:`recover_interrupted_replace` on the next write or open.
+
+4. A file output (a trajectory, a calibration report) is reserved before the
+   long work that makes it (:class:`FileReservation`): the policy is checked,
+   a staging file is created exclusively beside it (``O_EXCL``, no link
+   followed) and the expected bytes are allocated, so an unwritable, read-only
+   or full location is an error at once; the result is committed by one swap,
+   and every failure removes the staging file (:func:`write_file` does both
+   steps at once).
 
 This module is on the ground floor: it imports nothing of ctbench but the
 atomic file helpers, and reads the markers itself.
@@ -28,6 +37,7 @@ import errno
 import glob
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -35,7 +45,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .atomic_files import fsync_dir, fsync_tree, pid_alive
+from .atomic_files import create_exclusive, durable, fsync_dir, fsync_tree, pid_alive, write_all
 
 #: The marker of a TIFF or HDF5 export: ImageJ description key / HDF5 root attribute, and its value.
 MARKER_KEY = "ctbench_output"
@@ -44,6 +54,8 @@ DATASET_FORMAT = "ctbench.dataset"
 _NEW, _OLD = ".new-", ".old-"
 _MAX_SCAN = 10000          # entries of a folder looked at for hard links (bounded: never a long walk)
 _MAX_META = 1 << 20        # bytes of a zarr.json read to find the dataset marker
+# A JSON output of ctbench (a trajectory, a calibration report) starts with its format key.
+_JSON_MARK = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"ctbench\.[A-Za-z0-9_.-]+"')
 
 
 class OutputOverlapError(ValueError):
@@ -55,14 +67,32 @@ class ForeignOutputError(FileExistsError):
 
 
 # ------------------------------------------------------------------ markers
-def _is_dataset_folder(path: Path) -> bool:
-    meta = path / "zarr.json"
+def _read_head(path: Path, limit: int, *, follow_links: bool = True) -> bytes | None:
+    """The first ``limit`` bytes of the regular file ``path``, or None; never blocks on a FIFO."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        st = os.stat(meta, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_META:
-            return False
-        doc = json.loads(meta.read_bytes())
-    except (OSError, ValueError):
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _is_dataset_folder(path: Path) -> bool:
+    raw = _read_head(path / "zarr.json", _MAX_META + 1, follow_links=False)
+    if raw is None or len(raw) > _MAX_META:
+        return False
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
         return False
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
     return isinstance(attrs, dict) and doc.get("node_type") == "group" and (
@@ -96,7 +126,8 @@ def _hdf5_marked(path: Path) -> bool:
 
 def written_by_ctbench(path) -> bool:
     """Whether ``path`` holds an output ctbench wrote: a ctbench dataset or OME-Zarr folder, a TIFF or HDF5 file with
-    ctbench's export marker, or an empty folder.  Never opens a FIFO or device; a link is judged by its target
+    ctbench's export marker, a JSON file whose first key is ``"format": "ctbench.…"`` (trajectories, calibration
+    reports), or an empty folder.  Never opens a FIFO or device; a link is judged by its target
     (replacing it replaces the link, never the target)."""
     path = Path(path)
     try:
@@ -113,16 +144,12 @@ def written_by_ctbench(path) -> bool:
         return _is_dataset_folder(path)
     if not stat.S_ISREG(st.st_mode):
         return False
-    try:
-        with open(path, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return False
+    head = _read_head(path, 256) or b""
     if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
         return _tiff_marked(path)
-    if head == b"\x89HDF\r\n\x1a\n":
+    if head[:8] == b"\x89HDF\r\n\x1a\n":
         return _hdf5_marked(path)
-    return False
+    return bool(_JSON_MARK.match(head))        # a trajectory or report JSON ctbench wrote
 
 
 # ------------------------------------------------------------------ overlap
@@ -148,8 +175,13 @@ def _inodes(path: Path) -> set[tuple[int, int]]:
     return out
 
 
-def check_overlap(path, inputs: Iterable = ()) -> None:
-    """Refuse (:class:`OutputOverlapError`) an output that is, contains or lies inside one of ``inputs``."""
+def check_overlap(path, inputs: Iterable = (), *, new_file_inside: bool = False,
+                  what: str = "output") -> None:
+    """Refuse (:class:`OutputOverlapError`) an output that is, contains or lies inside one of ``inputs``.
+
+    ``new_file_inside`` lets a file output lie inside an input *folder* (a calibration's JSON beside the scan's
+    files) as long as it replaces nothing there but an output of ctbench: a path that is free, or a ctbench
+    output with no other hard link; a file of the input is never replaced, whatever ``force`` says."""
     out = Path(os.path.realpath(path))
     out_ids = None
     for inp in inputs:
@@ -157,26 +189,40 @@ def check_overlap(path, inputs: Iterable = ()) -> None:
             continue
         src = Path(os.path.realpath(inp))
         if out == src:
-            raise OutputOverlapError(f"the output {path} is the input {inp}; write the result elsewhere")
+            raise OutputOverlapError(f"the {what} {path} is the input {inp}; write the result elsewhere")
         if src in out.parents:
-            raise OutputOverlapError(f"the output {path} lies inside the input {inp}; write the result elsewhere")
+            if not new_file_inside:
+                raise OutputOverlapError(f"the {what} {path} lies inside the input {inp}; write the result "
+                                         "elsewhere")
+            try:
+                st = os.stat(out)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise OutputOverlapError(f"the {what} {path} lies inside the input {inp} and cannot be checked "
+                                         f"({e.strerror or e}); write the result elsewhere") from None
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1 or not written_by_ctbench(out):
+                raise OutputOverlapError(f"the {what} {path} would replace a file of the input {inp} (one that "
+                                         "ctbench did not write); write the result elsewhere")
+            continue
         if out in src.parents:
-            raise OutputOverlapError(f"the output {path} contains the input {inp}; replacing it would delete the "
+            raise OutputOverlapError(f"the {what} {path} contains the input {inp}; replacing it would delete the "
                                      "input: write the result elsewhere")
         if os.path.lexists(out) and os.path.exists(src):
             if out_ids is None:
                 out_ids = _inodes(out)
             if out_ids & _inodes(src):
-                raise OutputOverlapError(f"the output {path} and the input {inp} share a file (a hard link); "
+                raise OutputOverlapError(f"the {what} {path} and the input {inp} share a file (a hard link); "
                                          "write the result elsewhere")
 
 
 def check_output(path, inputs: Iterable = (), *, overwrite: bool = False, force: bool = False,
-                 what: str = "output") -> Path:
+                 what: str = "output", new_file_inside: bool = False) -> Path:
     """Apply the output policy to ``path`` before anything is written; returns it as a Path.
 
     ``overwrite`` allows replacing an existing output that ctbench wrote; ``force`` (implies overwrite)
     allows replacing anything that is not an input.  Leftovers of an interrupted replace are recovered first.
+    ``new_file_inside``: see :func:`check_overlap`.
     """
     if not isinstance(overwrite, bool) or not isinstance(force, bool):
         raise TypeError(f"overwrite and force must be True or False, got overwrite={overwrite!r}, force={force!r}")
@@ -184,7 +230,7 @@ def check_output(path, inputs: Iterable = (), *, overwrite: bool = False, force:
     if not path.name or path.name in (".", ".."):
         raise ValueError(f"{what} must name a file or folder, got {str(path)!r}")
     inputs = list(inputs)
-    check_overlap(path, inputs)
+    check_overlap(path, inputs, new_file_inside=new_file_inside, what=what)
     recover_interrupted_replace(path)
     if os.path.lexists(path):
         if not (overwrite or force):
@@ -340,3 +386,143 @@ def recover_interrupted_replace(path, *, is_complete: Callable[[Path], bool] | N
                     remove_path(cand)
                     done.append(f"removed {cand.name}, left by an interrupted write of {path}")
     return done
+
+
+# ------------------------------------------------------------------ file outputs
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+_NO_FALLOCATE = (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP))
+
+
+class OutputLocationError(OSError):
+    """The folder of an output cannot take it (missing, not writable, read-only, full); nothing was written."""
+
+
+def _location_error(e: OSError, what: str, path: Path, need: int = 0) -> OutputLocationError:
+    if e.errno in _FULL:
+        why = (f"the disk holding {path.parent} is full" + (f" (the output needs about {need} bytes)" if need else "")
+               + "; free space there or write elsewhere")
+    elif e.errno == errno.EROFS:
+        why = f"{path.parent} is on a read-only file system; write elsewhere"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        why = f"no permission to create files in {path.parent}; write elsewhere"
+    elif e.errno in (errno.ENOENT, errno.ENOTDIR):
+        why = f"the folder {path.parent} does not exist"
+    else:
+        why = e.strerror or str(e)
+    return OutputLocationError(e.errno, f"{what} {path} cannot be written: {why} (nothing was written)")
+
+
+class FileReservation:
+    """A file output reserved before the work that makes it, committed at the end by one swap.
+
+    On creation: the output policy (:func:`check_output`) with ``inputs``,
+    ``overwrite`` and ``force``; an existing folder, FIFO or device at the
+    path is refused even with ``force`` (a file output replaces only a file);
+    a staging file ``.NAME.new-PID-RANDOM`` is created exclusively beside the
+    output (no link followed, mode ``mode`` under the umask) and
+    ``reserve_bytes`` are allocated in it (``new_file_inside``: see
+    :func:`check_overlap`).  So a missing, unwritable,
+    read-only or full location raises :class:`OutputLocationError` (an
+    ``OSError``) before any long work.  :meth:`reserve` asks for more once
+    the size is better known; :meth:`commit` writes the bytes into the
+    reserved space, flushes them and swaps the file into place
+    (:func:`replace_into_place`); :meth:`discard`, or leaving the ``with``
+    block without a commit, removes the staging file.  Killed at any point,
+    the path holds the old file or the new one; the staging file a killed
+    process leaves is removed by the next write of that path.
+    """
+
+    def __init__(self, path, inputs: Iterable = (), *, overwrite: bool = False, force: bool = False,
+                 what: str = "output", reserve_bytes: int = 0, mode: int = 0o666, new_file_inside: bool = False):
+        self.what, self.force = what, force
+        self.path = check_output(path, inputs, overwrite=overwrite, force=force, what=what,
+                                 new_file_inside=new_file_inside)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            raise _location_error(e, what, self.path) from None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+            raise ForeignOutputError(f"{what} {self.path} is {kind}; a file output replaces only a file: choose "
+                                     "another path")
+        self._fd = -1
+        self._reserved = 0
+        try:
+            self._fd, self.staging = create_exclusive(self.path.parent, f".{self.path.name}{_NEW}{os.getpid()}-",
+                                                      mode=mode)
+        except OSError as e:
+            raise _location_error(e, what, self.path) from None
+        try:
+            self.reserve(reserve_bytes)
+        except BaseException:
+            self.discard()
+            raise
+
+    def reserve(self, nbytes: int) -> None:
+        """Make sure ``nbytes`` can be written: allocated in the staging file where the file system can
+        (``posix_fallocate``), else checked against the free space; OutputLocationError when the disk is full."""
+        nbytes = int(nbytes)
+        if nbytes <= self._reserved or self._fd < 0:
+            return
+        try:
+            if not hasattr(os, "posix_fallocate"):
+                raise OSError(errno.ENOSYS, "no posix_fallocate")
+            os.posix_fallocate(self._fd, 0, nbytes)
+        except OSError as e:
+            if e.errno not in _NO_FALLOCATE:
+                raise _location_error(e, self.what, self.path, nbytes) from None
+            if shutil.disk_usage(self.path.parent).free < nbytes - self._reserved:
+                raise _location_error(OSError(errno.ENOSPC, "no space"), self.what, self.path, nbytes) from None
+        self._reserved = nbytes
+
+    def commit(self, data) -> Path:
+        """Write ``data`` (bytes) as the new file and swap it into place; the path."""
+        if self._fd < 0:
+            raise ValueError(f"{self.what} {self.path}: this reservation was already committed or discarded")
+        try:
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            write_all(self._fd, data)
+            os.ftruncate(self._fd, len(data))
+            if durable():
+                os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+            # Judged again after the swap: a foreign file that appeared meanwhile is put back, not deleted.
+            replace_into_place(self.staging, self.path, may_replace=None if self.force else written_by_ctbench)
+        except OSError as e:
+            self.discard()
+            if e.errno in _FULL or e.errno == errno.EROFS:
+                raise _location_error(e, self.what, self.path, len(data)) from None
+            raise
+        except BaseException:
+            self.discard()
+            raise
+        self.staging = None
+        return self.path
+
+    def discard(self) -> None:
+        """Remove the staging file (the output is left as it was)."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        if getattr(self, "staging", None) is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.staging)
+            self.staging = None
+
+    def __enter__(self) -> "FileReservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+def write_file(path, data, inputs: Iterable = (), *, overwrite: bool = False, force: bool = False,
+               what: str = "output", mode: int = 0o666) -> Path:
+    """Write the bytes ``data`` at ``path`` under the output policy, crash-safe (:class:`FileReservation`)."""
+    with FileReservation(path, inputs, overwrite=overwrite, force=force, what=what, reserve_bytes=len(data),
+                         mode=mode) as r:
+        return r.commit(data)

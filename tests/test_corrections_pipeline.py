@@ -83,7 +83,15 @@ def test_phase_key_on_line_integral_and_transmission_scans():
     ({"beam_hardening": {}}, "give either coefficients or wedge_thickness_mm"),
     ({"beam_hardening": {"coefficients": [1], "wedge_thickness_mm": [1]}}, "give either coefficients"),
     ({"beam_hardening": {"wedge_thickness_mm": [1, 2]}}, "needs both"),
-    ({"beam_hardening": {"coefficients": []}}, "non-empty list"),
+    ({"beam_hardening": {"coefficients": []}}, "1 to 8 finite numbers"),
+    ({"beam_hardening": {"coefficients": [0, 0]}}, "all coefficients are zero"),
+    ({"beam_hardening": {"wedge_thickness_mm": [0, 1, 2, 3], "wedge_line_integrals": [0, 1, 1, 1], "degree": 2}},
+     "the wedge is not monotone"),
+    ({"zingers": {"threshold": 0.1, "size": 100000}}, "preprocess.zingers.size: Input should be less than or equal "
+                                                      "to 31"),
+    ({"rings": {"method": "sorting", "size": 10 ** 9}}, "preprocess.rings.sorting.size"),
+    ({"phase": {"delta_beta": 1e300, "energy_kev": 20, "distance_mm": 10}}, "preprocess.phase.delta_beta"),
+    ({"phase": {"delta_beta": 100, "energy_kev": 20, "distance_mm": 10, "pad": 10 ** 6}}, "preprocess.phase.pad"),
 ])
 def test_bad_correction_keys_name_the_field(pre, words):
     with pytest.raises(ValueError) as e:
@@ -91,12 +99,16 @@ def test_bad_correction_keys_name_the_field(pre, words):
     assert words in str(e.value), str(e.value)
 
 
-def test_a_wedge_that_cannot_be_fitted_is_a_clear_error_in_prepare():
-    scan, _ = _counts_scan()
-    pre = PreprocessConfig(beam_hardening={"wedge_thickness_mm": [1, 2, 3, 4, 5],
-                                           "wedge_line_integrals": [0.1, 0.2, 0.3, 0.2, 0.1], "degree": 4})
-    with pytest.raises(ValueError, match="not increasing"):
-        prepare(scan, pre)
+def test_a_wedge_that_cannot_be_fitted_is_a_clear_error_when_the_config_is_read():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="not monotone"):          # before any scan is read
+        PreprocessConfig(beam_hardening={"wedge_thickness_mm": [1, 2, 3, 4, 5],
+                                         "wedge_line_integrals": [0.1, 0.2, 0.3, 0.2, 0.1], "degree": 4})
+    # a monotone wedge that degree 1 cannot follow (a strongly hardened curve) is refused with the reason too
+    with pytest.raises(ValidationError, match="misses the wedge's steps"):
+        PreprocessConfig(beam_hardening={"wedge_thickness_mm": [1, 2, 4, 8, 16],
+                                         "wedge_line_integrals": [0.5, 0.6, 0.7, 0.8, 0.9], "degree": 1})
 
 
 def test_recon_runs_with_every_correction_and_gives_a_finite_volume(tmp_path):

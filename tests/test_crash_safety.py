@@ -209,3 +209,90 @@ def test_tensor_store_outputs_carry_the_record_too(kind):
     call(P, source, out, resume=True)
     assert out.completion_record().complete
     torch.testing.assert_close(out.read(), truth, rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------ file outputs (issue 47)
+@pytest.mark.parametrize("mode, expect", [
+    ("reserved", "old"),           # staging file created beside the output, nothing written
+    ("writing", "old"),            # half of the new JSON written into it
+    ("before_exchange", "old"),    # new file complete and flushed, not swapped
+    ("after_exchange", "new"),     # swapped, the old bytes not yet deleted
+    ("between_renames", "new"),    # no atomic exchange: old moved aside, new not in place yet
+])
+def test_trajectory_save_killed_keeps_old_or_new_and_the_next_save_cleans_up(tmp_path, mode, expect):
+    from ctbench.geometry import circular_trajectory_3d, load_trajectory
+
+    path = tmp_path / "orbit.json"
+    circular_trajectory_3d(5, 300.0, 600.0).save(path)
+    assert_killed(run_child("trajectory_and_die.py", mode, path))
+    assert load_trajectory(path).n_views == (5 if expect == "old" else 7)     # whole, never a mixture
+    circular_trajectory_3d(3, 300.0, 600.0).save(path)
+    assert load_trajectory(path).n_views == 3 and siblings(path) == []     # the dead writer's staging is gone
+
+
+def _selfcal_config(tmp_path):
+    import json
+
+    from ctbench.io.selfcal_sample import SelfCalSpec, write_selfcal_sample
+
+    scan = write_selfcal_sample(tmp_path / "scan", SelfCalSpec(n_views=12, detector_u=16, detector_v=12, pitch=4.0,
+                                                                offset_u_px=1.0, roll_deg=0.0, drift_rms_px=0.0))
+    out = tmp_path / "out"
+    out.mkdir()
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"input": {"path": str(scan)}, "geometry": {"detector_offset_u_mm": 0.0},
+                               "calibrate": {"free": ["offset_u"], "levels": [1], "n_outer": [1], "n_inner": 1,
+                                             "trajectory": str(out / "t.json"), "report": str(out / "r.json")}}))
+    return cfg, out
+
+
+def test_calibrate_killed_mid_run_or_between_its_two_files_keeps_each_whole(tmp_path):
+    import json
+
+    from ctbench.cli import main
+    from ctbench.geometry import load_trajectory
+
+    cfg, out = _selfcal_config(tmp_path)
+    assert main(["calibrate", str(cfg)]) == 0
+    first_traj, first_report = (out / "t.json").read_bytes(), (out / "r.json").read_bytes()
+
+    # killed while calibrating: both files as they were, the two staging files the only leftovers
+    assert_killed(run_child("calibrate_and_die.py", "calibrating", cfg))
+    assert (out / "t.json").read_bytes() == first_traj and (out / "r.json").read_bytes() == first_report
+    left = sorted(os.listdir(out))
+    assert len(left) == 4 and all(n.startswith((".t.json.new-", ".r.json.new-")) for n in left[:2]), left
+
+    # killed between the two commits: the trajectory is the new one, the report still the old one, both whole
+    doc = json.loads(cfg.read_text())
+    doc["calibrate"]["bounds"] = {"offset_u": [-3, 3]}          # another run: its report differs
+    cfg.write_text(json.dumps(doc))
+    assert_killed(run_child("calibrate_and_die.py", "between_commits", cfg))
+    load_trajectory(out / "t.json")
+    assert json.loads((out / "r.json").read_bytes()) == json.loads(first_report)
+
+    # the next run cleans what the dead ones left and writes both
+    assert main(["calibrate", str(cfg), "--overwrite"]) == 0
+    assert sorted(os.listdir(out)) == ["r.json", "t.json"]
+    assert json.loads((out / "r.json").read_text())["parameters"][0]["bounds"] == [-3, 3]
+
+
+def test_a_job_rank_killed_while_writing_its_result_leaves_nothing_the_next_write_keeps(tmp_path):
+    import json
+
+    sys.path.insert(0, str(HERE))
+    from jobs_support import make_dataset
+
+    make_dataset(tmp_path / "scan.zarr", n=8, n_views=8)
+    job = tmp_path / "jobs" / "job-1"
+    job.mkdir(parents=True)
+    out = tmp_path / "res.zarr"
+    (job / "spec.json").write_text(json.dumps({"request": {"algorithm": "fbp"}, "dataset": str(tmp_path / "scan.zarr"),
+                                               "output": str(out)}))
+    assert_killed(run_child("result_and_die.py", "writing", job))
+    left = siblings(tmp_path / "res.zarr")
+    assert not out.exists() and any(n.startswith(".res.zarr.new-") for n in left), left
+    p = run_child("result_and_die.py", "complete", job)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ds = load_dataset(out)                                  # whole, every chunk verified
+    np.testing.assert_array_equal(ds.volume, np.ones((8, 8, 8), np.float32))
+    assert not any(n.startswith(".res.zarr.") for n in siblings(out))   # the killed rank's staging removed

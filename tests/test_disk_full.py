@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import httpx
 import numpy as np
@@ -28,23 +29,23 @@ def _umount(path):
 
 
 def _fill(folder):
-    """Write until the file system is full; returns the filler (delete it to free the space)."""
+    """Write until the file system is full; returns the filler (delete it to free the space).
+
+    Unbuffered: a buffered file would try to flush what the full disk refused again when it is closed."""
     filler = folder / "filler.bin"
     block = b"\0" * (1 << 16)
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(block)
-                f.flush()
         except OSError:
             pass
-    try:   # the last partial block
-        with open(filler, "ab") as f:
-            for _ in range(1 << 16):
-                f.write(b"\0")
-                f.flush()
-    except OSError:
-        pass
+        for _ in range(1 << 16):          # the last partial block, byte by byte
+            try:
+                if not f.write(b"\0"):
+                    break
+            except OSError:
+                break
     return filler
 
 
@@ -116,3 +117,40 @@ def test_export_on_a_full_disk_leaves_the_old_file_and_no_staging_sibling(tmpfs)
         export_volume(path, np.random.default_rng(0).random((64, 64, 64), dtype=np.float32), 0.5, overwrite=True)
     np.testing.assert_array_equal(read_volume(path)[0], old)
     assert sorted(p.name for p in tmpfs.iterdir()) == ["filler.bin", "v.h5"]
+
+
+def test_a_trajectory_save_on_a_full_disk_keeps_the_old_file_and_leaves_nothing(tmpfs):
+    from ctbench.geometry import circular_trajectory_3d, load_trajectory
+    from ctbench.output_policy import OutputLocationError
+
+    path = tmpfs / "t.json"
+    circular_trajectory_3d(4, 300.0, 600.0).save(path)
+    _fill(tmpfs)
+    with pytest.raises(OutputLocationError, match="is full"):
+        circular_trajectory_3d(3000, 300.0, 600.0).save(path)
+    assert load_trajectory(path).n_views == 4
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["filler.bin", "t.json"]
+
+
+def test_calibrate_onto_a_full_disk_fails_at_once_not_after_the_calibration(tmp_path, tmpfs):
+    import json
+
+    from ctbench.cli import main
+    from ctbench.io.selfcal_sample import SelfCalSpec, write_selfcal_sample
+
+    scan = write_selfcal_sample(tmp_path / "scan", SelfCalSpec(n_views=12, detector_u=16, detector_v=12, pitch=4.0,
+                                                                offset_u_px=1.0, roll_deg=0.0, drift_rms_px=0.0))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"input": {"path": str(scan)}, "geometry": {"detector_offset_u_mm": 0.0},
+                               "calibrate": {"free": ["offset_u"], "levels": [1], "n_outer": [1],
+                                             "trajectory": str(tmpfs / "t.json"), "report": str(tmpfs / "r.json")}}))
+    _fill(tmpfs)
+    code = subprocess.run([sys.executable, "-m", "ctbench.cli", "calibrate", str(cfg)], capture_output=True,
+                          text=True, timeout=300)
+    assert code.returncode == 2 and "Traceback" not in code.stderr, code.stderr
+    assert "is full" in code.stderr and "nothing was written" in code.stderr
+    assert "read scanner scan" not in code.stderr and "calibrating" not in code.stderr   # before any work
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["filler.bin"]
+    (tmpfs / "filler.bin").unlink()
+    assert main(["calibrate", str(cfg)]) == 0                  # with space again it runs
+    assert sorted(p.name for p in tmpfs.iterdir()) == ["r.json", "t.json"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 import numbers
-import os
 import re
 from pathlib import Path
 
 import torch
 
+from ..atomic_files import atomic_write_bytes
 from . import _blocks
 
 SCHEMA = 1
@@ -193,9 +193,5 @@ def save(directory, iteration, states, metadata, history, measurement_norm, limi
     document = dict(metadata, iteration=int(iteration), residual_history=[float(v) for v in history],
                     measurement_norm=float(measurement_norm), states=manifest,
                     **{k: float(v) for k, v in scalars.items()})
-    tmp = folder / "metadata.json.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(document, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / "metadata.json")
+    # a new temporary sibling created exclusively (no planted link written through), flushed, then renamed
+    atomic_write_bytes(folder / "metadata.json", json.dumps(document).encode(), fsync=True, suffix=".tmp")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..atomic_files import create_exclusive
 from ..storage import TensorStore as _TensorStore
 from ..storage import normalize_window
 
@@ -89,7 +90,8 @@ class NpyStore:
         path = Path(path).resolve()
         if path.exists():
             raise FileExistsError(f"NpyStore.create: {path} exists")
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd, tmp = create_exclusive(path.parent, f".{path.name}.", ".tmp", 0o666)   # never through a planted link
+        os.close(fd)
         arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=_NP[dtype], shape=shape)
         arr.flush()
         del arr

@@ -50,7 +50,7 @@ from pathlib import Path
 from ..atomic_files import atomic_write_bytes, pid_alive
 from . import cpu_prebuilt
 from .library_trust import CorruptLibrary, UntrustedCache, load_verified  # noqa: F401 (re-exported)
-from .library_trust import read_trusted_json
+from .library_trust import read_json_quietly, read_trusted_json
 from .library_trust import check_owned as _check_owned
 
 _LOCK = threading.Lock()
@@ -281,11 +281,8 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
 
 
 def _record_file(rec_path: Path) -> str:
-    try:
-        record = json.loads(rec_path.read_bytes())
-        name = str(record.get("file", "")) if isinstance(record, dict) else ""
-    except (OSError, ValueError):
-        return ""
+    record = read_json_quietly(rec_path)       # bounded, never blocks on a FIFO
+    name = str(record.get("file", "")) if isinstance(record, dict) else ""
     return name if "/" not in name else ""
 
 

@@ -95,6 +95,15 @@ def read_manifest(folder: Path) -> dict:
     m = read_trusted_json(folder / MANIFEST, "prebuilt kernel manifest", _owners())
     if not isinstance(m, dict) or m.get("format") != MANIFEST_FORMAT or not isinstance(m.get("libraries"), list):
         raise ValueError(f"{folder / MANIFEST} is not a ctbench prebuilt kernel manifest")
+    # Shapes checked here so that a damaged manifest is a reason to skip the prebuilt kernels, never a TypeError.
+    sources = m.get("sources", {})
+    if not isinstance(sources, dict) or not all(isinstance(v, str) for v in sources.values()):
+        raise ValueError(f"{folder / MANIFEST}: 'sources' must map each kernel source to its SHA-256, got "
+                         f"{type(sources).__name__}")
+    for i, e in enumerate(m["libraries"]):
+        if not isinstance(e, dict) or not all(isinstance(e.get(k), str) for k in ("family", "variant", "file")):
+            raise ValueError(f"{folder / MANIFEST}: libraries[{i}] must be an object with 'family', 'variant' and "
+                             "'file' strings")
     return m
 
 

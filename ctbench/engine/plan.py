@@ -73,8 +73,8 @@ def parse_bytes(value, name: str = "memory_budget") -> int | None:
         n = float(m.group(1)) * _UNITS[m.group(2).lower()]
     else:
         raise ValueError(f"{name} must be a number of bytes or a string like '64 MiB', got {value!r}")
-    if not math.isfinite(n) or n <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
+    if (isinstance(n, float) and not math.isfinite(n)) or not 0 < n < 2 ** 63:   # 10**400 bytes: no machine
+        raise ValueError(f"{name} must be a positive number of bytes below 2**63, got {value!r:.60}")
     return int(n)
 
 

@@ -172,20 +172,9 @@ class Trajectory:
 
     @classmethod
     def from_dict(cls, d: dict, device=None) -> "Trajectory":
-        if not isinstance(d, dict) or d.get("format") != "ctbench.trajectory":
-            raise ValueError("not a ctbench trajectory: expected a dict with format='ctbench.trajectory'")
-        dtype = getattr(torch, d.get("dtype", "float64"), None)
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"trajectory JSON has an invalid dtype {d.get('dtype')!r}")
-        tensors = {}
-        for f in _FIELDS:
-            if f not in d:
-                raise ValueError(f"trajectory JSON lacks the field {f!r}")
-            t = torch.tensor(d[f], dtype=torch.float64)
-            if t.ndim == 1 and t.numel() == 0:
-                t = t.reshape(0, 3)
-            tensors[f] = t.to(dtype=dtype, device=device)
-        return cls(**tensors, beam=d.get("beam", "cone"), ndim=int(d.get("ndim", 3)), meta=d.get("meta", {}))
+        """The trajectory a :meth:`to_dict` document describes; ValueError naming the field and what it must be
+        (nothing in the document can make this raise anything else)."""
+        return cls(**parse_document(d, device=device))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -194,24 +183,139 @@ class Trajectory:
     def from_json(cls, text: str, device=None) -> "Trajectory":
         try:
             d = json.loads(text)
-        except json.JSONDecodeError as e:
+        except RecursionError:
+            raise ValueError("trajectory JSON is malformed: nested too deeply") from None
+        except ValueError as e:          # JSONDecodeError, UnicodeDecodeError
             raise ValueError(f"trajectory JSON is malformed: {e}") from None
         return cls.from_dict(d, device=device)
 
-    def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+    def save(self, path: str | Path, *, overwrite: bool = True, force: bool = False, inputs=()) -> Path:
+        """Write the trajectory as JSON at ``path``, crash-safe and under the output policy
+        (:func:`ctbench.output_policy.write_file`): the old file or the new one is there whatever happens,
+        never a mixture; the temporary file is created exclusively (a planted link is never followed).
+
+        An existing file is replaced when ``overwrite`` (the default) and it is a JSON output of ctbench (a
+        trajectory, a report); anything else there only with ``force``; a folder or FIFO never.  ``inputs``:
+        paths the file may not be (the scan or config it was made from).
+        """
+        from ..output_policy import write_file
+
+        return write_file(path, self.to_json().encode(), inputs, overwrite=overwrite, force=force,
+                          what="trajectory file")
 
     @classmethod
     def load(cls, path: str | Path, device=None) -> "Trajectory":
-        return cls.from_json(Path(path).read_text(), device=device)
+        """Read a trajectory JSON file through the guarded opener (a regular file of at most
+        ``CTBENCH_READER_MAX_BYTES``, 64 MiB by default: a FIFO or device is refused without blocking);
+        every problem is an :class:`~ctbench.guarded_open.InputError` (a ValueError) naming the file.  A path
+        that a killed :meth:`save` left missing (between the two renames of a replace) is put back first."""
+        import os
+
+        from .. import guarded_open
+        from ..output_policy import recover_interrupted_replace
+
+        if not os.path.lexists(path):       # a save killed between the two renames of a replace: put it back
+            recover_interrupted_replace(path)
+        raw = guarded_open.read_bytes(path)
+        try:
+            return cls.from_json(raw.decode("utf-8"), device=device)
+        except UnicodeDecodeError as e:
+            raise guarded_open.InputError(path, f"is not a trajectory JSON file (not UTF-8 text: {e})") from None
+        except (ValueError, TypeError) as e:
+            raise guarded_open.InputError(path, str(e)) from None
 
     def __repr__(self) -> str:
         kind = self.meta.get("kind", "custom")
         return (f"Trajectory({kind}, beam={self.beam!r}, ndim={self.ndim}, n_views={self.n_views}, "
                 f"dtype={self.dtype}, device={self.device})")
+
+
+# ------------------------------------------------------------- reading
+def _is_number(x) -> bool:
+    return type(x) in (int, float)          # JSON numbers only: not bool, not str
+
+
+def _json_type(x) -> str:
+    """What a JSON value is, in JSON's words (null, true/false, a number, a string, an array, an object)."""
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "true/false"
+    return {int: "a number", float: "a number", str: "a string", list: "an array", tuple: "an array",
+            dict: "an object"}.get(type(x), type(x).__name__)
+
+
+def _vectors(value, name: str) -> list:
+    """A JSON field of per-view 3-vectors, checked to be a list of [x, y, z] numbers (first bad view named)."""
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"trajectory JSON field {name!r} must be a list of [x, y, z] per view, got "
+                         f"{_json_type(value)}")
+    for i, row in enumerate(value):
+        if not (isinstance(row, (list, tuple)) and len(row) == 3 and all(_is_number(c) for c in row)):
+            raise ValueError(f"trajectory JSON field {name!r}: view {i} must be [x, y, z] (three numbers), got "
+                             f"{json.dumps(row)[:80] if _jsonable_row(row) else _json_type(row)}")
+    return value
+
+
+def _jsonable_row(row) -> bool:
+    try:
+        json.dumps(row)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def parse_document(d, device=None) -> dict:
+    """The keyword arguments of :class:`Trajectory` from a trajectory JSON document, every field checked:
+    ``format``, ``version`` 1, ``beam``, ``ndim`` (2 or 3), ``dtype`` (float32 or float64), the four per-view
+    fields (lists of [x, y, z] numbers, one per view, the same number of views, finite in ``dtype``) and
+    ``meta`` (an object; its ``angles``, when present, one finite number per view).  ValueError otherwise."""
+    if not isinstance(d, dict) or d.get("format") != "ctbench.trajectory":
+        raise ValueError("not a ctbench trajectory: expected a JSON object with \"format\": \"ctbench.trajectory\"")
+    version = d.get("version", 1)
+    if type(version) is not int or version != 1:
+        raise ValueError(f"trajectory JSON field 'version' must be 1, got {version!r:.40}")
+    dtype_name = d.get("dtype", "float64")
+    names = {str(t).replace("torch.", ""): t for t in GEOMETRY_DTYPES}
+    if not isinstance(dtype_name, str) or dtype_name not in names:
+        raise ValueError(f"trajectory JSON field 'dtype' must be one of {sorted(names)} (the kernels compute in "
+                         f"these), got {dtype_name!r:.40}")
+    beam = d.get("beam", "cone")
+    if not isinstance(beam, str) or beam not in BEAMS:
+        raise ValueError(f"trajectory JSON field 'beam' must be one of {BEAMS}, got {beam!r:.40}")
+    ndim = d.get("ndim", 3)
+    if type(ndim) is not int or ndim not in (2, 3):
+        raise ValueError(f"trajectory JSON field 'ndim' must be 2 or 3, got {ndim!r:.40}")
+    meta = d.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"trajectory JSON field 'meta' must be an object, got {_json_type(meta)}")
+    dtype = names[dtype_name]
+    tensors = {}
+    n = None
+    for f in _FIELDS:
+        if f not in d:
+            raise ValueError(f"trajectory JSON lacks the field {f!r}")
+        rows = _vectors(d[f], f)
+        if n is None:
+            n = len(rows)
+        elif len(rows) != n:
+            raise ValueError(f"trajectory JSON field {f!r} has {len(rows)} views but 'source' has {n}")
+        try:
+            t = torch.tensor(rows, dtype=torch.float64).reshape(len(rows), 3).to(dtype=dtype)
+        except (OverflowError, RuntimeError):      # an integer of hundreds of digits
+            raise ValueError(f"trajectory JSON field {f!r} holds numbers beyond the range of float64") from None
+        bad = (~torch.isfinite(t)).any(dim=1)
+        if bad.any():
+            why = "NaN or infinite" if dtype == torch.float64 else "NaN, infinite or beyond float32's range"
+            raise ValueError(f"trajectory JSON field {f!r} holds values that are {why} at views {_views(bad)}")
+        tensors[f] = t.to(device=device)
+    angles = meta.get("angles")
+    if angles is not None and not (isinstance(angles, (list, tuple)) and len(angles) == n
+                                   and all(_is_number(a) and abs(a) < 1e300 and math.isfinite(a) for a in angles)):
+        raise ValueError(f"trajectory JSON field 'meta.angles' must be {n} finite numbers (one per view)")
+    if "kind" in meta and not isinstance(meta["kind"], str):
+        raise ValueError(f"trajectory JSON field 'meta.kind' must be a string, got {_json_type(meta['kind'])}")
+    return {**tensors, "beam": beam, "ndim": ndim, "meta": meta}
 
 
 # ------------------------------------------------------------- validation
@@ -317,8 +421,9 @@ def load_trajectory(path: str | Path, device=None) -> Trajectory:
     return Trajectory.load(path, device=device)
 
 
-def save_trajectory(trajectory: Trajectory, path: str | Path) -> None:
-    trajectory.save(path)
+def save_trajectory(trajectory: Trajectory, path: str | Path, **options) -> Path:
+    """:meth:`Trajectory.save` (``overwrite``, ``force``, ``inputs``)."""
+    return trajectory.save(path, **options)
 
 
 # diffct's tuple form lives beside the class (with to_diffct), so that convert.py (anything -> a

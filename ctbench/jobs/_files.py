@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from pathlib import Path
 
-from ..atomic_files import durable, fsync_dir
+from ..atomic_files import atomic_write_bytes
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    """Write JSON beside ``path`` and rename it into place: readers see the old or the new file, never half."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            if durable():
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):   # a full disk: no half-written sibling stays behind
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+def write_json_atomic(path: Path, obj, mode: int = 0o666) -> None:
+    """Write JSON beside ``path`` and rename it into place: readers see the old or the new file, never half.
+
+    The temporary sibling is created exclusively (:func:`ctbench.atomic_files.atomic_write_bytes`: a planted
+    link is never written through) and removed on any failure (a full disk); the bytes and the rename are
+    flushed (``CTBENCH_FSYNC``)."""
+    atomic_write_bytes(Path(path), json.dumps(obj, indent=1).encode(), fsync=True, suffix=".tmp", mode=mode)

@@ -43,23 +43,24 @@ def default_state_dir() -> Path:
 
 def read_or_create_token(state_dir: Path) -> str:
     """The bridge token from ``state_dir/token``, created (mode 0600, user-only) if missing."""
+    from ..atomic_files import create_exclusive, write_all
+    from ..guarded_open import read_bytes
+
     path = Path(state_dir) / "token"
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
+    if os.path.lexists(path):
+        return read_bytes(path, limit=4096).decode("ascii", "replace").strip()   # never blocks on a FIFO
     token = secrets.token_urlsafe(32)
-    tmp = path.with_name(f"token.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    fd, tmp = create_exclusive(path.parent, "token.", ".tmp", 0o600)   # no planted link is written through
     try:
-        os.link(tmp, path)   # fails if another process created the token meanwhile: keep theirs
-    except FileExistsError:
-        pass
+        with os.fdopen(fd, "wb") as f:
+            write_all(f.fileno(), (token + "\n").encode())
+        try:
+            os.link(tmp, path)   # fails if another process created the token meanwhile: keep theirs
+        except FileExistsError:
+            pass
     finally:
         tmp.unlink()
-    return path.read_text().strip()
+    return read_bytes(path, limit=4096).decode("ascii", "replace").strip()
 
 
 class PathError(ValueError):

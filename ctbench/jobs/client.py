@@ -148,40 +148,57 @@ class BridgeClient:
 
     def fetch(self, job_id: str, dest: str | Path) -> Path:
         """Download a succeeded job's result dataset to ``dest`` (a new ``.zarr`` folder)."""
+        from ..output_policy import check_output, remove_path, replace_into_place, staging_path
+
         dest = Path(dest)
-        if dest.exists():
+        if os.path.lexists(dest):
             raise FileExistsError(f"{dest} exists; choose another destination")
-        tmp = dest.with_name(dest.name + ".tmp-fetch")
-        if tmp.exists():
-            import shutil
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-        with self._http.stream("GET", f"/jobs/{job_id}/result", timeout=None) as r:
-            if r.status_code >= 400:
-                r.read()
-                raise BridgeError(r.status_code, r.text)
-            with tarfile.open(fileobj=_Reader(r.iter_bytes()), mode="r|") as tf:
-                tf.extractall(tmp, filter="data")   # refuses absolute paths, '..' and links out
-        (tmp / "result.zarr").rename(dest)
-        tmp.rmdir()
+        check_output(dest, what="fetch destination")       # removes what a killed fetch of dest left
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = staging_path(dest)
+        os.mkdir(tmp, 0o700)          # a new folder (never through a planted link), removed on every failure
+        try:
+            with self._http.stream("GET", f"/jobs/{job_id}/result", timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise BridgeError(r.status_code, r.text)
+                with tarfile.open(fileobj=_Reader(r.iter_bytes()), mode="r|") as tf:
+                    tf.extractall(tmp, filter="data")   # refuses absolute paths, '..' and links out
+            # never over something that appeared at dest meanwhile: that is swapped back and refused
+            replace_into_place(tmp / "result.zarr", dest, may_replace=lambda old: False)
+        finally:
+            remove_path(tmp)
         return dest
 
     # ------------------------------------------------------------------ data
     def upload_file(self, local: str | Path, remote: str, chunk: int = 8 << 20) -> dict:
         """Send a file in chunks to ``remote`` (relative to the bridge's data directory)."""
+        from ..guarded_open import open_regular
+
         local = Path(local)
-        size = local.stat().st_size
         out = None
-        with open(local, "rb") as f:
-            offset = 0
-            while True:
-                data = f.read(chunk)
-                final = offset + len(data) >= size
-                out = self._call("PUT", f"/data/{remote}", params={"offset": offset, "final": final},
-                                 content=data).json()
-                offset += len(data)
-                if final:
-                    return out
+        offset = 0
+        with open_regular(local) as f:       # a FIFO or device is refused, never read
+            size = os.fstat(f.fileno()).st_size
+            try:
+                while True:
+                    data = f.read(chunk)
+                    final = offset + len(data) >= size
+                    out = self._call("PUT", f"/data/{remote}", params={"offset": offset, "final": final},
+                                     content=data).json()
+                    offset += len(data)
+                    if final:
+                        return out
+            except BaseException:
+                if offset:     # earlier chunks sit in REMOTE.part on the bridge: the failed upload leaves nothing
+                    self._discard_part(remote)
+                raise
+
+    def _discard_part(self, remote: str) -> None:
+        try:
+            self._call("DELETE", f"/data/{remote}.part")
+        except (BridgeError, httpx.HTTPError):
+            pass      # the bridge removes the part itself on the failures it sees
 
     def upload_dataset(self, local: str | Path, remote: str, chunk: int = 8 << 20) -> str:
         """Send a dataset folder (every file) to ``remote``; returns the path to submit jobs with."""
@@ -209,10 +226,11 @@ class BridgeClient:
                     rel = Path(f["path"]).relative_to(base)
                     self.download(f["path"], dest / rel)
                 return dest
+        from ..atomic_files import atomic_write_bytes
+
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".part")
-        tmp.write_bytes(r.content)
-        tmp.rename(dest)
+        # a new temporary sibling created exclusively (no planted link followed), removed on failure
+        atomic_write_bytes(dest, r.content, fsync=True, suffix=".part", mode=0o666)
         return dest
 
 

@@ -228,6 +228,8 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
         """Write one chunk of a file at ``offset`` (chunks of one file go to ``PATH.part`` until ``final``)."""
         target = data_path(path)
         if target.is_dir():
+            if offset:      # the upload as a whole failed: drop what its earlier chunks left
+                discard_part(bridge.data_dir, path)
             raise HTTPException(409, f"{path} is a directory")
         if target == bridge.data_dir.resolve():
             raise HTTPException(409, "give a file path under the data directory")
@@ -239,20 +241,25 @@ def create_app(bridge: Bridge, *, manage: bool = True) -> FastAPI:
             raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
         # The body is read before anything is created, so a refused upload writes nothing.
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if offset + len(body) > limit:
-                if offset:
-                    discard_part(bridge.data_dir, path)
-                raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
+        try:
+            async for chunk in request.stream():
+                body += chunk
+                if offset + len(body) > limit:
+                    raise HTTPException(413, f"upload exceeds the bridge's limit of {limit} bytes")
+        except BaseException:      # too large, or the client went away mid-chunk: the upload as a whole failed
+            if offset:
+                discard_part(bridge.data_dir, path)
+            raise
         try:
             # Descriptor-relative, O_NOFOLLOW|O_EXCL: a planted PATH.part link cannot redirect the write.
             write_chunk(bridge.data_dir, path, offset, bytes(body), final)
         except DataPathError as e:
-            raise HTTPException(409, f"cannot write {path}: {e}") from None
-        except OSError as e:   # a file where a folder is needed, a full disk, ...
-            if disk_full(e):   # the whole upload failed: no PATH.part stays behind
+            if offset:            # a chunk that does not continue the part: the upload failed, drop what it left
                 discard_part(bridge.data_dir, path)
+            raise HTTPException(409, f"cannot write {path}: {e}") from None
+        except OSError as e:   # a file where a folder is needed, a full disk, ...: no PATH.part stays behind
+            discard_part(bridge.data_dir, path)
+            if disk_full(e):
                 raise _full_error(f"upload of {path}", e) from None
             raise HTTPException(409, f"cannot write {path}: {e.strerror or e}") from None
         size = offset + len(body)

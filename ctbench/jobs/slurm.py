@@ -10,13 +10,13 @@ events and result land in the job directory as for a bridge job.
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from ..atomic_files import atomic_write_bytes
 from ._files import write_json_atomic
 from .spec import JobSpec
 
@@ -71,10 +71,7 @@ def prepare_job(spec: JobSpec, job_dir: Path, **render) -> Path:
     spec = spec.model_copy(update={"dataset": str(ds), "output": spec.output and str(Path(spec.output).resolve())})
     write_json_atomic(job_dir / "spec.json", spec.model_dump(mode="json"))
     script = job_dir / "job.sbatch"
-    tmp = job_dir / "job.sbatch.tmp"
-    tmp.write_text(render_sbatch(job_dir, **render))
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, script)
+    atomic_write_bytes(script, render_sbatch(job_dir, **render).encode(), suffix=".tmp", mode=0o755)
     return script
 
 

@@ -203,40 +203,72 @@ class Job:
     def write_result(self, volume: torch.Tensor, meta: dict) -> Path:
         """The result as a ctbench dataset; every rank that owns a slab writes its planes.
 
-        Written aside (``NAME.tmp-write``) and exchanged into place; a failure (a full disk) removes the
-        aside copy, and a folder found at the output path is replaced only if it is this job's own result
-        (the bridge reserved the path at submit; anything else there was put by someone else).
+        Written aside into a new hidden sibling ``.NAME.new-PID-RANDOM`` (created by rank 0 with ``mkdir``,
+        which never follows a planted link, its name sent to the other ranks) and exchanged into place.  Every
+        failure (a full disk, a cancel, an error on any rank) removes the aside copy; one a killed worker left
+        is removed by the next write of that output (:func:`ctbench.output_policy.recover_interrupted_replace`).
+        A folder found at the output path is replaced only if it is this job's own result (the bridge reserved
+        the path at submit; anything else there was put by someone else).
         """
         from ..workbench.dataset import swap_into_place
 
         out = self.output_path()
-        tmp = out.with_name(out.name + ".tmp-write")
-        error = None
-        try:
-            self._write_aside(tmp, volume, meta)
-        except Exception as e:  # noqa: BLE001 - every rank learns of it below
-            error = e
-        failed = torch.tensor([1 if error is not None else 0], dtype=torch.int32, device=self.device)
-        if dist.is_initialized() and self.world > 1:
-            dist.all_reduce(failed)
-        if failed.item():
-            if self.rank == 0:
-                shutil.rmtree(tmp, ignore_errors=True)   # nothing half-written stays behind
-            raise error if error is not None else RuntimeError("writing the result failed on another rank")
+        tmp = self._staging_folder(out)
         placed: list[BaseException] = []
+        try:
+            error = None
+            try:
+                self._write_aside(tmp, volume, meta)
+            except Exception as e:  # noqa: BLE001 - every rank learns of it below
+                error = e
+            failed = torch.tensor([1 if error is not None else 0], dtype=torch.int32, device=self.device)
+            if dist.is_initialized() and self.world > 1:
+                dist.all_reduce(failed)
+            if failed.item():
+                raise error if error is not None else RuntimeError("writing the result failed on another rank")
+            if self.rank == 0:
+                try:
+                    job_id = self.dir.name
+                    # An earlier result stays whole until this one is; a foreign folder is swapped back untouched.
+                    swap_into_place(tmp, out, may_replace=lambda old: _result_of(old, job_id))
+                except Exception as e:  # noqa: BLE001 - every rank learns of it (no rank left at a barrier)
+                    placed.append(e)
+            self._agree(placed)
+            if placed:
+                raise placed[0]
+        finally:
+            if self.rank == 0 and os.path.lexists(tmp):   # not swapped in: nothing half-written stays behind
+                shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+    def _staging_folder(self, out: Path) -> Path:
+        """The aside folder of this job's result, made by rank 0 and named to every rank."""
+        from ..output_policy import recover_interrupted_replace, staging_path
+
+        name = [None]
+        error = None
         if self.rank == 0:
             try:
                 out.parent.mkdir(parents=True, exist_ok=True)
-                job_id = self.dir.name
-                # An earlier result stays whole until this one is; a foreign folder is swapped back untouched.
-                swap_into_place(tmp, out, may_replace=lambda old: _result_of(old, job_id))
-            except Exception as e:  # noqa: BLE001 - every rank learns of it (no rank left at a barrier)
-                shutil.rmtree(tmp, ignore_errors=True)
-                placed.append(e)
-        self._agree(placed)
-        if placed:
-            raise placed[0]
-        return out
+                recover_interrupted_replace(out)      # what a killed worker of this output left behind
+                for _ in range(16):
+                    tmp = staging_path(out)
+                    try:
+                        os.mkdir(tmp, 0o700)          # exclusive: an existing name or a planted link is not used
+                    except FileExistsError:
+                        continue
+                    name[0] = str(tmp)
+                    break
+                else:
+                    raise FileExistsError(f"could not create a staging folder beside {out}")
+            except Exception as e:  # noqa: BLE001 - every rank learns of it below
+                error = e
+        if dist.is_initialized() and self.world > 1:
+            dist.broadcast_object_list(name, src=0)
+        if name[0] is None:
+            raise error if error is not None else RuntimeError(f"rank 0 could not create the result's staging "
+                                                               f"folder beside {out}")
+        return Path(name[0])
 
     def _write_aside(self, tmp: Path, volume: torch.Tensor, meta: dict) -> None:
         """Fill ``tmp`` in three phases (rank 0 creates, the owners write, rank 0 finishes); every rank meets
@@ -260,9 +292,7 @@ class Job:
         manifest = {}
 
         def create():
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+            group = zarr.open_group(str(tmp), mode="w", zarr_format=3)   # the fresh folder _staging_folder made
             # One chunk per plane: ranks write disjoint chunks, so slabs never race.
             chunks = shape if len(shape) == 2 else (1, *shape[1:])
             _, manifest["volume"] = create_array(group, "volume", shape, str(volume.dtype).replace("torch.", ""),

@@ -79,7 +79,10 @@ def register_calibrate(subparsers) -> None:
     p = subparsers.add_parser("calibrate", help="calibrate a scan's geometry from its own data "
                                                 "(the recon config's calibrate section; docs/CALIBRATION.md)")
     p.add_argument("config", help="recon config (JSON) with an optional calibrate section")
-    p.add_argument("--overwrite", action="store_true", help="replace existing trajectory and report files")
+    p.add_argument("--overwrite", action="store_true", help="replace existing trajectory and report files that "
+                                                            "ctbench wrote")
+    p.add_argument("--force", action="store_true", help="replace them even if ctbench did not write them (never an "
+                                                        "input)")
     p.set_defaults(func=_calibrate_cli)
 
 
@@ -88,10 +91,10 @@ def _calibrate_cli(args) -> int:
         cfg = load_config(args.config)
         if cfg.calibrate is None:
             cfg.calibrate = CalibrateConfig()
-        if args.overwrite:
-            cfg.calibrate.overwrite = True
+        cfg.calibrate.overwrite = cfg.calibrate.overwrite or args.overwrite or args.force
+        cfg.calibrate.force = cfg.calibrate.force or args.force
         report = run_calibrate(cfg, config_path=Path(args.config), log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as e:
+    except (ValueError, TypeError, OSError, RecursionError, MemoryError) as e:   # as ctbench recon: rc 2, one line
         print(f"ctbench calibrate: {e}", file=sys.stderr)
         return 2
     # the scan's orientation/centre doubts, as ctbench recon gives them: a calibration of a mirrored or

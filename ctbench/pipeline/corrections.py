@@ -11,10 +11,19 @@ docs/CORRECTIONS.md describes the keys.
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Upper bounds of the keys (issue 47): beyond them a key asks for an allocation or a run time out of all
+# proportion (zingers.size 10^5: a 9 GiB mask; phase.pad 10^6: 29 TiB), never for a better correction.
+# The library functions bound the same values against the data's own sizes.
+MAX_ZINGER_SIZE = 31
+MAX_SORTING_SIZE = 1001
+MAX_PHASE_PAD = 16384
+MAX_WEDGE_STEPS = 1000
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class _Model(BaseModel):
@@ -25,19 +34,20 @@ class ZingerConfig(_Model):
     """Outliers: values further than ``threshold`` from their ``size x size`` median (transmission units)."""
 
     threshold: float = Field(..., gt=0, allow_inf_nan=False)
-    size: int = Field(3, ge=3)
+    size: int = Field(3, ge=3, le=MAX_ZINGER_SIZE, strict=True)
     sign: Literal["bright", "dark", "both"] = "bright"      # as seen in transmission: gamma hits are bright
 
 
 class SortingRings(_Model):
     method: Literal["sorting"]
-    size: int = Field(21, ge=3, description="median width across columns of the sorted sinogram")
+    size: int = Field(21, ge=3, le=MAX_SORTING_SIZE, strict=True,
+                      description="median width across columns of the sorted sinogram (at most the detector width)")
 
 
 class WaveletRings(_Model):
     method: Literal["wavelet"]
-    level: int = Field(3, ge=1, le=12)
-    sigma: float = Field(1.0, gt=0, allow_inf_nan=False)
+    level: int = Field(3, ge=1, le=12, strict=True)
+    sigma: float = Field(1.0, gt=0, le=1e6, allow_inf_nan=False)
     wavelet: str = "db5"
 
     @field_validator("wavelet")
@@ -52,28 +62,30 @@ class PaganinConfig(_Model):
     """Single-material phase retrieval (parallel beam; for a cone beam give the object-plane values)."""
 
     method: Literal["paganin"] = "paganin"
-    delta_beta: float = Field(..., gt=0, allow_inf_nan=False)
-    energy_kev: float = Field(..., gt=0, allow_inf_nan=False)
-    distance_mm: float = Field(..., gt=0, allow_inf_nan=False)
+    # Physical ranges, wide: delta/beta of light elements to heavy ones, soft X-rays to gamma, a film's
+    # distance to a beamline's; a 1e300 value overflows the filter and gave NaN images.
+    delta_beta: float = Field(..., gt=0, le=1e8, allow_inf_nan=False)
+    energy_kev: float = Field(..., ge=0.1, le=1e4, allow_inf_nan=False)
+    distance_mm: float = Field(..., gt=0, le=1e6, allow_inf_nan=False)
     pixel_size_mm: Optional[tuple[float, float]] = None      # (du, dv); null = the detector pitch after binning
-    pad: Optional[int] = Field(None, ge=0)
+    pad: Optional[int] = Field(None, ge=0, le=MAX_PHASE_PAD, strict=True)
 
     @field_validator("pixel_size_mm")
     @classmethod
     def _pitch(cls, v):
-        if v is not None and not all(np.isfinite(x) and x > 0 for x in v):
-            raise ValueError("pixel_size_mm must be two finite numbers > 0 (du, dv)")
+        if v is not None and not all(np.isfinite(x) and 1e-9 <= x <= 1e3 for x in v):
+            raise ValueError("pixel_size_mm must be two finite numbers in [1e-9, 1000] mm (du, dv)")
         return v
 
 
 class HardeningConfig(_Model):
     """Beam-hardening linearisation: given ``coefficients`` [c1, c2, ...] or a step wedge to fit them from."""
 
-    coefficients: Optional[list[float]] = None
-    wedge_thickness_mm: Optional[list[float]] = None
-    wedge_line_integrals: Optional[list[float]] = None
-    degree: int = Field(3, ge=1, le=8)
-    mu: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    coefficients: Optional[list[Finite]] = Field(None, max_length=8)
+    wedge_thickness_mm: Optional[list[Finite]] = Field(None, max_length=MAX_WEDGE_STEPS)
+    wedge_line_integrals: Optional[list[Finite]] = Field(None, max_length=MAX_WEDGE_STEPS)
+    degree: int = Field(3, ge=1, le=8, strict=True)
+    mu: Optional[float] = Field(None, gt=0, le=1e6, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -82,9 +94,12 @@ class HardeningConfig(_Model):
             raise ValueError("give either coefficients or wedge_thickness_mm with wedge_line_integrals")
         if wedge and (self.wedge_thickness_mm is None or self.wedge_line_integrals is None):
             raise ValueError("a step wedge needs both wedge_thickness_mm and wedge_line_integrals")
-        if self.coefficients is not None and (not self.coefficients
-                                              or not all(np.isfinite(c) for c in self.coefficients)):
-            raise ValueError("coefficients must be a non-empty list of finite numbers [c1, c2, ...]")
+        if self.coefficients is not None:
+            from ..preprocessing.hardening import _coefficients
+            _coefficients(self.coefficients)        # non-empty, finite, c1 > 0 (all zero refused)
+        if wedge:
+            # the wedge is fitted (and refused with its reason) here, when the config is read, not mid-run
+            self.resolved()
         return self
 
     def resolved(self) -> list[float]:

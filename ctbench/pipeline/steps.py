@@ -163,8 +163,10 @@ def find_offset(prep: Prepared, angles, sid: float, sdd: float, offset_v_mm: flo
 
 
 def recon_inputs(cfg: ReconConfig) -> list[str]:
-    """Every path a recon reads: the output may not be, contain or lie inside any of them."""
-    return [p for p in (cfg.input.path, cfg.input.flats, cfg.input.darks) if p]
+    """Every path a recon reads or its config names as a user's file (the scan, its flats and darks, the
+    calibrated trajectory, the calibration's known object): the output may not be, contain or lie inside any."""
+    known = cfg.calibrate.known_object if cfg.calibrate is not None else None
+    return [p for p in (cfg.input.path, cfg.input.flats, cfg.input.darks, cfg.geometry.trajectory, known) if p]
 
 
 def oriented_scan(cfg: ReconConfig, say):

@@ -44,6 +44,25 @@ def positive_number(x, name: str, *, allow_zero: bool = False) -> float:
 
 def int_at_least(x, name: str, lo: int = 3) -> int:
     """``x`` as an integer >= ``lo`` (filter widths, levels)."""
-    if isinstance(x, bool) or not isinstance(x, (int, np.integer, float)) or int(x) != x or int(x) < lo:
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer, float, np.floating)) \
+            or (isinstance(x, (float, np.floating)) and not math.isfinite(x)) or int(x) != x or int(x) < lo:
         raise ValueError(f"{name} must be an integer >= {lo} (pixels), got {x!r}")
     return int(x)
+
+
+def int_in_range(x, name: str, lo: int, hi: int, unit: str = "pixels") -> int:
+    """``x`` as an integer in ``[lo, hi]``: the bound keeps a filter width or a pad from asking for an
+    allocation (or a run time) out of all proportion to the data."""
+    k = int_at_least(x, name, lo)
+    if k > hi:
+        raise ValueError(f"{name} must be at most {hi} ({unit}), got {x!r}")
+    return k
+
+
+def finite_result(out: np.ndarray, what: str, hint: str) -> np.ndarray:
+    """``out`` if every value is finite; else the ValueError of the function that made it (never NaN returned)."""
+    bad = ~np.isfinite(out)
+    if bad.any():
+        raise ValueError(f"{what} came out non-finite (NaN or infinite) in {int(bad.sum())} of {out.size} values: "
+                         f"{hint}")
+    return out

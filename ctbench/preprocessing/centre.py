@@ -34,7 +34,10 @@ circular cone-beam scan is an exact fan-beam scan.
 It refuses input that holds no centre (a constant or all-zero sinogram, a
 single view, NaN angles, a search range wider than the detector), fills
 non-finite pixels from their neighbours along the row (counted in the
-result), and reports a ``confidence`` in [0, 1] with every answer: the
+result) as long as they are isolated damage: more than
+``MAX_NONFINITE_FRACTION`` (10%) of the mid-plane pixels, or more than half of
+one view's, are refused (a centre read off interpolated values is a number
+made up, not found), and reports a ``confidence`` in [0, 1] with every answer: the
 agreement of two independent estimates, the conjugate-ray offsets of the
 even and of the odd views (``split_px`` apart):
 ``confidence = 1 / (1 + (split_px / 0.5 px)**2)``.  Data with a centre give
@@ -151,12 +154,25 @@ def _check(sino, angles, pitch, sid, sdd):
     return s, a
 
 
+MAX_NONFINITE_FRACTION = 0.1
+
+
 def _fill_rows(s: np.ndarray) -> tuple[np.ndarray, int]:
     """Non-finite sinogram pixels replaced by linear interpolation along their view's row; how many."""
     bad = ~np.isfinite(s)
     n = int(bad.sum())
     if not n:
         return s, 0
+    if n > MAX_NONFINITE_FRACTION * s.size:
+        raise ValueError(f"{n} of the {s.size} mid-plane sinogram values ({100 * n / s.size:.3g}%) are NaN or "
+                         f"infinite, more than the {100 * MAX_NONFINITE_FRACTION:g}% the centre finder fills from "
+                         "their neighbours: correct the data (flats, darks, dead pixels) or crop the damaged part")
+    per_view = bad.sum(axis=1)
+    worst = int(np.argmax(per_view))
+    if 2 * per_view[worst] > s.shape[1]:
+        raise ValueError(f"view {worst} of the mid-plane sinogram has {int(per_view[worst])} of its {s.shape[1]} "
+                         "values NaN or infinite (more than half); drop the view or correct it before finding the "
+                         "centre")
     s = s.copy()
     cols = np.arange(s.shape[1])
     for k in np.flatnonzero(bad.any(axis=1)):

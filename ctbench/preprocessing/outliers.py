@@ -16,7 +16,11 @@ from typing import Literal
 
 import numpy as np
 
-from ._arrays import finite_stack, int_at_least, positive_number
+from ._arrays import finite_stack, int_in_range, positive_number
+
+# A zinger is one pixel; a median window wider than this is no longer an outlier filter, and its footprint
+# (size x size per pixel) grows quadratically: size 10^5 asked for a 9 GiB mask.
+MAX_SIZE = 31
 
 
 @dataclass
@@ -49,13 +53,13 @@ def remove_outliers(images, threshold: float, size: int = 3, *, sign: Literal["b
     ``size x size`` neighbourhood in the same view by more than
     ``threshold``; ``sign`` restricts that to values above ("bright": zingers
     in counts or transmission) or below ("dark": zingers in line integrals)
-    the median.  Non-finite input is refused.
+    the median.  ``size`` is at most ``MAX_SIZE`` (31).  Non-finite input is refused.
     """
     from scipy.ndimage import median_filter
 
     p = finite_stack(images, "images")
     thr = positive_number(threshold, "threshold")
-    k = int_at_least(size, "size", 3)
+    k = int_in_range(size, "size", 3, MAX_SIZE)
     if sign not in ("both", "bright", "dark"):
         raise ValueError(f"sign must be 'both', 'bright' or 'dark', got {sign!r}")
     one = p.ndim == 2

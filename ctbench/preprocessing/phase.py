@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._arrays import finite_stack, int_at_least, positive_number
+from ._arrays import finite_result, finite_stack, int_in_range, positive_number
 
 HC_KEV_MM = 12.398419843320026e-7         # h c in keV mm: lambda [mm] = HC_KEV_MM / E [keV]
 
@@ -40,7 +40,14 @@ def paganin_filter(shape, pixel_size_mm, *, delta_beta: float, energy_kev: float
         * positive_number(delta_beta, "delta_beta") / (4 * np.pi)
     kv = 2 * np.pi * np.fft.fftfreq(rows, d=dv)
     ku = 2 * np.pi * np.fft.fftfreq(cols, d=du)
-    return 1.0 + a * (kv[:, None] ** 2 + ku[None, :] ** 2)
+    with np.errstate(over="ignore", invalid="ignore"):
+        filt = 1.0 + a * (kv[:, None] ** 2 + ku[None, :] ** 2)
+    # 1e300-sized parameters overflow a (inf * 0 = NaN at k = 0): refused here, not returned as NaN images
+    if not (np.isfinite(a) and np.isfinite(filt).all()):
+        raise ValueError(f"the Paganin filter overflows for distance_mm={distance_mm!r}, energy_kev={energy_kev!r}, "
+                         f"delta_beta={delta_beta!r} and pixel_size_mm={pixel_size_mm!r}: "
+                         "distance x wavelength x delta/beta / pixel^2 must be a finite number")
+    return filt
 
 
 def _pitch(pixel_size_mm) -> tuple[float, float]:
@@ -73,7 +80,8 @@ def paganin(transmission, pixel_size_mm, *, delta_beta: float, energy_kev: float
     ``pixel_size_mm`` is a number or ``(du, dv)``; ``distance_mm`` the
     sample-to-detector distance; ``energy_kev`` the (mean) photon energy;
     ``pad`` the edge padding in pixels on each side (default: half the
-    image size, at least 8).  Transmission must be positive where it is
+    image size, at least 8; at most the larger image side, a wider pad only
+    allocates: ``pad=10**6`` asked for 29 TiB).  Transmission must be positive where it is
     measured; filtered values at or below ``min_transmission`` are clipped to
     it and counted in ``report``.
     """
@@ -87,7 +95,7 @@ def paganin(transmission, pixel_size_mm, *, delta_beta: float, energy_kev: float
     if pad is None:
         pr, pc = max(8, rows // 2), max(8, cols // 2)
     else:
-        pr = pc = int_at_least(pad, "pad", 0)
+        pr = pc = int_in_range(pad, "pad", 0, max(8, rows, cols), "pixels: at most the larger image side")
     filt = paganin_filter((rows + 2 * pr, cols + 2 * pc), pixel_size_mm, delta_beta=delta_beta,
                           energy_kev=energy_kev, distance_mm=distance_mm)
     floor = positive_number(min_transmission, "min_transmission")
@@ -100,4 +108,6 @@ def paganin(transmission, pixel_size_mm, *, delta_beta: float, energy_kev: float
             report.n_values += y.size
             report.n_clipped += int(low.sum())
         out[i] = -np.log(np.where(low, floor, y))
+    finite_result(out, "Paganin's retrieval", f"check delta_beta={delta_beta!r}, energy_kev={energy_kev!r}, "
+                                              f"distance_mm={distance_mm!r}, pixel_size_mm={pixel_size_mm!r}")
     return out[0] if one else out

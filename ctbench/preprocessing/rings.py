@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._arrays import int_at_least
+
 
 def remove_stripes(images, size: int = 9) -> np.ndarray:
     """Ring-filtered copy of ``(view, row, col)`` line integrals; ``size`` is the smoothing width (odd, >= 3,
@@ -26,15 +28,16 @@ def remove_stripes(images, size: int = 9) -> np.ndarray:
 
     from .correction import replace_nonfinite
 
-    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(size) or int(size) != size or size < 3:
-        raise ValueError(f"ring filter size must be an integer >= 3 (pixels), got {size!r}")
+    try:
+        int_at_least(size, "size", 3)
+    except ValueError:
+        raise ValueError(f"ring filter size must be an integer >= 3 (pixels), got {size!r:.60}") from None
     p = np.asarray(images, dtype=np.float32)
     if p.ndim != 3:
         raise ValueError(f"images must be (view, row, col), got shape {p.shape}")
     if size > max(3, p.shape[2]):      # a wider window is meaningless and would only allocate
         raise ValueError(f"ring filter size must be at most the detector width ({p.shape[2]} columns), "
-                         f"got {size!r}")
+                         f"got {size!r:.60}")
     bad = ~np.isfinite(p)
     work = p
     if bad.any():

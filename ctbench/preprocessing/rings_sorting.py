@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import finite_stack, int_at_least
+from ._arrays import finite_stack, int_in_range
 
 
 def remove_stripes_sorting(images, size: int = 21) -> np.ndarray:
@@ -21,12 +21,13 @@ def remove_stripes_sorting(images, size: int = 21) -> np.ndarray:
 
     ``size`` is the width (columns) of the median filter applied to the
     sorted sinogram: wider than the widest stripe, narrower than the object's
-    features along u.
+    features along u; at most the number of columns (a wider window only
+    allocates: ``size=10**9`` once asked for 7.5 GiB).
     """
     from scipy.ndimage import median_filter
 
     p = finite_stack(images, "images")
-    k = int_at_least(size, "size", 3)
+    k = int_in_range(size, "size", 3, max(3, p.shape[-1]), "pixels: at most the detector width")
     one = p.ndim == 2
     stack = p[:, None, :] if one else p
     order = np.argsort(stack, axis=0, kind="stable")            # per (row, col): views from low to high

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._arrays import finite_stack, int_at_least, positive_number
+from ._arrays import finite_result, finite_stack, int_in_range, positive_number
 from .wavelets import daubechies, dwt2, idwt2
 
 
@@ -33,7 +33,9 @@ def _damp_sinograms(s: np.ndarray, level: int, order: int, sigma: float) -> np.n
         x, d = dwt2(x, order)
         vert = np.fft.fft(d[0], axis=0)
         k = np.fft.fftfreq(vert.shape[0]) * vert.shape[0]        # view frequency in cycles per turn
-        vert *= (1.0 - np.exp(-k ** 2 / (2.0 * sigma ** 2)))[:, None, None]
+        # (k / sigma) first: sigma ** 2 underflows for sigma = 1e-200 (0/0 = NaN) and overflows for 1e200
+        with np.errstate(over="ignore"):      # (k / sigma)^2 = inf is the notch's limit, exp(-inf) = 0
+            vert *= (1.0 - np.exp(-0.5 * np.square(k / sigma)))[:, None, None]
         details.append((np.real(np.fft.ifft(vert, axis=0)), d[1], d[2]))
     for d in reversed(details):
         x = idwt2(x, d, order)
@@ -50,7 +52,7 @@ def remove_stripes_wavelet(images, level: int = 3, sigma: float = 1.0, wavelet: 
     ``"db12"``.
     """
     p = finite_stack(images, "images")
-    lev = int_at_least(level, "level", 1)
+    lev = int_in_range(level, "level", 1, 30, "wavelet levels")
     sig = positive_number(sigma, "sigma")
     if not isinstance(wavelet, str) or not wavelet.startswith("db") or not wavelet[2:].isdigit():
         raise ValueError(f"wavelet must be a Daubechies name 'db1' .. 'db12', got {wavelet!r}")
@@ -66,4 +68,5 @@ def remove_stripes_wavelet(images, level: int = 3, sigma: float = 1.0, wavelet: 
     block = max(1, int(2 ** 24 // max(1, n_views * n_cols)))     # rows per batch: ~128 MiB of float64 each
     for r in range(0, n_rows, block):
         out[:, r:r + block, :] = _damp_sinograms(stack[:, r:r + block, :], lev, order, sig)
+    finite_result(out, "remove_stripes_wavelet's result", f"level={lev}, sigma={sig!r}; use a sigma of order 1")
     return out[:, 0, :] if one else out
