@@ -9,13 +9,13 @@ volume file) makes it reproject that object instead of reconstructing.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ..atomic_files import atomic_write_bytes
+from ..json_report import dumps as strict_json
 from .calibrate_config import CalibrateConfig
 from ..io.scan import images_to_sinogram
 from .calibrate_known import read_known_object
@@ -73,6 +73,6 @@ def run_calibrate(cfg: ReconConfig, *, config_path=None, log=None, cancel=None) 
     report["trajectory"], report["report"] = str(traj_path), str(report_path)
     report["nominal_detector_offset_mm"] = [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v]
     atomic_write_bytes(traj_path, res.trajectory.to_json().encode())
-    atomic_write_bytes(report_path, json.dumps(report, indent=1).encode())
+    atomic_write_bytes(report_path, strict_json(report, indent=1).encode())   # NaN/inf as null + note
     say(f"wrote {traj_path} and {report_path}")
     return report
