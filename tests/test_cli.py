@@ -4,12 +4,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from ctbench.cli import main
 from ctbench.json_report import loads as strict_loads  # refuses NaN and Infinity
 from ctbench.workbench.dataset import load_dataset
 
 
+@pytest.mark.slow
 def test_demo_writes_zarr_png_and_reports_accuracy(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--size", "48", "--views", "90"]) == 0
     report = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])

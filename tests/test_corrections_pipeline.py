@@ -99,6 +99,7 @@ def test_a_wedge_that_cannot_be_fitted_is_a_clear_error_in_prepare():
         prepare(scan, pre)
 
 
+@pytest.mark.slow
 def test_recon_runs_with_every_correction_and_gives_a_finite_volume(tmp_path):
     spec = LabScanSpec()
     path = write_lab_scan(tmp_path / "lab", spec)

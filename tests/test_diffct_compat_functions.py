@@ -67,6 +67,7 @@ def _back_args(name, vshape):
 
 
 @pytest.mark.parametrize("name,geometry,vshape,args,pargs", FUNCTION_CASES, ids=[c[0] for c in FUNCTION_CASES])
+@pytest.mark.slow
 def test_function_classes_equal_the_projector_and_pass_gradcheck(name, geometry, vshape, args, pargs):
     fwd = getattr(ctbench, f"{name}ProjectorFunction")
     back = getattr(ctbench, f"{name}BackprojectorFunction")

@@ -14,6 +14,7 @@ def test_readme_has_python_examples():
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
+@pytest.mark.slow
 def test_readme_example_runs(index, capsys):
     namespace = {}
     exec(compile(BLOCKS[index], f"README.md[python block {index}]", "exec"), namespace)

@@ -72,8 +72,10 @@ def _installed(wheel_env, tmp_path, name: str, **extra) -> dict:
 
 
 def _jit(tmp_path, march: str) -> dict:
+    # this checkout's ctbench (on PYTHONPATH: an environment may not have it installed)
     r = _probe(sys.executable, tmp_path / f"jit-{march}.pt",
-               _env(CTBENCH_CPU_BUILD="native", CTBENCH_MARCH=march, CTBENCH_CACHE_DIR=str(tmp_path / "jit-cache")))
+               _env(CTBENCH_CPU_BUILD="native", CTBENCH_MARCH=march, CTBENCH_CACHE_DIR=str(tmp_path / "jit-cache"),
+                    PYTHONPATH=str(ROOT)))
     assert {v["source"] for v in r["loaded"].values()} == {"jit"}
     assert {v["variant"] for v in r["loaded"].values()} == {f"march={march}"}
     return r
