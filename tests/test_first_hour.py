@@ -424,3 +424,51 @@ def test_every_extra_named_in_a_message_installs_that_package():
     for extra in ("gui", "gui-qt6", "gui-pyside6"):
         assert _extra_names("gui-base", extras) <= _extra_names(extra, extras)
     assert _extra_names("io", extras) | _extra_names("jobs", extras) <= _extra_names("gui", extras)
+
+
+# ------------------------------------------------------------------------------------- a clean checkout
+def test_a_test_that_writes_into_the_checkout_is_named_and_fails_ci(tmp_path):
+    """tests/conftest.py compares git status before and after the session: a checkout with this conftest
+    and one test that rewrites a tracked file and leaves a new one."""
+    import shutil
+
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "conftest.py", repo / "tests" / "conftest.py")
+    (repo / "docs.png").write_text("old")
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    (repo / "tests" / "test_dirty.py").write_text(textwrap.dedent("""
+        from pathlib import Path
+        ROOT = Path(__file__).resolve().parents[1]
+        def test_rewrites_a_tracked_file():
+            (ROOT / "docs.png").write_text("new")
+            (ROOT / "left_behind.txt").write_text("x")
+    """))
+    run = lambda *a: subprocess.run([git, "-c", "user.email=t@example.org", "-c", "user.name=t", *a], cwd=repo,
+                                    check=True, capture_output=True)  # noqa: E731
+    run("init", "-q")
+    run("add", "-A")
+    run("commit", "-qm", "start")
+
+    def pytest_run(**env):
+        e = {k: v for k, v in os.environ.items() if k != "CTBENCH_TREE_MUST_STAY_CLEAN"} | env
+        e["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"   # the inner run needs none of napari's or Qt's plugins
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=repo,
+                              env=e, capture_output=True, text=True, timeout=300)
+
+    r = pytest_run()
+    assert r.returncode == 0 and "the tests changed the checkout" in r.stdout, r.stdout[-2000:]
+    assert "docs.png" in r.stdout and "left_behind.txt" in r.stdout
+    run("checkout", "docs.png")
+    (repo / "left_behind.txt").unlink()
+    r = pytest_run(CTBENCH_TREE_MUST_STAY_CLEAN="1")
+    assert r.returncode == 1 and "docs.png" in r.stdout, r.stdout[-2000:]
+    run("checkout", "docs.png")
+    (repo / "left_behind.txt").unlink()
+    (repo / "tests" / "test_dirty.py").write_text("def test_clean():\n    pass\n")
+    run("commit", "-qam", "clean test")
+    r = pytest_run(CTBENCH_TREE_MUST_STAY_CLEAN="1")
+    assert r.returncode == 0 and "changed the checkout" not in r.stdout, r.stdout[-2000:]
