@@ -58,7 +58,7 @@ def _cli(args) -> int:
         if updates:
             cfg.resources = cfg.resources.model_validate(cfg.resources.model_dump() | updates)
         sink = JsonLinesSink() if args.json else (None if args.quiet else TqdmSink())
-        progress = Progress(sink)
+        progress = Progress(sink, throttle_s=0.0 if args.json else 0.25)
         say = (lambda m: print(strict_json({"event": "log", "message": m}), flush=True)) if args.json else \
             (lambda m: print(m, file=sys.stderr))
         report = run_recon(cfg, log=say, progress=progress, return_volume=False)

@@ -90,7 +90,7 @@ class Stage:
 
     def _emit(self, force: bool = False, finished: bool = False, note: str = "") -> None:
         now = time.perf_counter()
-        if not force and now - self._last < THROTTLE_S:
+        if not force and now - self._last < self.progress.throttle_s:
             return
         self._last = now
         elapsed = now - self.t0
@@ -104,9 +104,10 @@ class Stage:
 class Progress:
     """Hands :class:`StageEvent` objects to ``sinks`` and carries the job's ``cancel``."""
 
-    def __init__(self, *sinks, cancel=None):
+    def __init__(self, *sinks, cancel=None, throttle_s: float = THROTTLE_S):
         self.sinks = [s for s in sinks if s is not None]
         self.cancel = cancel
+        self.throttle_s = throttle_s      # 0: an event for every advance (machine-read streams)
 
     def stage(self, name: str, total: int, unit: str, done: int = 0) -> Stage:
         return Stage(self, name, total, unit, done)

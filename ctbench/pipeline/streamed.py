@@ -43,7 +43,8 @@ import numpy as np
 
 from ..io.errors import ScanFileError
 from .bands import BandReader, ViewFrame, centre_rows
-from .budget import BudgetError, PipelinePlan, ScanShape, baseline_bytes, default_budget, parse_budget, plan_pipeline
+from .budget import (BudgetError, PipelinePlan, ScanShape, default_budget, parse_budget, plan_pipeline,
+                     planning_baseline)
 from .config import ReconConfig
 from .correct import Corrections, diff_counts, merge_counts
 from .progress import Progress
@@ -167,12 +168,12 @@ class StreamedRecon:
         align = max(16, 2 ** (len(level_shapes((D, H, W))) - 1))
         band = fdk.band_height if fdk is not None else (lambda z0, z1: rows)
         try:
-            plan = plan_pipeline(shape, self.budget, baseline_bytes(), band_rows=band, alignment=align,
+            plan = plan_pipeline(shape, self.budget, planning_baseline(), band_rows=band, alignment=align,
                                  iterative_bytes=iterative)
         except BudgetError:
             if iterative and self.request.algorithm == "cgls":
-                plan = plan_pipeline(shape, self.budget, baseline_bytes(), band_rows=band, alignment=align)
-                plan.peaks["solver"] = 0          # disk-backed CGLS plans its own windows
+                plan = plan_pipeline(shape, self.budget, planning_baseline(), band_rows=band, alignment=align)
+                plan.solver_from_disk = True      # disk-backed CGLS plans its own windows
                 self.say("CGLS does not fit in memory: it runs from disk stores (disk-backed CGLS)")
             else:
                 raise
@@ -186,7 +187,6 @@ class StreamedRecon:
     # ================================================================ the run
     def run(self) -> dict:
         self._setup()
-        plan = self._plan()
         cfg = self.cfg
         if cfg.output is not None:
             folder = run_folder_for(Path(cfg.output.path))
@@ -194,16 +194,28 @@ class StreamedRecon:
         else:
             temp = Path(tempfile.mkdtemp(prefix="ctbench-recon-"))
             folder = temp / "run"
+        fresh = not folder.exists()
         try:
             with RunFolder(folder, job_key(cfg), say=self.say) as run:
                 if run.resumed and "plan" in run.state:
-                    plan = PipelinePlan.from_json(run.state["plan"])
+                    plan = PipelinePlan.from_json(run.state["plan"])     # the same windows: the same bits
                     self.say(f"resuming the unfinished run in {folder}")
                 else:
+                    try:
+                        plan = self._plan()
+                    except BudgetError:
+                        if fresh:
+                            run.remove()
+                        raise
                     run.remember(plan=plan.to_json())
                 self.plan, self.run_folder = plan, run
                 self.say(plan.summary())
-                report = self._stages(run)
+                try:
+                    report = self._stages(run)
+                except BaseException:
+                    from ..storage.zarr_store import settle_pending_io
+                    settle_pending_io()       # chunk writes still in flight after one failed (a full disk)
+                    raise
             if cfg.output is not None:
                 run.remove()
         finally:
@@ -429,7 +441,7 @@ class StreamedRecon:
 
         from ..workbench.workflow import Progress as SolverProgress, reconstruct
         n, rows, cols = self.shape
-        if self.plan.peaks.get("solver", 1) == 0:
+        if self.plan.solver_from_disk:
             return self._disk_cgls(run, reader, geometry, path)
         sino = reader.sinogram(0, n, 0, rows)
         if geometry.is_2d:
