@@ -240,6 +240,38 @@ def test_recon_report_printed_is_strict_json(tmp_path, monkeypatch, capsys):
         assert "volume" not in doc and (doc.get("event") == "report") == bool(json_flag)
 
 
+@pytest.mark.slow
+def test_the_streamed_recon_writes_its_report_into_the_outputs_as_strict_json(tmp_path, monkeypatch):
+    """A real streamed recon of the bundled sample to OME-Zarr and TIFF, its report carrying a NaN residual
+    and an infinite split (what a diverging solver or a reading without pairs gives): the report stored in
+    the OME-Zarr's zarr.json and the TIFF's ctbench metadata is strict JSON, null with a note in their places."""
+    import tifffile
+    from ctbench.pipeline import parse_config, run_recon
+    from ctbench.pipeline import streamed
+
+    real = streamed.StreamedRecon._report
+
+    def with_non_finite(self, *a, **kw):
+        report = real(self, *a, **kw)
+        report["algorithm"] = dict(report["algorithm"], residuals=[1.0, math.nan])
+        report["centre"] = dict(report["centre"] or {}, split_px=math.inf)
+        return report
+
+    monkeypatch.setattr(streamed.StreamedRecon, "_report", with_non_finite)
+    for out in ("v.ome.zarr", "v.tif"):
+        rep = run_recon(parse_config({"input": {"sample": "lab_scan"}, "output": {"path": str(tmp_path / out)}}),
+                        return_volume=False)
+        assert math.isnan(rep["algorithm"]["residuals"][1])     # the Python report keeps its numbers
+        if out.endswith(".ome.zarr"):
+            doc = strict_loads((tmp_path / out / "zarr.json").read_text())["attributes"]["ctbench"]["recon"]
+            assert doc["centre"]["split_px"] is None and doc["centre"]["split_px_note"] == "not finite (Infinity)"
+            algo = doc["algorithm"]
+        else:
+            with tifffile.TiffFile(tmp_path / out) as tif:
+                algo = strict_loads(tif.imagej_metadata["ctbench"])["recon"]
+        assert algo["residuals"] == [1.0, None] and algo["residuals_note"] == "not finite at [1] (NaN)"
+
+
 def test_job_events_are_strict_json(tmp_path):
     from ctbench.jobs.events import EventWriter, read_events, to_workflow_event
 
