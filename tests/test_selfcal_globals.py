@@ -75,6 +75,7 @@ def test_pitch_yaw_and_sdd_recovered_with_a_known_object(scan):
         (abs(res.correlations["offset_v/pitch"]) > 0.9)
 
 
+@pytest.mark.slow
 def test_sdd_of_an_unknown_object_is_not_a_confident_wrong_value(scan):
     """With the object unknown a changed source-detector distance is mostly a changed magnification: the
     calibration must say it cannot tell (an earlier version returned -36 mm off with a 0.85 mm uncertainty),
@@ -114,6 +115,7 @@ def test_known_object_is_checked(scan):
         calibrate(P, y, ("offset_u",), known_object=object())
 
 
+@pytest.mark.slow
 def test_yaw_of_an_unknown_object_is_partly_recovered_on_a_wide_cone():
     """A detector yaw is only partly identifiable from an unknown object (about half its signature is a radial
     bulge of the object): on a wide cone (SID 300, SDD 600, 23 degree half cone) a 3 degree yaw comes back with

@@ -37,6 +37,7 @@ def test_offset_and_roll_recovered(drifting):
             assert 0 < row.uncertainty < 0.05 and row.identifiability > 0.5
 
 
+@pytest.mark.slow
 def test_per_view_shifts_recovered(drifting):
     P, ells, y, shifts, res = drifting
     both = torch.cat([shifts["shift_u"], shifts["shift_v"]])
