@@ -1,22 +1,32 @@
-# ctbench: two commands set up a fresh machine.
-#   make run    creates .venv, installs ctbench, runs the demo on bundled sample data
-#   make test   installs what the tests need (system packages too) and runs them
+# ctbench: a few commands set up a fresh machine.
+#   make run         creates .venv, installs ctbench, runs the demo on bundled sample data
+#   make check       the fast tier: no GUI, no slow, no torchrun, no system packages (a few minutes)
+#   make test        the full gate (.ci/run): installs the system packages the tests need (it says which and
+#                    why first) and runs every test
+#   make test-cross  the aarch64 tier: the cross toolchain and qemu-user, then tests/test_aarch64_kernels.py
 PY      ?= python3
 SHELL   := /bin/bash
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 TORCH   ?= torch==2.13.0
+# torch's CPU build (about 200 MB) from PyTorch's index; TORCH_INDEX= (empty) takes PyPI's, which on Linux
+# is the CUDA build (several GB, with its NVIDIA libraries)
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 OUTDIR  ?= out
 PYTEST_ARGS ?=
 
-.PHONY: run test venv dev-deps system-deps gui bench gpu-check gpu-rehearse gpu-wheels clean
+FAST    := not slow and not gui and not distributed and not gpu and not cross
+
+.PHONY: run check test test-cross venv dev-deps system-deps cross-deps compiler gui bench gpu-check gpu-rehearse \
+        gpu-wheels clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first, pinned: a bare 'torch' requirement would pull a multi-GB CUDA build.
-	$(PIP) install -q "$(TORCH)"
+	# torch first, pinned, and the CPU build unless TORCH_INDEX says otherwise: ctbench's own requirement
+	# 'torch>=2.1' would pull PyPI's multi-GB CUDA build on Linux.
+	$(PIP) install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PIP) install -q -e .
 	touch $@
 
@@ -29,8 +39,21 @@ $(VENV)/.dev-installed: $(VENV)/.installed pyproject.toml
 dev-deps: $(VENV)/.dev-installed
 
 system-deps:
+	@echo "make: system packages for the tests: g++ (compiles the CPU kernels of a checkout at first use),"
+	@echo "      Xvfb, xauth and Qt's xcb/GL libraries (the napari GUI tests); missing ones are installed with apt-get"
 	bash scripts/install-system-deps.sh
+
+cross-deps:
+	@echo "make: system packages for the aarch64 tier: g++-aarch64-linux-gnu and qemu-user (cross-build the"
+	@echo "      kernels and run them under emulation); missing ones are installed with apt-get"
 	bash scripts/install-cross-deps.sh
+
+# A checkout compiles its CPU kernels at first use; make check installs no system package, so it stops here.
+compiler:
+	@command -v "$${CXX:-g++}" >/dev/null || command -v c++ >/dev/null || command -v clang++ >/dev/null || \
+	  { echo "make check: no C++ compiler (g++, c++ or clang++) on PATH; a checkout compiles its CPU kernels"; \
+	    echo "            at first use. Install one (make system-deps does, with apt-get) and run make check again."; \
+	    exit 2; }
 
 run: venv
 	$(VENV)/bin/ctbench demo --out $(OUTDIR)
@@ -40,9 +63,16 @@ run: venv
 test: dev-deps system-deps
 	MESA_SHADER_CACHE_DISABLE=true $(VPY) -m pytest -q -p no:cacheprovider --timeout=900 $(PYTEST_ARGS)
 
-# A GUI user needs the gui and jobs extras only (not the dev extra's CUDA bindings, NVRTC, test tools).
+check: dev-deps compiler
+	$(VPY) -m pytest -q -p no:cacheprovider --timeout=300 -m "$(FAST)" $(PYTEST_ARGS)
+
+test-cross: dev-deps cross-deps
+	$(VPY) -m pytest -q -p no:cacheprovider --timeout=1800 -m cross $(PYTEST_ARGS)
+
+# A GUI user needs the gui extra only (it carries io and jobs; not the dev extra's CUDA bindings, NVRTC,
+# test tools).
 $(VENV)/.gui-installed: $(VENV)/.installed pyproject.toml
-	$(PIP) install -q -e ".[gui,jobs]"
+	$(PIP) install -q -e ".[gui]"
 	touch $@
 
 gui: $(VENV)/.gui-installed

@@ -1,4 +1,4 @@
-"""Render the benchmark results (benchmarks/results/*.jsonl) as Markdown tables for the README.
+"""Render the benchmark results (benchmarks/results/*.jsonl) as Markdown tables for docs/BENCHMARKS.md.
 
 Every benchmark appends JSON lines carrying a ``"bench"`` key; timing lines
 have ``op``/``impl``/``seconds``, ratio lines ``ratio``/``value``, and a run's
@@ -9,9 +9,11 @@ peer) come from the most recent run that has them, marked with its run id.
 Lines without a ``run_id`` count as one run each.
 
     python benchmarks/readme_table.py            # print the tables
-    python benchmarks/readme_table.py --write    # replace the README block between the markers
+    python benchmarks/readme_table.py --write    # replace the block of docs/BENCHMARKS.md between the markers
 
-The README block is delimited by ``<!-- bench:start -->`` and ``<!-- bench:end -->``.
+The block is delimited by ``<!-- bench:start -->`` and ``<!-- bench:end -->``; ``--doc FILE`` writes
+another file's block.  (The tables lived in the README once, hence the script's name; the README now
+quotes a short summary and links to docs/BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -283,8 +285,11 @@ def render(results_dir: Path) -> str:
     return "\n".join(parts) + "\n"
 
 
+DOC = ROOT / "docs" / "BENCHMARKS.md"
+
+
 def write_readme(readme: Path, block: str) -> None:
-    """Replace the text between the bench markers of ``readme`` with ``block``."""
+    """Replace the text between the bench markers of ``readme`` (docs/BENCHMARKS.md) with ``block``."""
     if not readme.exists():
         raise SystemExit(f"readme_table: {readme} does not exist; create it with the lines {START} and {END}")
     text = readme.read_text()
@@ -301,13 +306,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="Markdown tables of the latest benchmark results.")
     p.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results",
                    help="folder of *.jsonl result files (default: %(default)s)")
-    p.add_argument("--readme", type=Path, default=ROOT / "README.md", help="README to update with --write")
-    p.add_argument("--write", action="store_true", help="rewrite the README block instead of printing")
+    p.add_argument("--doc", "--readme", dest="doc", type=Path, default=DOC,
+                   help="Markdown file whose bench block --write replaces (default: %(default)s)")
+    p.add_argument("--write", action="store_true", help="rewrite the file's bench block instead of printing")
     args = p.parse_args(argv)
     block = render(args.results)
     if args.write:
-        write_readme(args.readme, block)
-        print(f"readme_table: updated {args.readme}")
+        write_readme(args.doc, block)
+        print(f"readme_table: updated {args.doc}")
     else:
         sys.stdout.write(block)
     return 0

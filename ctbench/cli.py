@@ -3,20 +3,26 @@
 ``ctbench demo``   simulate a cone-beam scan of the 3D Shepp-Logan phantom,
                    reconstruct it with FDK, write zarr + PNG, print accuracy
 ``ctbench gui``    open napari with the ctbench widgets and a sample
-``ctbench info``   backends, compiler and kernel cache
+``ctbench info``   backends, compiler and kernel cache (``--measure-paths``: time the CPU kernels' inner loops now)
+``ctbench samples``  the bundled samples and where they are installed (ctbench/samples.py)
 ``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/pipeline/recon.py)
 ``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/pipeline/calibrate.py)
 ``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
+
+Parsing the arguments (``--help``, a wrong argument) imports neither torch nor the engine: each command
+imports what it needs when it runs.  A missing optional package ends in one line naming the extra that
+brings it (ctbench/extras.py), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
 from pathlib import Path
+
+from .json_report import dumps as strict_json
 
 
 def _demo(args) -> int:
@@ -55,7 +61,7 @@ def _demo(args) -> int:
               "voxel_mm": spacing, "views": n_views, "algorithm": "fdk", "mae": round(mae, 5),
               "psnr_db": round(psnr, 2), "simulate_s": round(t_sim, 3), "reconstruct_s": round(t_rec, 3),
               "zarr": str(zpath), "png": str(png)}
-    print(json.dumps(report))
+    print(strict_json(report))
     return 0
 
 
@@ -82,10 +88,32 @@ def _slices_png(path: Path, truth, recon) -> None:
 def _gui(args) -> int:
     try:
         import ctbench_napari
-    except ImportError:
-        print("the GUI needs napari: pip install 'ctbench[gui]'", file=sys.stderr)
+    except ModuleNotFoundError as e:
+        if e.name != "ctbench_napari":
+            raise
+        print('ctbench gui: the napari plugin is not installed; it comes with pip install "ctbench[gui]"',
+              file=sys.stderr)
         return 2
-    ctbench_napari.launch(sample=args.sample)
+    try:
+        ctbench_napari.launch(sample=args.sample)
+    except ValueError as e:  # an unknown --sample
+        print(f"ctbench gui: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _samples(args) -> int:
+    from .samples import describe_samples
+
+    rows = describe_samples()
+    if args.json:
+        print(strict_json(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        print(f"{r['name']:<{width}}  {r['title']}")
+        print(f"{'':<{width}}  path: {r['path'] or ('(computed, no files)' if r['computed'] else '(not installed)')}")
+        print(f"{'':<{width}}  use:  {r['use']}")
     return 0
 
 
@@ -105,14 +133,15 @@ def _info(args) -> int:
         lib = load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
         from .engine.cpu_joseph_paths import describe
-        info["cpu_paths"] = describe(lib)  # offered, measured (or cached) and active inner loops
+        # offered, measured (or cached) and active inner loops; the measurement (seconds) only when asked
+        info["cpu_paths"] = describe(lib, measure=args.measure_paths)
     except Exception as e:  # reported, not raised: this is a diagnostic command
         info["cpu_backend"] = info.get("cpu_backend") or f"unavailable: {e}"
         if info["cpu_backend"] == "ok":
             info["cpu_paths"] = f"unavailable: {e}"
     # which build of the kernels is loaded: prebuilt variant (and file) or the JIT build
     info["cpu_kernels"] = loaded_libraries()
-    print(json.dumps(info, indent=2))
+    print(strict_json(info, indent=2))
     return 0
 
 
@@ -128,20 +157,34 @@ def main(argv=None) -> int:
     p.add_argument("--sample", default="phantom", help="sample to load: phantom, scan, htc2022 or none")
     p.set_defaults(func=_gui)
     p = sub.add_parser("info", help="backends, compiler and kernel cache")
+    p.add_argument("--measure-paths", action="store_true",
+                   help="time the CPU kernels' inner loops now if no choice is cached (a few seconds; "
+                        "otherwise they are timed at the first projector call)")
     p.set_defaults(func=_info)
+    p = sub.add_parser("samples", help="the bundled samples and where they are installed")
+    p.add_argument("--json", action="store_true", help="a JSON list instead of text")
+    p.set_defaults(func=_samples)
     from .pipeline.cli import register_calibrate, register_recon
     register_recon(sub)       # ctbench recon CONFIG.json
     register_calibrate(sub)   # ctbench calibrate CONFIG.json
     from .jobs.cli import add_commands as add_job_commands, run as run_job_command
     add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)
+    from .extras import missing_extra_message
     if getattr(args, "size", 1) <= 0 or getattr(args, "views", 1) <= 0:
         parser.error("--size and --views must be positive")
     if args.command == "gui" and args.sample == "none":
         args.sample = None
-    if args.command in ("bridge", "jobs"):
-        return run_job_command(args)
-    return args.func(args)
+    try:
+        if args.command in ("bridge", "jobs"):
+            return run_job_command(args)
+        return args.func(args)
+    except (ModuleNotFoundError, ImportError) as e:
+        line = missing_extra_message(e, f"ctbench {args.command}")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -238,9 +238,29 @@ class Projector:
                              f"{self.trajectory.n_views}")
         return self._check_trajectory(trajectory)
 
+    @property
+    def engine_backend(self) -> str:
+        """The backend that runs ("cpu", "cuda", "reference", ...): the one of the last call, and before any
+        call the one ``backend`` picks for the first of ``devices=`` (the CPU without it)."""
+        ran = self.__dict__.get("_last_backend")
+        if ran is not None:
+            return ran
+        if self.backend_name != "auto":
+            return self.backend_name
+        devices = self.options.get("devices")
+        first = (devices[0] if isinstance(devices, (list, tuple)) and devices else devices) or "cpu"
+        if isinstance(first, int) and not isinstance(first, bool):
+            first = torch.device("cuda", first)
+        try:
+            kind = torch.device(first).type
+        except (TypeError, RuntimeError):   # the strategy has refused such devices= already
+            kind = "cpu"
+        return "cuda" if kind == "cuda" else "cpu"
+
     def _executor(self, device: torch.device):
         """The executor that runs this projector's windows on ``device``."""
         backend = get_backend(self.backend_name, device)
+        self._last_backend = backend.name
         if backend.name == "cuda" and device.type == "cpu" and torch.cuda.is_available():
             # CPU-backed arrays with a GPU backend: stream windows to the current GPU.
             return make_executor(backend, self.grid, self.detector_shape, self.options,

@@ -8,7 +8,10 @@ apt_install_missing() {
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "$what packages: all installed ($*)"
+    return 0
+  fi
   echo "installing $what packages: ${missing[*]}"
   local SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"

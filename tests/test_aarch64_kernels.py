@@ -8,7 +8,7 @@ under qemu-aarch64 and runs forward and back projections (and the joseph_grad
 library's geometry VJP) on inputs written by this test; the outputs are
 compared with the reference backend computed on the host; the FDK library's
 weighted backprojection runs too, against its pure-torch oracle.  Correctness only: emulated timings say nothing about ARM speed.
-Set up with scripts/install-cross-deps.sh (``make system-deps`` runs it).
+Set up with scripts/install-cross-deps.sh (``make test-cross`` runs it, then these tests).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ def _tool(name: str) -> str | None:
     return str(here) if here.exists() else shutil.which(name)
 
 _missing = [t for t in (CXX, "qemu-aarch64") if shutil.which(t) is None] + [t for t in ("cmake",) if _tool(t) is None]
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(bool(_missing), reason=f"{', '.join(_missing)} not found: run "
-                                 "scripts/install-cross-deps.sh (Debian: g++-aarch64-linux-gnu, qemu-user)")]
+pytestmark = [pytest.mark.slow, pytest.mark.cross,
+              pytest.mark.skipif(bool(_missing), reason=f"{', '.join(_missing)} not found: run make test-cross "
+                                 "(scripts/install-cross-deps.sh; Debian: g++-aarch64-linux-gnu, qemu-user)")]
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ def http(bridge):
         yield c
 
 
+@pytest.mark.slow
 def test_a_planted_part_link_does_not_redirect_a_put(bridge, http, tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious")

@@ -138,6 +138,7 @@ def test_group_writable_parent_cache_folder_is_refused(src, cache, tmp_path):
         os.chmod(cache, 0o700)
 
 
+@pytest.mark.slow
 def test_library_that_does_not_match_its_record_is_rebuilt(src, cache, tmp_path):
     # Built by another process: this one must never map a file the test then overwrites in place
     # (a mapped library rewritten under the process makes the dynamic linker die with SIGBUS later).
@@ -166,6 +167,7 @@ def _load_in_subprocess(src: Path, cache: Path, env_extra=None, timeout=300) -> 
 
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
+@pytest.mark.slow
 def test_corrupt_library_is_rebuilt_not_crashed_on(src, cache, damage):
     assert "VALUE 42" in _load_in_subprocess(src, cache).stdout  # built elsewhere: see above
     key_dir = cache / cb.cache_key("tiny", src)
@@ -180,6 +182,7 @@ def test_corrupt_library_is_rebuilt_not_crashed_on(src, cache, damage):
     assert (key_dir / rec["file"]).stat().st_size == rec["size"] > 0
 
 
+@pytest.mark.slow
 def test_warm_cache_loads_without_a_compiler(src, cache, tmp_path):
     cb.load_library("tiny", src, cache)
     no_compiler = {"PATH": str(tmp_path / "empty-bin"), "CXX": ""}
@@ -206,6 +209,7 @@ def test_failed_build_leaves_no_temporary_files(src, cache, tmp_path, monkeypatc
     assert list(key_dir.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_killed_builder_leftovers_are_cleaned_by_the_next_build(src, cache, tmp_path):
     fake = tmp_path / "bin" / "slow-cxx"
     fake.parent.mkdir()

@@ -30,6 +30,7 @@ def example():
     (torch.float32, (1.7, -0.9, 0.8, 8.0)),
     (torch.float64, (-2.3, 1.4, -1.5, -12.0)),
 ])
+@pytest.mark.slow
 def test_calibration_recovers_hidden_geometry(example, dtype, truth):
     true, rec, history = example.run(size=24, views=12, truth=truth, dtype=dtype, n_iter=60)
     assert true == dict(zip(example.PARAMETERS, truth))
@@ -57,6 +58,7 @@ def test_geometry_is_nominal_at_zero_and_differentiable(example):
     assert torch.all(p.grad.abs() > 0)
 
 
+@pytest.mark.slow
 def test_example_prints_true_and_recovered_values(example, capsys):
     example.main(["--size", "16", "--views", "8", "--float32"])
     out = capsys.readouterr().out

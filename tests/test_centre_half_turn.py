@@ -59,6 +59,7 @@ def test_half_turn_with_both_end_views_finds_the_known_offset(offset, photons):
     assert r2.cross_check_px == pytest.approx(res.cross_check_px + 1.0, abs=0.15)
 
 
+@pytest.mark.slow
 def test_half_turn_without_the_last_view_and_3d_rows():
     sino, ang = _half_turn_sino(-1.3, end_view=False, photons=20000.0)
     res = find_centre(sino, ang, 1.0)
@@ -81,6 +82,7 @@ def test_a_quarter_turn_is_still_refused():
         find_centre(sino, ang, 1.0)
 
 
+@pytest.mark.slow
 def test_dxchange_half_turn_through_ctbench_recon(tmp_path):
     """A beamline scan as DXchange writes it (theta 0..180 inclusive): the pipeline finds the offset, no warning."""
     from ctbench.pipeline import load_config, run_recon

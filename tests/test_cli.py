@@ -1,18 +1,20 @@
 """The `ctbench` command: the demo that `make run` executes, and diagnostics."""
 
-import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from ctbench.cli import main
+from ctbench.json_report import loads as strict_loads  # refuses NaN and Infinity
 from ctbench.workbench.dataset import load_dataset
 
 
+@pytest.mark.slow
 def test_demo_writes_zarr_png_and_reports_accuracy(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--size", "48", "--views", "90"]) == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    report = strict_loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["mae"] < 0.05 and report["psnr_db"] > 20
     ds = load_dataset(tmp_path / "demo.zarr")
     assert ds.volume.shape == (48, 48, 48) and ds.sinogram.shape == (90, 48, 48)
@@ -30,7 +32,7 @@ def test_bad_arguments_are_rejected():
 
 def test_info_reports_the_cpu_backend(capsys):
     assert main(["info"]) == 0
-    info = json.loads(capsys.readouterr().out)
+    info = strict_loads(capsys.readouterr().out)
     assert info["cpu_backend"] == "ok" and info["threads"] >= 1
     # which kernel build is loaded: prebuilt level (installed wheel) or the JIT build (a checkout)
     joseph = info["cpu_kernels"]["joseph"]

@@ -85,6 +85,7 @@ def _striped_sinogram(n_views=720, U=512, seed=7):
     (remove_stripes_sorting, {"size": 11}, 4.0, 1.5e-3),      # measured 6.6 and 6.9e-4
     (remove_stripes_wavelet, {"level": 3, "sigma": 1.0}, 4.0, 4e-3),   # measured 5.8 and 2.2e-3
 ])
+@pytest.mark.slow
 def test_ring_methods_reduce_planted_stripes_and_keep_the_object(method, kwargs, min_factor, max_change):
     clean, dirty, cols, amp = _striped_sinogram()
     fixed = method(dirty, **kwargs)

@@ -111,6 +111,7 @@ def test_a_wedge_that_cannot_be_fitted_is_a_clear_error_when_the_config_is_read(
                                          "wedge_line_integrals": [0.5, 0.6, 0.7, 0.8, 0.9], "degree": 1})
 
 
+@pytest.mark.slow
 def test_recon_runs_with_every_correction_and_gives_a_finite_volume(tmp_path):
     spec = LabScanSpec()
     path = write_lab_scan(tmp_path / "lab", spec)

@@ -48,6 +48,7 @@ def _scan(n_views=24, offset=0.05):
     return Projector(traj, SHAPE, DET, backend="cpu", **kw), Projector(traj, SHAPE, DET, backend="reference", **kw)
 
 
+@pytest.mark.slow
 def test_banded_and_pair_slot_paths_match_reference_and_are_the_adjoint(band_paths, monkeypatch):
     cpu, ref = _scan()
     assert 24 * DET[0] * DET[1] >= math.prod(SHAPE) / 4  # the padded accumulators are taken
@@ -77,6 +78,7 @@ def test_banded_and_pair_slot_paths_match_reference_and_are_the_adjoint(band_pat
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
+@pytest.mark.slow
 def test_rays_planar_on_a_chunk_edge_land_once(band_paths, monkeypatch):
     """Only the central detector row, whose rays lie on voxel plane 12, and its neighbour: the rows a
     halo or a pair slot's second half carries, alone."""
@@ -114,6 +116,7 @@ def test_measurement_ranks_the_banded_back_paths(band_paths):
     assert {"pairs-padded-rs-b8", "pairs-padded-b8", "pairs-padded-b4"} <= set(band_paths)
 
 
+@pytest.mark.slow
 def test_row_split_is_taken_at_two_threads_and_falls_back_at_three(band_paths, monkeypatch):
     """The -rs- paths split the detector rows between 2 threads (this scan's two parts reach 15 + 15 of its
     25 planes) and take the z-chunks at 3 (9 + 23 + 9 planes: too much overlap).  A split sums each voxel in
@@ -142,6 +145,7 @@ def test_row_split_is_taken_at_two_threads_and_falls_back_at_three(band_paths, m
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
+@pytest.mark.slow
 def test_a_dominant_axis_tie_is_the_only_difference_from_the_reference():
     """Unturned views of this scan: in the 45-degree view (k = 3) detector column 13's rays have
     |dx / 0.9| = |dy / 1.1| exactly (the voxel diagonal).  The CPU kernels scale by the reciprocal
@@ -170,6 +174,7 @@ def test_a_dominant_axis_tie_is_the_only_difference_from_the_reference():
     assert float((cpu_t.project(x) - ref_t.project(x)).abs().max()) <= 1e-12 * scale
 
 
+@pytest.mark.slow
 def test_view_tiles_keep_every_sample(band_paths, monkeypatch):
     """Planes of 232 x 232 voxels: a band's accumulator planes exceed 2 MiB, so the -rs- paths scatter runs of
     views tile by tile of their rays' dominant axis.  A voxel then still gets its rays' additions in the same

@@ -88,10 +88,12 @@ def _check_paths(names, shape, monkeypatch, tol32=1e-5):
     return got
 
 
+@pytest.mark.slow
 def test_seamless_sub_chunks_match_reference_and_are_the_adjoint(seamless_paths, monkeypatch):
     _check_paths(seamless_paths + ["pairs-padded"], SHAPE, monkeypatch)
 
 
+@pytest.mark.slow
 def test_depth_floor_paths_move_the_sub_chunk_edges_and_stay_exact(seamless_paths, monkeypatch):
     """The "-fK" paths (sub-chunks of at least max(H, W) / K planes) on planes large enough for the
     floor to bind: exact as every path, and at 1 thread not bitwise the plain path's result (their
@@ -107,6 +109,7 @@ def test_depth_floor_paths_move_the_sub_chunk_edges_and_stay_exact(seamless_path
         assert not torch.equal(got[name, 1], got["pairs-padded-s4m", 1]), name
 
 
+@pytest.mark.slow
 def test_planar_ray_on_a_sub_chunk_edge_is_scattered_once(seamless_paths, monkeypatch):
     """One pixel: the central ray of a view along y lies on the z = 0 voxel plane (plane 12, the
     first voxel of the second float32 sub-chunk, inside the first one's window); it must land

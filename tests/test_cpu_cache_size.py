@@ -32,9 +32,11 @@ def test_l2_size_is_the_systems():
 
 
 @pytest.mark.parametrize("value, expected", [("524288", 524288), ("2097152", 2097152)])
+@pytest.mark.slow
 def test_l2_size_override(value, expected):
     assert _l2({"CTBENCH_L2_BYTES": value}) == expected
 
 
+@pytest.mark.slow
 def test_l2_size_override_out_of_range_is_ignored():
     assert _l2({"CTBENCH_L2_BYTES": "12"}) == _l2({"CTBENCH_L2_BYTES": ""})

@@ -80,6 +80,7 @@ def far_checks():
     print(json.dumps(out))
 
 
+@pytest.mark.slow
 def test_far_windows_match_the_reference():
     from ctbench.engine import cpu_build, cpu_joseph_paths
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))["forward"]

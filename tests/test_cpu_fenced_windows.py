@@ -20,6 +20,7 @@ CHILD = Path(__file__).with_name("guarded_slab_paths.py")
 
 
 @pytest.mark.parametrize("op", ["forward", "back", "vjp", "fdk"])
+@pytest.mark.slow
 def test_every_path_stays_inside_a_fenced_window(op):
     env = {k: v for k, v in os.environ.items() if k != "CTBENCH_CPU_PATH"}
     done = subprocess.run([sys.executable, str(CHILD), op], capture_output=True, text=True, timeout=600, env=env)

@@ -39,6 +39,7 @@ def _forward_with_l2(l2: int, path: str, out_file: str) -> torch.Tensor:
     return torch.load(out_file)
 
 
+@pytest.mark.slow
 def test_forward_is_the_same_for_every_l2_size(tmp_path):
     known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
     path = PATH if PATH in known else "avx2-gather-fused-pad-tiles"

@@ -46,6 +46,7 @@ def test_cpu_forward_matches_reference_in_every_direction(det):
     assert abs(lhs - rhs) <= 1e-12 * abs(lhs)
 
 
+@pytest.mark.slow
 def test_cpu_forward_float32_matches_float64_on_a_w1_like_scan():
     traj = circular_trajectory_3d(24, 150.0, 300.0)
     p32 = Projector(traj, (32, 32, 32), (32, 32), voxel_spacing=2.0, detector_spacing=4.0, backend="cpu")
@@ -112,6 +113,7 @@ def test_cpu_forward_float32_lanes_on_z_slabs_sum_to_whole():
 # The lane code is chosen at compile time: each instruction set the host can run is
 # built here (outside the kernel cache) and checked against the reference backend.
 @pytest.mark.parametrize("march,needs", [("x86-64", "sse2"), ("x86-64-v3", "avx2"), ("x86-64-v4", "avx512f")])
+@pytest.mark.slow
 def test_cpu_forward_float32_every_instruction_set(tmp_path, march, needs):
     lib = joseph_library_for(tmp_path, march, needs)
     f = lib.joseph_forward_f32

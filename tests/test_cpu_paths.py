@@ -66,6 +66,7 @@ def test_library_lists_its_paths(known):
 
 
 @pytest.mark.parametrize("shape,det", CASES)
+@pytest.mark.slow
 def test_every_forward_path_matches_reference(known, monkeypatch, shape, det):
     cpu, ref = _case(shape, det)
     x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(1), dtype=F64)
@@ -81,6 +82,7 @@ def test_every_forward_path_matches_reference(known, monkeypatch, shape, det):
 
 
 @pytest.mark.parametrize("shape,det", CASES)
+@pytest.mark.slow
 def test_banded_forward_paths_trace_the_same_rays_bitwise(known, monkeypatch, shape, det):
     """The -bands paths change only the order of the detector rows (bands of rows, all views per band;
     the last band short where the rows do not divide): each ray's value is bitwise its view-by-view
@@ -106,6 +108,7 @@ def test_banded_forward_paths_trace_the_same_rays_bitwise(known, monkeypatch, sh
 
 
 @pytest.mark.parametrize("shape,det", CASES)
+@pytest.mark.slow
 def test_every_back_path_matches_reference_and_is_the_adjoint(known, monkeypatch, shape, det):
     cpu, ref = _case(shape, det)
     g = torch.Generator().manual_seed(2)
@@ -194,6 +197,7 @@ def _info(lib, folder):
     return {"source": "jit", "dir": str(folder), "sha256": cpu_build.loaded_libraries()["joseph"]["sha256"]}
 
 
+@pytest.mark.slow
 def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
     info = _info(lib, tmp_path)
     choice, source = cpu_joseph_paths.measured_choice(lib, info)
@@ -221,6 +225,7 @@ def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
 
 @pytest.mark.parametrize("damage", ["truncated", "not json", "other library", "other cpu", "unknown path",
                                     "other paths", "group writable", "a link"])
+@pytest.mark.slow
 def test_damaged_or_foreign_choice_is_ignored_and_remeasured(lib, known, tmp_path, damage):
     info = _info(lib, tmp_path)
     cpu_joseph_paths.measured_choice(lib, info)
@@ -255,6 +260,7 @@ def test_damaged_or_foreign_choice_is_ignored_and_remeasured(lib, known, tmp_pat
     assert cpu_joseph_paths.measured_choice(lib, info)[1] == "cache"
 
 
+@pytest.mark.slow
 def test_forced_paths_in_a_subprocess(tmp_path, known):
     code = ("import json, torch; from ctbench.engine import cpu_build, cpu_joseph_paths as j; "
             "from ctbench import Projector, circular_trajectory_3d; "

@@ -99,6 +99,7 @@ def _volume_store(tmp_path, name, seed):
     return vol
 
 
+@pytest.mark.slow
 def test_project_into_killed_is_reported_resumed_and_mixed_runs_are_caught(tmp_path):
     P = projector()
     vol_a = _volume_store(tmp_path, "a.zarr", 1)

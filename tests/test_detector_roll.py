@@ -61,6 +61,7 @@ def _run(folder, tmp_path, geometry, algorithm):
     return run_recon(load_config(tmp_path / "c.json"))
 
 
+@pytest.mark.slow
 def test_roll_and_vertical_offset_keys_reconstruct_the_rolled_scan(rolled_scan, tmp_path):
     sirt = {"name": "sirt", "params": {"n_iter": 40}}
     v_off = SPEC.offset_v_px * SPEC.pitch

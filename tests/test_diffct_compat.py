@@ -206,6 +206,7 @@ RECON_CASES = [
 
 @pytest.mark.parametrize("fn,make,beam,vshape,dshape,span,kw", RECON_CASES,
                          ids=["fdk", "fan", "fan_short", "parallel"])
+@pytest.mark.slow
 def test_analytic_reconstructions_agree_with_diffct(fn, make, beam, vshape, dshape, span, kw):
     frames = make()
     n = frames[0].shape[0]

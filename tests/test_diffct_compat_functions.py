@@ -67,6 +67,7 @@ def _back_args(name, vshape):
 
 
 @pytest.mark.parametrize("name,geometry,vshape,args,pargs", FUNCTION_CASES, ids=[c[0] for c in FUNCTION_CASES])
+@pytest.mark.slow
 def test_function_classes_equal_the_projector_and_pass_gradcheck(name, geometry, vshape, args, pargs):
     fwd = getattr(ctbench, f"{name}ProjectorFunction")
     back = getattr(ctbench, f"{name}BackprojectorFunction")
@@ -190,6 +191,7 @@ def test_helical_view_weights_equal_diffcts():
         ctbench.helical_view_weights(a, torch.zeros_like(a), slices)
 
 
+@pytest.mark.slow
 def test_helical_weights_and_gather_compose_into_helical_fdk():
     n_turns, n = 3.0, 96
     frames = diffct.spiral_trajectory_3d(n, 60.0, 120.0, z_range=24.0, n_turns=n_turns, device="cpu")

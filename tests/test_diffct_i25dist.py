@@ -134,6 +134,8 @@ def _ranks_worker(rank, init, beam, partition, curved):
 @GLOO
 @pytest.mark.parametrize("beam,partition,curved", [("fan", "space", False), ("fan", "views", False),
                                                    ("cone", "space", False), ("cone", "views", True)])
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_ranks_run_the_cell_model_as_one_process(beam, partition, curved, tmp_path):
     import torch.multiprocessing as mp
 
@@ -180,6 +182,8 @@ def _workspace_worker(rank, init, root):
 
 
 @GLOO
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_rank_cgls_into_refuses_a_bad_workspace_on_every_rank(tmp_path):
     import torch.multiprocessing as mp
 

@@ -437,6 +437,8 @@ def _two_rank_worker(rank, rendezvous, results):
     results.put(rank)
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_two_rank_diffct_face_runs_the_cell_model_and_matches_one_process(tmp_path):
     import torch.multiprocessing as mp
 

@@ -308,6 +308,8 @@ def _agreement_worker(rank, init, name, branch):
 
 
 @pytest.mark.parametrize("name,branch", [("cgls", "x0"), ("sirt", "iterations")])
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_ranks_refuse_a_mixed_request_together_instead_of_hanging(name, branch, tmp_path):
     import torch.distributed as dist
     import torch.multiprocessing as mp

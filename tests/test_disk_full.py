@@ -57,6 +57,7 @@ def tmpfs(tmp_path):
     _umount(mnt)
 
 
+@pytest.mark.slow
 def test_submit_and_upload_on_a_full_state_disk_answer_507_and_leave_nothing(tmp_path, tmpfs):
     dataset = tmp_path / "scan.zarr"
     make_dataset(dataset, n=8, n_views=8)
@@ -81,6 +82,7 @@ def test_submit_and_upload_on_a_full_state_disk_answer_507_and_leave_nothing(tmp
         b.stop()
 
 
+@pytest.mark.slow
 def test_a_job_whose_output_disk_fills_fails_clearly_and_leaves_no_tmp_write(tmp_path, tmpfs):
     dataset = tmp_path / "scan.zarr"
     make_dataset(dataset, n=16, n_views=12)

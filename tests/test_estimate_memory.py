@@ -55,6 +55,7 @@ def _clear_refs_works() -> bool:
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not _clear_refs_works(),
                     reason="needs Linux's resettable peak resident size (/proc/self/clear_refs)")
 @pytest.mark.parametrize("algorithm", ["fbp", "sirt", "cgls", "tv"])
+@pytest.mark.slow
 def test_memory_estimate_is_within_a_factor_of_two_of_a_measured_run(algorithm):
     out = subprocess.run([sys.executable, "-c", CHILD, algorithm], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -219,6 +219,7 @@ def _psnr(rec, truth, mask):
     return 20 * math.log10(2.0) - 10 * math.log10(float((d * d).mean()))
 
 
+@pytest.mark.slow
 def test_fdk_shepp_logan_against_voxel_centres():
     p, sino, truth = _sl_case()
     rec = fdk(p, sino)
@@ -231,6 +232,7 @@ def test_fdk_shepp_logan_against_voxel_centres():
 
 
 @pytest.mark.parametrize("direction", [1, -1])
+@pytest.mark.slow
 def test_short_scan_parker_close_to_full_scan(direction):
     fan = 2 * math.atan(24 * 10.0 / 1200.0)
     step = 2 * math.pi / 90

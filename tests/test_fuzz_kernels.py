@@ -12,9 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent / "fuzz_kernels_main.py"
 
 
+@pytest.mark.slow
 def test_random_and_non_finite_geometry_never_crashes_any_kernel():
     proc = subprocess.run([sys.executable, str(SCRIPT), "250"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-5000:]}"

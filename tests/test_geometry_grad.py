@@ -88,6 +88,7 @@ KINDS = ["cone", "helical", "parallel3d", "fan2d"]
 # --------------------------------------------------------------- gradcheck
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("direction", ["project", "backproject"])
+@pytest.mark.slow
 def test_gradcheck_geometry(kind, direction):
     """float64 gradcheck of every trajectory tensor (in-plane components for 2D scans)."""
     torch.manual_seed(3)

@@ -71,6 +71,7 @@ def _assert_views_close(got, want, tol):
 
 
 @pytest.mark.parametrize("det", [(37, 21), (21, 37)])
+@pytest.mark.slow
 def test_float32_lanes_match_reference_vjp_in_every_direction(det):
     rays32, rays64 = _case(det)
     grid = VolumeGrid(SHAPE, SPACING)
@@ -121,6 +122,7 @@ def _run_lib(lib, vol, grid, cot, rays, nthreads):
 # The lane code is chosen at compile time: each instruction set the host can run is built here
 # (outside the kernel cache) and checked against the reference and against the scalar float32 path.
 @pytest.mark.parametrize("march,needs", [("x86-64-v3", "avx2"), ("x86-64-v4", "avx512f")])
+@pytest.mark.slow
 def test_float32_geometry_vjp_every_instruction_set(tmp_path, march, needs):
     lib = joseph_library_for(tmp_path, march, needs, family="joseph_grad")
     scalar = joseph_library_for(tmp_path, "x86-64", "sse2", family="joseph_grad")

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_bench_gpu_rehearsal_writes_every_operation(tmp_path):
     out = tmp_path / "bench_gpu.jsonl"
     run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--rehearse", "--no-peers",
@@ -30,6 +33,7 @@ def test_bench_gpu_rehearsal_writes_every_operation(tmp_path):
     assert not any("failed" in x for x in lines)
 
 
+@pytest.mark.slow
 def test_bench_gpu_without_a_gpu_exits_2_with_the_reason(tmp_path):
     run = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), "--out",
                           str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=300)

@@ -300,6 +300,7 @@ def test_large_2d_scans_preview_iterative_methods_binned():
     assert choose_mode(small, "sirt") == "slice"
 
 
+@pytest.mark.slow
 def test_the_manifest_validates_with_npe2_and_imports():
     import subprocess
     import sys

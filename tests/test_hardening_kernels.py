@@ -139,6 +139,7 @@ def _has_cuda() -> bool:
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not _has_cuda(), reason="needs a CUDA device and CuPy (the CUDA sources are compile-checked in "
                             "test_cuda_compile.py)"))])
+@pytest.mark.slow
 def test_kernels_called_directly_skip_non_finite_rays_and_views(device):
     """The defence in depth: no Python check in the way, every family, both dtypes, cone and parallel.
 

@@ -168,6 +168,7 @@ def test_scanner_images_may_not_leave_the_scan_folder(tmp_path):
         read_scan(d)
 
 
+@pytest.mark.slow
 def test_fifo_tiffs_and_raw_files_are_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "scan.tif")
     os.mkfifo(tmp_path / "scan.raw")

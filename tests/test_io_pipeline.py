@@ -50,6 +50,7 @@ def _fdk_error(prep, offset_mm, truth):
     return float(np.sqrt(np.mean((vol - truth) ** 2)))
 
 
+@pytest.mark.slow
 def test_round_trip_finds_the_offset_and_reconstructs_as_well_as_the_exact_geometry(prepared):
     scan, prep = prepared
     assert scan.values == "counts" and prep.images.shape == (SPEC.n_views, SPEC.detector_v, SPEC.detector_u)
@@ -66,6 +67,7 @@ def test_round_trip_finds_the_offset_and_reconstructs_as_well_as_the_exact_geome
     assert ignored > 1.3 * exact           # the offset matters: the test would notice a wrong one
 
 
+@pytest.mark.slow
 def test_crop_bookkeeping_moves_the_offset_with_the_detector_centre(prepared, lab_scan):
     scan, _ = prepared
     prep = prepare(scan, PreprocessConfig(cols=(6, 96)))
@@ -75,6 +77,7 @@ def test_crop_bookkeeping_moves_the_offset_with_the_detector_centre(prepared, la
     assert abs(centre.offset_mm - expect) <= 0.25 * SPEC.pitch, centre.text()
 
 
+@pytest.mark.slow
 def test_nexus_file_gives_the_same_data_geometry_and_centre_as_the_tiff_folder(prepared, tmp_path):
     from ctbench.pipeline import distances
     scan_t, prep_t = prepared
@@ -93,6 +96,7 @@ def test_nexus_file_gives_the_same_data_geometry_and_centre_as_the_tiff_folder(p
     assert c_n.offset_px == pytest.approx(c_t.offset_px, abs=1e-6) and abs(c_n.offset_px - SPEC.offset_px) <= 0.25
 
 
+@pytest.mark.slow
 def test_ctbench_recon_command_writes_the_volume_with_its_voxel_size(lab_scan, tmp_path):
     cfg = {"input": {"path": str(lab_scan)},
            "preprocess": {"bin": 2, "ring_filter": 5},

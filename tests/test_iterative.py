@@ -73,6 +73,7 @@ def test_sirt_bounds_are_respected():
 
 
 # ------------------------------------------------------------------ CGLS
+@pytest.mark.slow
 def test_cgls_converges_to_least_squares_solution():
     p, x_true, b = small_2d(size=8, det=14, n_views=10)
     A = dense_matrix(p)
@@ -148,6 +149,7 @@ def test_gradient_divergence_adjoint(shape):
 
 
 # ------------------------------------------------------------------ TV reconstruction
+@pytest.mark.slow
 def test_tv_objective_decreases_and_beats_least_squares_on_sparse_noisy_data():
     traj = circular_trajectory_2d_fan(12, 60.0, 120.0, dtype=F64)
     p = Projector(traj, (24, 24), 32, voxel_spacing=1.0, detector_spacing=1.5)
@@ -168,6 +170,7 @@ def test_tv_objective_decreases_and_beats_least_squares_on_sparse_noisy_data():
     assert err_tv < 0.7 * err_ls
 
 
+@pytest.mark.slow
 def test_tv_with_zero_lambda_fits_the_data():
     p, x_true, b = small_2d()
     res = tv_reconstruction(p, b, 200, lam=0.0)

@@ -33,6 +33,7 @@ def _ended(http, job_id, timeout=240.0):
                     ("succeeded", "failed", "cancelled") and s, timeout, f"job {job_id} to end", poll=0.2)
 
 
+@pytest.mark.slow
 def test_a_second_job_on_the_same_output_is_refused_while_the_first_is_active(http):
     a = http.post("/jobs", json=_spec("same.zarr"))
     assert a.status_code == 201, a.text
@@ -50,6 +51,7 @@ def test_a_second_job_on_the_same_output_is_refused_while_the_first_is_active(ht
     http.post(f"/jobs/{c.json()['id']}/cancel", params={"wait": 60})
 
 
+@pytest.mark.slow
 def test_a_folder_created_at_the_output_after_submit_is_never_deleted(bridge, http):
     job = http.post("/jobs", json=_spec("theirs.zarr")).json()
     folder = bridge.state_dir / "data" / "theirs.zarr"
@@ -61,6 +63,7 @@ def test_a_folder_created_at_the_output_after_submit_is_never_deleted(bridge, ht
     assert sorted(p.name for p in folder.parent.iterdir() if p.name.startswith("theirs")) == ["theirs.zarr"]
 
 
+@pytest.mark.slow
 def test_result_is_served_only_for_the_job_that_wrote_it(bridge, http):
     first = http.post("/jobs", json=_spec("shared.zarr")).json()
     assert _ended(http, first["id"])["state"] == "succeeded"

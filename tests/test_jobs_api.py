@@ -31,6 +31,7 @@ def _everything_under(path):
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
+@pytest.mark.slow
 def test_token_file_is_user_only_and_every_endpoint_needs_the_token(bridge):
     assert os.stat(bridge.state_dir / "token").st_mode & 0o777 == 0o600
     data = bridge.state_dir / "data"
@@ -116,6 +117,7 @@ def test_openapi_schema_is_served_with_every_endpoint(bridge):
     assert "JobSpec" in doc["components"]["schemas"]
 
 
+@pytest.mark.slow
 def test_every_endpoint_with_generated_input_never_answers_5xx(bridge):
     """Schemathesis generates requests for every operation of the served schema; none may be a server error."""
     from hypothesis import given

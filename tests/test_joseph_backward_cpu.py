@@ -246,6 +246,7 @@ def test_float32_axis_aligned_and_planar_rays_match_reference(threads):
 # The pair scatter needs SSE2 and the lane set-up AVX2 or AVX-512 (chosen at compile
 # time): the host's native build runs above; the baseline and AVX2 builds here.
 @pytest.mark.parametrize("march,needs", [("x86-64", "sse2"), ("x86-64-v3", "avx2")])
+@pytest.mark.slow
 def test_float32_backprojection_every_instruction_set(tmp_path, march, needs):
     from ctbench.engine import cpu as cpu_backend
 

@@ -20,10 +20,12 @@ def _spin_seen(code: str, **env) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_importing_ctbench_first_sets_the_short_spin_before_torch_loads():
     assert _spin_seen("import ctbench, torch; torch.ones(4).sum()") == SPIN_COUNT
 
 
+@pytest.mark.slow
 def test_torch_loaded_first_keeps_libgomps_default():
     # libgomp has read its environment by then: setting it would only mislead
     assert _spin_seen("import torch, ctbench") == "None"

@@ -93,6 +93,7 @@ def _not_mirrored(vol, truth, margin=0.5):
 
 
 @pytest.mark.parametrize("rot,seen", COMBOS)
+@pytest.mark.slow
 def test_stated_orientation_reconstructs_like_the_exact_geometry_and_not_mirrored(scans, rot, seen, tmp_path,
                                                                                    capsys):
     spec, stated, _ = scans[rot, seen]
@@ -109,6 +110,7 @@ def test_stated_orientation_reconstructs_like_the_exact_geometry_and_not_mirrore
 
 
 @pytest.mark.parametrize("rot,seen", COMBOS)
+@pytest.mark.slow
 def test_unstated_orientation_is_detected_sharp_and_reported(scans, rot, seen, tmp_path, capsys):
     spec, _, unstated = scans[rot, seen]
     vol, report, err = _recon_cli(unstated, tmp_path, capsys)
@@ -128,6 +130,7 @@ def test_unstated_orientation_is_detected_sharp_and_reported(scans, rot, seen, t
     assert report["warnings"] == []
 
 
+@pytest.mark.slow
 def test_one_stated_field_detects_the_other_without_mirror(scans, tmp_path, capsys):
     """The file says the rotation only (a camera image): the image view is detected, and it is the true one."""
     spec, _, unstated = scans["cw", "source"]
@@ -137,6 +140,7 @@ def test_one_stated_field_detects_the_other_without_mirror(scans, tmp_path, caps
     _not_mirrored(vol, truth)
 
 
+@pytest.mark.slow
 def test_wrong_stated_orientation_warns_on_stderr(scans, tmp_path, capsys):
     """A camera-convention scan stated as ctbench's: the data contradict it, and the user is told."""
     spec, stated, _ = scans["ccw", "source"]
@@ -146,6 +150,7 @@ def test_wrong_stated_orientation_warns_on_stderr(scans, tmp_path, capsys):
     assert "ctbench recon: warning: the data contradict" in err
 
 
+@pytest.mark.slow
 def test_centre_methods_that_disagree_give_a_warning():
     """The Shepp-Logan head wider than the field of view (64 px detector): the truncated slices fool the
     sharpness sweep while the conjugate rays still find the offset; the report must say the methods part."""

@@ -54,6 +54,7 @@ def _recon_cli(cfg, *extra):
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_recon_refuses_to_write_over_its_scan_folder(lab_scan, tmp_path):
     before = tree(lab_scan)
     cfg = _config(tmp_path, lab_scan, lab_scan, format="zarr", overwrite=True, force=True)
@@ -91,6 +92,7 @@ def test_recon_refuses_scan_tif_as_its_own_output_and_a_hard_link_of_it(tmp_path
     assert scan.read_bytes() == raw
 
 
+@pytest.mark.slow
 def test_recon_replaces_its_own_output_but_not_a_foreign_file_without_force(lab_scan, tmp_path):
     out = tmp_path / "recon.tif"
     cfg = _config(tmp_path, lab_scan, out)

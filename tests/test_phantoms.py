@@ -130,6 +130,7 @@ def test_rotated_ellipsoid_against_quadrature():
 
 
 @pytest.mark.parametrize("modified", [True, False])
+@pytest.mark.slow
 def test_shepp_logan_line_integrals_against_quadrature(modified):
     rng = np.random.default_rng(3 + modified)
     ells = shepp_logan_ellipsoids(modified)
@@ -142,6 +143,7 @@ def test_shepp_logan_line_integrals_against_quadrature(modified):
     np.testing.assert_allclose(got, want, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_point_values_match_independent_indicator():
     rng = np.random.default_rng(5)
     pts = rng.uniform(-1, 1, size=(20000, 3)) * 50.0
@@ -165,6 +167,7 @@ def test_tables():
         assert all(abs(c) + h <= 1.0 for c, h in zip(e.center, e.half_extent()))
 
 
+@pytest.mark.slow
 def test_modified_table_follows_phantom3d_rule():
     # phantom3d (Schabel) puts p in ellipsoid k when alpha_k @ p - c0_k lies in the axis-aligned
     # ellipsoid, with alpha the z-x-z Euler matrix: the tabulated centre is in the rotated frame.
@@ -299,6 +302,7 @@ def test_supersampled_ball_volume():
 
 
 # ------------------------------------------------------------- trajectories
+@pytest.mark.slow
 def test_circular_convention_central_pixel():
     tr = circular_trajectory_3d(n_views=4, sid=600.0, sdd=1200.0, dtype=F64)
     scale = 100.0
@@ -357,6 +361,7 @@ def test_fan_2d_is_central_row_of_3d_cone():
 
 
 @pytest.mark.parametrize("beam", ["cone", "parallel"])
+@pytest.mark.slow
 def test_projections_match_generic_rays_for_awkward_geometry(beam):
     # Sources inside the head, oblique (non-orthogonal) detector axes, tiny and huge detectors:
     # the per-view fast path and its shadow windows must agree with the plain per-ray formula.
@@ -442,6 +447,7 @@ def test_chiral_phantom_has_no_mirror_symmetry_in_any_slice():
         assert np.abs(vol - np.flip(vol, axis)).sum() > least * np.abs(vol).sum()
 
 
+@pytest.mark.slow
 def test_chiral_line_integrals_against_quadrature():
     from ctbench.phantoms import chiral_ellipsoids, chiral_line_integrals
 

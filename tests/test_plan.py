@@ -178,6 +178,7 @@ def _case(seed):
 
 
 @pytest.mark.parametrize("seed", range(10))
+@pytest.mark.slow
 def test_tiled_equals_untiled_including_autograd(seed):
     dtype, geo, n, vshape, dshape, sino_core, B, kw, opts = _case(seed)
     torch.manual_seed(seed)

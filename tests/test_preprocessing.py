@@ -115,6 +115,7 @@ def _fan_sino(offset_px, n=180, U=128, du=1.0, sid=150.0, sdd=300.0):
 
 
 @pytest.mark.parametrize("offset", [-4.6, 2.3])
+@pytest.mark.slow
 def test_conjugate_rays_find_a_fan_beam_offset(offset):
     sino, ang = _fan_sino(offset)
     found, xs, cs = offset_by_conjugate_rays(sino, ang, 1.0, 150.0, 300.0)
@@ -122,12 +123,14 @@ def test_conjugate_rays_find_a_fan_beam_offset(offset):
     assert cs[np.argmin(np.abs(xs - offset))] < 0.05 * np.nanmax(cs[np.isfinite(cs)])
 
 
+@pytest.mark.slow
 def test_sharpness_sweep_finds_a_fan_beam_offset():
     sino, ang = _fan_sino(-4.6, n=120, U=96)
     found, _, _ = offset_by_sharpness(sino, ang, 1.0, 150.0, 300.0, search_px=(-8, 4))
     assert found == pytest.approx(-4.6, abs=0.3)
 
 
+@pytest.mark.slow
 def test_parallel_beam_offset_by_mirrored_opposite_views():
     ang = torch.linspace(0, 2 * math.pi, 121, dtype=torch.float64)[:-1]
     traj = circular_trajectory_2d_parallel(angles=ang, detector_offset=2.7 * 0.5, dtype=torch.float64)

@@ -174,6 +174,7 @@ def test_find_centre_refuses_an_infinite_pitch_and_huge_search_ranges(fan):
         find_centre(s, a, 1.0, sid=150.0, sdd=300.0, search_px=(np.nan, 3), cross_check=False)
 
 
+@pytest.mark.slow
 def test_every_answer_has_a_confidence_high_for_data_low_for_noise(fan):
     s, a = fan
     res = find_centre(s, a, 1.0, sid=150.0, sdd=300.0, cross_check=False)
@@ -185,6 +186,7 @@ def test_every_answer_has_a_confidence_high_for_data_low_for_noise(fan):
     assert res.confidence < 0.5 and res.low_confidence and "LOW" in res.text()
 
 
+@pytest.mark.slow
 def test_one_nan_pixel_does_not_move_the_centre(fan):
     s, a = fan
     ref = find_centre(s, a, 1.0, sid=150.0, sdd=300.0, cross_check=False)
@@ -203,6 +205,7 @@ def test_the_ring_filter_size_is_bounded(size, match):
         remove_stripes(np.zeros((3, 4, 16), np.float32), size)
 
 
+@pytest.mark.slow
 def test_sizes_that_would_allocate_gigabytes_are_refused():
     """Run apart with 2 GiB of data memory: a regression (the 7.45 GiB median filter, the 14.9 GiB centre
     search of issue 20) fails with a MemoryError instead of exhausting the machine."""

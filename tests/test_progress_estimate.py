@@ -24,6 +24,7 @@ def _finished(events):
 
 
 @pytest.mark.parametrize("algorithm, extra", [("os_sirt", {"nonneg": True}), ("os_tv", {"lam": 1e-4})])
+@pytest.mark.slow
 def test_ordered_subsets_report_every_subset_of_every_pass_in_order(scan, algorithm, extra):
     geo, sino = scan
     req = ReconRequest(algorithm, {"n_iter": 3, "n_subsets": 4, **extra})

@@ -56,6 +56,7 @@ def test_a_config_of_100000_nested_brackets_is_rc_2(tmp_path):
     _check_rc2(_recon(cfg), "deep.json", "nested too deeply")
 
 
+@pytest.mark.slow
 def test_a_ring_filter_wider_than_the_detector_is_rc_2(tmp_path):
     cfg = tmp_path / "ring.json"
     cfg.write_text(json.dumps(_config(tmp_path, ring_filter=10 ** 9)))
@@ -64,6 +65,7 @@ def test_a_ring_filter_wider_than_the_detector_is_rc_2(tmp_path):
 
 @pytest.mark.parametrize("key, value, field", [("shape", [2.7, 3.2, 4.9], "input.raw.shape"),
                                                ("shape", [True, True, True], "input.raw.shape")])
+@pytest.mark.slow
 def test_fractional_or_boolean_raw_shapes_are_rc_2_naming_the_field(tmp_path, key, value, field):
     doc = _config(tmp_path)
     doc["input"]["raw"][key] = value
@@ -72,6 +74,7 @@ def test_fractional_or_boolean_raw_shapes_are_rc_2_naming_the_field(tmp_path, ke
     _check_rc2(_recon(cfg), field)
 
 
+@pytest.mark.slow
 def test_fractional_crop_rows_are_rc_2_naming_the_field(tmp_path):
     cfg = tmp_path / "crop.json"
     cfg.write_text(json.dumps(_config(tmp_path, rows=[0.5, 3.9])))

@@ -24,6 +24,7 @@ def folder(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_calibrate_writes_trajectory_and_report_then_recon_uses_it(folder, capsys):
     cfg = str(folder / "calibrate.json")
     assert main(["calibrate", cfg]) == 0
@@ -74,6 +75,7 @@ def test_bad_calibrate_section_is_named(folder, tmp_path, capsys):
     assert "calibrate.n_inner" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_calibrate_prints_the_scans_orientation_warnings_on_stderr(tmp_path):
     """A camera-convention scan stated as seen from the detector: ``ctbench calibrate`` (a real subprocess)
     says on stderr that the data contradict the stated orientation, as ``ctbench recon`` does, and still

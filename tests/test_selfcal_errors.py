@@ -64,6 +64,7 @@ def test_unknown_and_meaningless_parameters(small):
         calibrate(P, y, ("offset_u",), levels=(0,))
 
 
+@pytest.mark.slow
 def test_unidentifiable_parameter_is_reported_not_guessed():
     """In a parallel beam a detector shift along v is a shift of the object along the axis: the object
     explains it completely, so it must come back as 'not identifiable' with no value (a full turn, so that
@@ -84,6 +85,7 @@ def test_unidentifiable_parameter_is_reported_not_guessed():
     assert "not identifiable" in res.table()
 
 
+@pytest.mark.slow
 def test_generator_yields_progress_and_cancels(small):
     P, y = small
     stop = threading.Event()
@@ -137,6 +139,7 @@ def test_roll_and_offset_match_an_explicit_detector():
         torch.testing.assert_close(p, q, rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_nothing_identifiable_leaves_the_geometry_nominal():
     traj = circular_trajectory_3d_parallel(30, angle_range=2 * math.pi)
     P = Projector(traj, (24, 24, 24), (32, 32), backend="cpu")
@@ -150,6 +153,7 @@ def test_nothing_identifiable_leaves_the_geometry_nominal():
 
 
 @pytest.mark.parametrize("name", ["offset_u", "offset_v", "roll", "pitch", "yaw", "axis_tilt", "sdd"])
+@pytest.mark.slow
 def test_loss_gradient_through_the_projector_matches_finite_differences(name):
     """Every global parameter reaches the projector's geometry gradients; d(loss)/d(p) by autograd agrees
     with a central difference of the loss (float64, reference backend)."""

@@ -32,6 +32,7 @@ def _run(scan, truth, free, known=False):
     return {p.name: p for p in res.parameters}, res
 
 
+@pytest.mark.slow
 def test_axis_tilt_recovered_from_an_unknown_object(scan):
     """offset_v, which an unknown object imitates and which traded with the tilt (0.795 deg and offset_v 0.47 px
     for truth 1.0 deg and 0 px before), is held and reported not identifiable; the tilt then comes back within
@@ -57,6 +58,7 @@ def test_axis_tilt_recovered_from_an_unknown_object(scan):
     assert any(n.startswith("offset_v: not identifiable from an unknown object") for n in res.notes)
 
 
+@pytest.mark.slow
 def test_pitch_yaw_and_sdd_recovered_with_a_known_object(scan):
     """A known object fixes the absolute scale: a detector pitch and a source-detector distance error, which an
     unknown object would mimic (a flared, a larger object), are then recovered, with the yaw and the offsets."""
@@ -73,6 +75,7 @@ def test_pitch_yaw_and_sdd_recovered_with_a_known_object(scan):
         (abs(res.correlations["offset_v/pitch"]) > 0.9)
 
 
+@pytest.mark.slow
 def test_sdd_of_an_unknown_object_is_not_a_confident_wrong_value(scan):
     """With the object unknown a changed source-detector distance is mostly a changed magnification: the
     calibration must say it cannot tell (an earlier version returned -36 mm off with a 0.85 mm uncertainty),
@@ -112,6 +115,7 @@ def test_known_object_is_checked(scan):
         calibrate(P, y, ("offset_u",), known_object=object())
 
 
+@pytest.mark.slow
 def test_yaw_of_an_unknown_object_is_partly_recovered_on_a_wide_cone():
     """A detector yaw is only partly identifiable from an unknown object (about half its signature is a radial
     bulge of the object): on a wide cone (SID 300, SDD 600, 23 degree half cone) a 3 degree yaw comes back with

@@ -47,6 +47,7 @@ def _cli(cfg):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_calibrate_recovers_sdd_with_a_known_object_file(folder, tmp_path):
     p = _cli(_config(folder, tmp_path))
     assert p.returncode == 0, p.stderr
@@ -96,6 +97,7 @@ SPEC_PITCH = SelfCalSpec(n_views=60, detector_u=48, detector_v=40, pitch=2.0, of
                          drift_rms_px=0.0, detector_pitch_deg=2.0, seed=7)
 
 
+@pytest.mark.slow
 def test_calibrate_recovers_pitch_with_a_known_object_file(tmp_path):
     """End to end: the scan written as files, the object given as a TIFF volume, ``ctbench calibrate`` in a
     subprocess; the detector pitch comes back within 0.7 degree and within 3 of its reported standard deviations

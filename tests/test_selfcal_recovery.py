@@ -26,6 +26,7 @@ def drifting():
     return P, ells, y, shifts, res
 
 
+@pytest.mark.slow
 def test_offset_and_roll_recovered(drifting):
     P, ells, y, shifts, res = drifting
     assert abs(res.value("offset_u") - TRUTH["offset_u"]) < 0.1
@@ -36,6 +37,7 @@ def test_offset_and_roll_recovered(drifting):
             assert 0 < row.uncertainty < 0.05 and row.identifiability > 0.5
 
 
+@pytest.mark.slow
 def test_per_view_shifts_recovered(drifting):
     P, ells, y, shifts, res = drifting
     both = torch.cat([shifts["shift_u"], shifts["shift_v"]])
@@ -47,6 +49,7 @@ def test_per_view_shifts_recovered(drifting):
     assert res.loss_history[-1] < res.loss_history[0]
 
 
+@pytest.mark.slow
 def test_reconstruction_as_good_as_with_the_exact_geometry(drifting):
     """CGLS with the calibrated geometry is within 10% of CGLS with the exact one (FDK cannot take a rolled
     detector or per-view motion); the nominal geometry is clearly worse."""
@@ -66,6 +69,7 @@ def test_reconstruction_as_good_as_with_the_exact_geometry(drifting):
     assert e_nom > 1.3 * e_exact
 
 
+@pytest.mark.slow
 def test_centre_offset_alone_matches_fdk_with_exact_geometry():
     """A non-integer centre offset within 0.1 px; FDK with the calibrated geometry within 10% of FDK with
     the exact one (a detector offset keeps the orbit circular, so FDK applies)."""

@@ -32,6 +32,7 @@ def _calibrate(y, height):
     return {p.name: p for p in res.parameters}, res
 
 
+@pytest.mark.slow
 def test_roll_of_a_volume_shorter_than_the_object_is_not_identifiable(sinogram):
     rows, res = _calibrate(sinogram, 12)
     assert rows["roll"].status == "not identifiable" and rows["roll"].value is None
@@ -41,6 +42,7 @@ def test_roll_of_a_volume_shorter_than_the_object_is_not_identifiable(sinogram):
     assert abs(rows["offset_u"].value - SPEC.offset_u_px) < 0.1
 
 
+@pytest.mark.slow
 def test_roll_of_a_tiny_scan_with_a_volume_that_holds_the_object(sinogram):
     rows, _ = _calibrate(sinogram, 40)
     roll = rows["roll"]

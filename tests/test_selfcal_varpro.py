@@ -29,6 +29,7 @@ def scan():
     return P, simulate_scan(P, ells, {"axis_tilt": 1.5}, photons=0, seed=1)
 
 
+@pytest.mark.slow
 def test_reduced_columns_lose_what_the_volume_explains(scan):
     P, y = scan
     level = make_level(P, y, 1, 2)

@@ -61,6 +61,7 @@ def _in_memory(doc):
     return run(geo, sino, ReconRequest("fbp").validated()).volume, centre, resolved
 
 
+@pytest.mark.slow
 def test_streamed_volume_equals_the_in_memory_one_for_every_budget(scan):
     doc = _doc(scan)
     ref, centre, resolved = _in_memory(doc)
@@ -90,6 +91,7 @@ def test_a_budget_too_small_is_refused_before_any_work_naming_the_budget_that_wo
     assert not out.exists() and not list(tmp_path.iterdir())      # no run folder either
 
 
+@pytest.mark.slow
 def test_fdk_and_fbp_name_the_same_method_and_the_report_says_which_ran(scan):
     doc = _doc(scan, preprocess={}, geometry={})
     a = run_recon(parse_config(doc | {"algorithm": {"name": "fdk"}}))
@@ -100,6 +102,7 @@ def test_fdk_and_fbp_name_the_same_method_and_the_report_says_which_ran(scan):
 
 
 # ------------------------------------------------------------------ OME-Zarr out
+@pytest.mark.slow
 def test_the_ome_zarr_output_opens_in_ome_zarr_py_and_napari_with_its_scale_in_mm(scan, tmp_path):
     ome_io = pytest.importorskip("ome_zarr.io")
     ome_reader = pytest.importorskip("ome_zarr.reader")
@@ -129,6 +132,7 @@ def test_the_ome_zarr_output_opens_in_ome_zarr_py_and_napari_with_its_scale_in_m
     assert OmeZarrVolume.open(out).group.attrs["ctbench"]["recon"]["algorithm"]["method"] == "fdk"
 
 
+@pytest.mark.slow
 def test_tiff_export_of_a_streamed_volume_is_the_volume(scan, tmp_path):
     from ctbench.io.export import read_volume
     rep = run_recon(parse_config(_doc(scan, output={"path": str(tmp_path / "v.tif")}, resources={"memory": int(
@@ -138,6 +142,7 @@ def test_tiff_export_of_a_streamed_volume_is_the_volume(scan, tmp_path):
 
 
 # ------------------------------------------------------------------ cancel, kill, resume
+@pytest.mark.slow
 def test_cancel_leaves_no_output_and_a_rerun_resumes_to_the_same_volume(scan, tmp_path):
     out = tmp_path / "v.ome.zarr"
     whole = run_recon(parse_config(_doc(scan)))["volume"]
@@ -220,6 +225,7 @@ def test_a_second_run_on_the_same_output_is_refused_while_the_first_works(scan, 
             run_recon(cfg)
 
 
+@pytest.mark.slow
 def test_an_unfinished_run_of_another_config_is_discarded_not_resumed(scan, tmp_path):
     out = tmp_path / "v.ome.zarr"
     doc = _doc(scan, output={"path": str(out)})
@@ -241,6 +247,7 @@ def test_an_output_inside_the_scan_is_refused_before_anything_is_written(scan):
     assert not list(Path(scan).glob(".v.ome.zarr*")) and not (Path(scan) / "v.ome.zarr").exists()
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_a_clear_error_and_a_rerun_with_space_resumes(scan, tmp_path):
     from test_disk_full import _fill, _mount, _umount
     mnt = tmp_path / "small"
@@ -268,6 +275,7 @@ def test_a_full_disk_is_a_clear_error_and_a_rerun_with_space_resumes(scan, tmp_p
 
 
 # ------------------------------------------------------------------ iterative methods
+@pytest.mark.slow
 def test_iterative_methods_run_from_the_work_store_and_cgls_from_disk_when_it_does_not_fit(scan, tmp_path):
     doc = _doc(scan, preprocess={}, geometry={"detector_roll_deg": 0.0},
                algorithm={"name": "cgls", "params": {"n_iter": 4}})

@@ -174,6 +174,7 @@ def test_streamed_equals_direct_on_a_smaller_zarr_case(tmp_path):
 
 # ----------------------------------------------------------------- fdk_into
 @pytest.mark.parametrize("case", ["cone", "fan2d", "parallel"])
+@pytest.mark.slow
 def test_fdk_into_equals_in_memory_fdk(tmp_path, case):
     from ctbench import circular_trajectory_2d_fan, circular_trajectory_3d_parallel
     from ctbench.solvers import fbp, fdk

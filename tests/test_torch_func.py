@@ -105,6 +105,7 @@ def test_hessian_vector_product_by_double_backward(setup, op):
 
 
 @pytest.mark.parametrize("op", ["project", "backproject"])
+@pytest.mark.slow
 def test_gradgradcheck_volume(op):
     torch.manual_seed(3)
     tr = circular_trajectory_3d(2, 60.0, 120.0, start_angle=0.4, dtype=F64)

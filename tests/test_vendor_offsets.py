@@ -115,6 +115,7 @@ def test_nikon_axis_tilt_from_the_centre_of_rotation_is_the_detector_roll(tmp_pa
     assert "warnings" not in scan.scanner
 
 
+@pytest.mark.slow
 def test_nikon_object_roll_is_the_detector_roll(tmp_path):
     """ObjectRoll (CIL: the axis tilted towards its +x, ctbench's -u): a ctbench detector roll of ROLL is an
     ObjectRoll of -ROLL; the default (geometry.detector_roll_deg null) applies it."""
@@ -151,6 +152,7 @@ SK = LabScanSpec(n_views=48, detector_u=48, detector_v=16, offset_px=O_U, phanto
                  seen_from="source", seed=43)
 
 
+@pytest.mark.slow
 def test_skyscan_postalignment_reconstructs_like_the_exact_geometry(tmp_path):
     imgs = _corrected(SK, 65535.0)
     # the writer's reading of Postalignment: the axis images at stored column (cols - 1) / 2 + P
@@ -171,6 +173,7 @@ SKR = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phant
                   seen_from="source", seed=47)       # rows enough for the roll to show
 
 
+@pytest.mark.slow
 def test_skyscan_image_rotation_is_the_detector_roll(tmp_path):
     """The stored images are seen from the source (columns mirrored), so a ctbench roll of ROLL is a turn of -ROLL
     in them: the writer states Image Rotation = -ROLL (Bruker does not document the sign; this is ctbench's

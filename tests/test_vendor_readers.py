@@ -70,6 +70,7 @@ def test_dxchange_reads_counts_angles_pitch_and_binning(par_counts, tmp_path):
     assert read_scan(path2).pixel_size == pytest.approx((1.0, 1.0))
 
 
+@pytest.mark.slow
 def test_dxchange_reconstructs_like_the_tiff_scan_and_not_mirrored(par_counts, tmp_path):
     proj, flats, darks = par_counts
     dx = write_dxchange(tmp_path / "scan.h5", proj, flats, darks, np.degrees(PAR.angles), resolution_um=1000.0)
@@ -122,6 +123,7 @@ def shading_corrected():
     return np.clip(np.rint(t * WHITE), 1, 65535).astype(np.uint16)
 
 
+@pytest.mark.slow
 def test_nikon_reads_distances_pitch_angles_and_binning(shading_corrected, tmp_path):
     deg = np.degrees(CONE.angles)
     measured = deg + np.random.default_rng(1).normal(0, 0.01, deg.size)
@@ -142,6 +144,7 @@ def test_nikon_reads_distances_pitch_angles_and_binning(shading_corrected, tmp_p
     assert read_scan(xb).pixel_size == pytest.approx((CONE.pitch, CONE.pitch))
 
 
+@pytest.mark.slow
 def test_nikon_reconstructs_like_the_tiff_scan_and_not_mirrored(shading_corrected, tmp_path):
     from ctbench.io.nikon import NIKON_ORIENTATION
     from ctbench.io.scanner import scanner_json
@@ -191,6 +194,7 @@ def skyscan_counts():
     return np.clip(np.rint((proj - d) / (f - d) * 65535), 1, 65535).astype(np.uint16)
 
 
+@pytest.mark.slow
 def test_bruker_reads_distances_pitch_angles_direction_and_optical_axis(skyscan_counts, tmp_path):
     axis = (SKY.detector_v - 1) / 2 + SKY.offset_v_px
     log = write_bruker(tmp_path / "sky", "chiral_", skyscan_counts, sid=SKY.sid, sdd=SKY.sdd, pitch=SKY.pitch,
@@ -205,6 +209,7 @@ def test_bruker_reads_distances_pitch_angles_direction_and_optical_axis(skyscan_
     np.testing.assert_array_equal(np.asarray(scan.projections[7]), skyscan_counts[7])
 
 
+@pytest.mark.slow
 def test_bruker_reconstructs_like_the_tiff_scan_and_not_mirrored(skyscan_counts, tmp_path):
     from ctbench.io.scanner import scanner_json
 
@@ -268,6 +273,7 @@ def test_zeiss_reads_distances_pitch_angles_reference_and_shifts(zeiss_counts, t
     assert scan.orientation.seen_from == "auto"
 
 
+@pytest.mark.slow
 def test_zeiss_reconstructs_like_the_tiff_scan_and_not_mirrored(zeiss_counts, tmp_path):
     from ctbench.io.scanner import scanner_json
 

@@ -97,6 +97,7 @@ def _skyscan_counts(spec, trajectory=None):
     return np.clip(np.rint((proj - d) / (f - d) * 65535), 1, 65535).astype(np.uint16)
 
 
+@pytest.mark.slow
 def test_bruker_per_view_shifts_are_applied_with_the_right_sign(tmp_path):
     ex, ey = _movement(SKY.n_views, 7)
     common = dict(sid=SKY.sid, sdd=SKY.sdd, pitch=SKY.pitch, step_deg=360.0 / SKY.n_views, direction="CC")
@@ -129,6 +130,7 @@ def _zeiss(path, spec, trajectory=None, **shifts):
                       pixel_um=spec.pitch * 1e3 * spec.sid / spec.sdd, **shifts)
 
 
+@pytest.mark.slow
 def test_zeiss_alignment_shifts_are_applied_with_the_right_sign(tmp_path):
     ex, ey = _movement(ZS.n_views, 8)
     still = _zeiss(tmp_path / "still.txrm", ZS)

@@ -1,9 +1,10 @@
 """The wheel a user installs: prebuilt CPU kernels for every level, loaded with no compiler (issue 21).
 
 One wheel is built from the repository (scikit-build-core + CMake: 3 kernel
-families x 3 x86-64 levels) and installed into a fresh virtual environment
-whose dependencies (torch, numpy, ...) come from this environment through a
-.pth file instead of the network.  It then runs with no compiler on PATH, CXX
+families x 3 x86-64 levels; the session's ``built_wheel``, tests/conftest.py) and
+installed into a fresh virtual environment whose dependencies (torch, numpy, ...)
+come from this environment through a .pth file instead of the network
+(tests/wheel_install.py).  It then runs with no compiler on PATH, CXX
 unset and an empty kernel cache; its outputs are compared bit for bit with
 the JIT build (cpu_build) of the same instruction set in this checkout.
 """
@@ -15,8 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
-import time
 import zipfile
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 import torch
 
 from ctbench.engine import cpu_prebuilt
+from wheel_install import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "tests" / "prebuilt_probe.py"
@@ -36,32 +36,13 @@ pytestmark = [pytest.mark.slow,
 
 
 @pytest.fixture(scope="module")
-def wheel_env(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wheel")
-    wheels = tmp / "wheels"
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "--config-settings", f"build-dir={tmp / 'build'}", "-w", str(wheels), str(ROOT)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    build_s = time.perf_counter() - t0
-    (wheel,) = wheels.glob("ctbench-*.whl")
-    vpy, site = _install(wheel, tmp / "venv")
+def wheel_env(built_wheel, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel-env")
+    wheel = built_wheel["wheel"]   # tests/conftest.py: one build per session
+    vpy, site = install_wheel(wheel, tmp / "venv")
     nocc = tmp / "empty-bin"  # PATH holds no compiler (nothing at all)
     nocc.mkdir()
-    return {"wheel": wheel, "python": vpy, "site": site, "tmp": tmp, "path": str(nocc), "build_s": build_s}
-
-
-def _install(wheel: Path, venv: Path) -> tuple[Path, Path]:
-    """A fresh venv holding ``wheel`` (unpacked as pip would); dependencies come from this environment."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    vpy = venv / "bin" / "python"
-    site = subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(site)
-    Path(site, "ctbench_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return vpy, Path(site)
+    return {"wheel": wheel, "python": vpy, "site": site, "tmp": tmp, "path": str(nocc), "build_s": built_wheel["build_s"]}
 
 
 def _env(**extra) -> dict:
@@ -91,8 +72,10 @@ def _installed(wheel_env, tmp_path, name: str, **extra) -> dict:
 
 
 def _jit(tmp_path, march: str) -> dict:
+    # this checkout's ctbench (on PYTHONPATH: an environment may not have it installed)
     r = _probe(sys.executable, tmp_path / f"jit-{march}.pt",
-               _env(CTBENCH_CPU_BUILD="native", CTBENCH_MARCH=march, CTBENCH_CACHE_DIR=str(tmp_path / "jit-cache")))
+               _env(CTBENCH_CPU_BUILD="native", CTBENCH_MARCH=march, CTBENCH_CACHE_DIR=str(tmp_path / "jit-cache"),
+                    PYTHONPATH=str(ROOT)))
     assert {v["source"] for v in r["loaded"].values()} == {"jit"}
     assert {v["variant"] for v in r["loaded"].values()} == {f"march={march}"}
     return r
@@ -212,7 +195,7 @@ def test_repaired_wheel_is_rehashed(wheel_env, tmp_path):
               "print(json.dumps(cpu_build.loaded_libraries()['joseph']))")
 
     def loaded(name):
-        vpy, _ = _install(repaired, tmp_path / name)
+        vpy, _ = install_wheel(repaired, tmp_path / name)
         proc = subprocess.run([str(vpy), "-c", script], cwd=tmp_path, capture_output=True, text=True,
                               env=_env(PATH=wheel_env["path"], CTBENCH_CACHE_DIR=str(tmp_path / f"cache-{name}")))
         assert proc.returncode == 0, proc.stderr[-3000:]

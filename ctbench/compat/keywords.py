@@ -18,6 +18,19 @@ class Projector(_DiffctProjector):
     __doc__ = _DiffctProjector.__doc__
     _AUTO_IS_DIFFCT = False
 
+    @property
+    def backend(self) -> str:
+        """The backend that runs: for ``backend="auto"`` ctbench's engine's choice ("cpu", or "cuda" for CUDA
+        tensors: :attr:`engine_backend`), not the label diffct would show; otherwise the name asked for."""
+        label = self.__dict__.get("_backend_label")
+        if getattr(self, "backend_name", None) == "auto" and not getattr(self, "_cell_model", False):
+            return self.engine_backend
+        return label
+
+    @backend.setter
+    def backend(self, label: str) -> None:
+        self.__dict__["_backend_label"] = label
+
     # ctbench code passes the per-call trajectory positionally: project(x, trajectory)
     def project(self, volume, trajectory=None):
         return super().project(volume, trajectory=trajectory)

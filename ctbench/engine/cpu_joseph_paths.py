@@ -220,6 +220,14 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
     return timings
 
 
+def _acceptable(known: dict[str, list[str]]):
+    def accept(choice: dict[str, str]) -> bool:
+        # a cached choice among paths the measurement no longer ranks (made before only the -bands
+        # forward paths were ranked) is measured again
+        return all(name in candidates(op, known.get(op, [name])) for op, name in choice.items())
+    return accept
+
+
 def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], str]:
     """``(choice, where from)``: the cached choice of this library and CPU, or a fresh measurement (then
     cached; :mod:`ctbench.engine.cpu_path_cache`).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a
@@ -227,11 +235,7 @@ def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], 
     info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
     n, nz, views = MEASURE_SHAPE
     known = known_paths(lib)
-
-    def accept(choice: dict[str, str]) -> bool:
-        # a cached choice among paths the measurement no longer ranks (made before only the -bands
-        # forward paths were ranked) is measured again
-        return all(name in candidates(op, known.get(op, [name])) for op, name in choice.items())
+    accept = _acceptable(known)
 
     return cpu_path_cache.cached_or_measured(
         info, FAMILY, known, lambda: measure(lib),
@@ -268,9 +272,23 @@ def apply(lib) -> dict[str, str]:
     return active
 
 
-def describe(lib) -> dict:
+def describe(lib, *, measure: bool = True) -> dict:
     """The paths offered, measured and active, and where the measured choice came from (for ``ctbench info``
-    and the benchmarks)."""
+    and the benchmarks).  ``measure=False`` times nothing: a library whose choice is neither cached nor
+    made in this process reports ``measured: None`` (and the active paths as far as ``CTBENCH_CPU_PATH``
+    names them)."""
+    with _LOCK:
+        st = _STATE.get(id(lib))
+        ready = st is not None and st["lib"] is lib
+    if not measure and not ready:
+        known = known_paths(lib)
+        choice = cpu_path_cache.cached_choice(getattr(lib, "_ctbench_origin", {}), FAMILY, known,
+                                              _acceptable(known)) if known else None
+        if choice is None:
+            forced = cpu_paths.check_forced(cpu_paths.forced_paths(), known)
+            return {"known": known, "measured": None, "active": forced or None,
+                    "source": "not measured yet: timed at the first projector call (or ctbench info "
+                              "--measure-paths)"}
     st = _state(lib)
     return {"known": st["known"], "measured": dict(st["measured"]), "source": st["source"],
             "active": active_paths(lib)}

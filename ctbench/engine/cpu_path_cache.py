@@ -25,6 +25,27 @@ def choice_location(lib_info: dict) -> tuple[Path | None, str]:
     return cpu_build.private_dir(cpu_build.cache_dir() / "paths", levels=2), sha
 
 
+def _lookup(lib_info: dict, family: str, known: dict[str, list[str]], accept) -> tuple:
+    """(cached choice or None, choice file or None, library SHA-256, why there is no file)."""
+    why = "the library's SHA-256 is unknown"
+    try:
+        folder, sha = choice_location(lib_info)
+    except (cpu_build.UntrustedCache, OSError) as e:
+        folder, sha, why = None, "", str(e)
+    path = cpu_paths.choice_file(folder, family, sha) if folder is not None else None
+    if path is not None:
+        choice, _problem = cpu_paths.read_choice(path, family, sha, cpu_build.cpu_signature(), known)
+        if choice is not None and (accept is None or accept(choice)):
+            return choice, path, sha, ""
+    return None, path, sha, why
+
+
+def cached_choice(lib_info: dict, family: str, known: dict[str, list[str]],
+                  accept: Callable[[dict[str, str]], bool] | None = None) -> dict[str, str] | None:
+    """The cached choice for this library and CPU, read without measuring anything (None: none cached)."""
+    return _lookup(lib_info, family, known, accept)[0]
+
+
 def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
                        measure: Callable[[], dict[str, dict[str, float]]], problem: str,
                        accept: Callable[[dict[str, str]], bool] | None = None) -> tuple[dict[str, str], str]:
@@ -32,23 +53,15 @@ def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
     (seconds by operation and path) fastest, then cached.  ``where from`` is ``"cache"``,
     ``"measured"`` or ``"measured (not cached: why)"``.  ``accept``: whether a cached choice is one the
     measurement can still make (a choice made under older rules is then measured again and replaced)."""
-    why = "the library's SHA-256 is unknown"
-    try:
-        folder, sha = choice_location(lib_info)
-    except (cpu_build.UntrustedCache, OSError) as e:
-        folder, sha, why = None, "", str(e)
-    cpu = cpu_build.cpu_signature()
-    path = cpu_paths.choice_file(folder, family, sha) if folder is not None else None
-    if path is not None:
-        choice, _problem = cpu_paths.read_choice(path, family, sha, cpu, known)
-        if choice is not None and (accept is None or accept(choice)):
-            return choice, "cache"
+    choice, path, sha, why = _lookup(lib_info, family, known, accept)
+    if choice is not None:
+        return choice, "cache"
     timings = measure()
     choice = cpu_paths.fastest(timings)
     if path is None:
         return choice, f"measured (not cached: {why})"
     try:
-        cpu_paths.write_choice(path, family, sha, cpu, known, choice, timings, problem)
+        cpu_paths.write_choice(path, family, sha, cpu_build.cpu_signature(), known, choice, timings, problem)
     except OSError as e:
         warnings.warn(f"ctbench: could not cache the measured {family} cpu paths in {path}: {e}", RuntimeWarning,
                       stacklevel=3)

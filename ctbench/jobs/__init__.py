@@ -8,6 +8,12 @@ solver generators and emits the same events (:mod:`ctbench.workbench.workflow`)
 as a local run.  See docs/JOBS.md.
 """
 
-from .spec import JobSpec
-
 __all__ = ["JobSpec"]
+
+
+def __getattr__(name: str):
+    # loaded on first use (PEP 562): ``ctbench --help`` registers the job commands without torch
+    if name == "JobSpec":
+        from .spec import JobSpec
+        return JobSpec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ..json_report import dumps as strict_json
+
 
 def add_commands(sub) -> None:
     """Add the ``bridge`` and ``jobs`` subcommands to the ``ctbench`` parser's subparsers."""
@@ -99,7 +101,7 @@ def _client(args):
 
 
 def _print(args, obj, text: str) -> None:
-    print(json.dumps(obj) if args.json else text)
+    print(strict_json(obj) if args.json else text)
 
 
 def _value(v: str):
@@ -219,7 +221,7 @@ def _events(args) -> int:
             if not args.previews and ev.get("preview"):
                 ev = {**ev, "preview": {k: v for k, v in ev["preview"].items() if k != "data"}}
             if args.json:
-                print(json.dumps(ev), flush=True)
+                print(strict_json(ev), flush=True)
             else:
                 keys = ("iteration", "n_iter", "residual", "elapsed", "stopped", "message")
                 print(ev["seq"], ev["type"], " ".join(f"{k}={ev[k]}" for k in keys if ev.get(k) is not None),

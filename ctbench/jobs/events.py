@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..json_report import dumps as strict_json
+
 EVENTS_FILE = "events.jsonl"
 
 
@@ -38,7 +40,9 @@ class EventWriter:
         event = {"seq": self.seq, "type": type_, "time": time.time(), **fields}
         # One write() of a whole line on an O_APPEND file: a reader never sees half an event
         # followed by another one, only (at worst) a trailing partial line, which it skips.
-        os.write(self._fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+        # Strict JSON (a NaN residual is null with a note, ctbench/json_report.py): the bridge's HTTP replies
+        # and browsers refuse NaN.
+        os.write(self._fd, (strict_json(event, separators=(",", ":")) + "\n").encode())
         self.seq += 1
         return event
 
@@ -161,7 +165,7 @@ def to_workflow_event(ev: dict, *, volume=None):
     if t == "finished":
         m = ev["metadata"]
         vol = volume if volume is not None else torch.zeros(0)
-        return Finished(vol, list(ev["residuals"]), int(ev["n_iter"]), ev["stopped"], float(ev["elapsed"]),
+        return Finished(vol, [float("nan") if r is None else r for r in ev["residuals"]], int(ev["n_iter"]), ev["stopped"], float(ev["elapsed"]),
                         ReconRequest.from_dict(ev["request"]), tuple(m["voxel_spacing"]), tuple(m["origin"]),
                         m.get("note", ""))
     return None

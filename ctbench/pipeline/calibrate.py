@@ -22,7 +22,6 @@ mixture), and any failure leaves no staging file behind.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine.plan import format_bytes
+from ..json_report import dumps as strict_json
 from ..output_policy import FileReservation, check_overlap
 from .calibrate_config import CalibrateConfig
 from ..io.scan import images_to_sinogram
@@ -153,6 +153,6 @@ def _calibrate(cfg, cal, config_path, traj_out: FileReservation, report_out: Fil
     report["trajectory"], report["report"] = str(traj_path), str(report_path)
     report["nominal_detector_offset_mm"] = [offset_u, cfg.geometry.detector_offset_v_mm + prep.shift_v]
     traj_out.commit(res.trajectory.to_json().encode())
-    report_out.commit(json.dumps(report, indent=1).encode())
+    report_out.commit(strict_json(report, indent=1).encode())   # NaN/inf as null + note
     say(f"wrote {traj_path} and {report_path}")
     return report

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+from ..json_report import dumps as strict_json
 from .calibrate import run_calibrate
 from .calibrate_config import CalibrateConfig
 from .config import OutputConfig, load_config
 from .recon import run_recon
+
+
+# why a report's number may be missing (null; ctbench/json_report.py writes the note beside it)
+REPORT_NOTES = {
+    "sharpness": "not computed: the sharpness sweep runs for the reading taken only",
+    "split_px": "not computed: the even and the odd views did not both pair up (or too few views)",
+    "conjugate_mismatch": "not computed: no ray met its conjugate within the detector",
+}
 
 
 def register_recon(subparsers) -> None:
@@ -51,7 +59,7 @@ def _cli(args) -> int:
             cfg.resources = cfg.resources.model_validate(cfg.resources.model_dump() | updates)
         sink = JsonLinesSink() if args.json else (None if args.quiet else TqdmSink())
         progress = Progress(sink, throttle_s=0.0 if args.json else 0.25)
-        say = (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True)) if args.json else \
+        say = (lambda m: print(strict_json({"event": "log", "message": m}), flush=True)) if args.json else \
             (lambda m: print(m, file=sys.stderr))
         report = run_recon(cfg, log=say, progress=progress, return_volume=False)
     except Cancelled as e:
@@ -71,7 +79,7 @@ def _cli(args) -> int:
         report.pop(k)
     if args.json:
         report = {"event": "report", **report}
-    print(json.dumps(report))
+    print(strict_json(report, notes=REPORT_NOTES))
     return 0
 
 
@@ -101,6 +109,6 @@ def _calibrate_cli(args) -> int:
     # mis-centred reading is a calibration of the wrong scan
     for w in report.get("warnings", []):
         print(f"ctbench calibrate: warning: {w}", file=sys.stderr)
-    print(json.dumps({k: report[k] for k in ("trajectory", "report", "final_loss", "elapsed_s")}
-                     | {"parameters": {p["name"]: p["value"] for p in report["parameters"]}}))
+    print(strict_json({k: report[k] for k in ("trajectory", "report", "final_loss", "elapsed_s")}
+                      | {"parameters": {p["name"]: p["value"] for p in report["parameters"]}}, notes=REPORT_NOTES))
     return 0

@@ -13,7 +13,7 @@ job's peak memory (:mod:`ctbench.pipeline.budget`).
 
 A config (JSON; every section but ``input`` optional)::
 
-    {"input":      {"path": "scan/", "format": "auto", "flats": null, "darks": null,
+    {"input":      {"path": "scan/", "format": "auto", "flats": null, "darks": null,   # or "sample": "lab_scan"
                     "raw": {"shape": [360, 512, 512], "dtype": "uint16", "byte_order": "little", "header": 0}},
      "preprocess": {"rows": null, "cols": null, "bin": 1, "every": 1, "angle_range_deg": null,
                     "ring_filter": 0, "min_transmission": 1e-4, "view_shifts": true,
@@ -45,7 +45,8 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer,
+                      model_validator)
 
 from ..atomic_files import atomic_write_bytes
 from ..io.errors import read_json_object
@@ -72,11 +73,38 @@ class RawOptions(_Model):
 
 
 class InputConfig(_Model):
-    path: str
+    path: Optional[str] = None
+    sample: Optional[str] = None        # a bundled sample in place of a path (ctbench/samples.py)
     format: Literal[FORMATS] = "auto"   # type: ignore[valid-type]
     flats: Optional[str] = None
     darks: Optional[str] = None
     raw: Optional[RawOptions] = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _path_or_sample(cls, doc, handler):
+        # exactly one of the two; a sample resolves to its installed path here (and is saved by name)
+        if isinstance(doc, dict):
+            path, sample = doc.get("path") is not None, doc.get("sample") is not None
+            if path == sample:
+                raise ValueError(("give either 'path' or 'sample', not both" if path else "give 'path' (a scan file "
+                                  "or folder) or 'sample'") + " (a bundled sample such as \"lab_scan\"; `ctbench "
+                                 "samples` lists them)")
+        cfg = handler(doc)
+        if cfg.sample is not None and cfg.path is None:
+            from ..samples import sample_path
+            try:
+                cfg.path = str(sample_path(cfg.sample))
+            except FileNotFoundError as e:
+                raise ValueError(str(e)) from None
+        return cfg
+
+    @model_serializer(mode="wrap")
+    def _by_name(self, handler):
+        doc = handler(self)
+        if self.sample is not None:
+            doc.pop("path", None)   # saved by name: the installed path differs from one machine to the next
+        return doc
 
 
 class PreprocessConfig(CorrectionKeys):      # + zingers, rings, phase, beam_hardening (pipeline/corrections.py)

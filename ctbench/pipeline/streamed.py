@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.errors import ScanFileError
+from ..json_report import strict
 from .bands import BandReader, ViewFrame, centre_rows
 from .budget import (BudgetError, PipelinePlan, ScanShape, default_budget, parse_budget, plan_pipeline,
                      planning_baseline)
@@ -515,7 +516,8 @@ class StreamedRecon:
         out = self.cfg.output
         target = Path(out.path)
         vol = OmeZarrVolume.open(volume_path, "r+")
-        vol.set_attrs(recon={k: v for k, v in report.items() if k not in ("volume", "geometry_object")})
+        # written as strict JSON (a NaN residual or sharpness is null with a note: ctbench/json_report.py)
+        vol.set_attrs(recon=strict({k: v for k, v in report.items() if k not in ("volume", "geometry_object")}))
         if self.out_format == "ome-zarr":
             stage = self.progress.stage("write", 1, "steps")
             replace_into_place(volume_path, target, may_replace=None if out.force else written_by_ctbench)
@@ -528,7 +530,7 @@ class StreamedRecon:
         path = export_volume(target, level0[0] if geometry.is_2d else level0, geometry.voxel_spacing,
                              format=self.out_format, overwrite=out.overwrite, force=out.force,
                              inputs=recon_inputs(self.cfg), geometry=geometry,
-                             meta={"config": self.cfg.model_dump(mode="json"), "recon": report["algorithm"]})
+                             meta={"config": self.cfg.model_dump(mode="json"), "recon": strict(report["algorithm"])})
         stage.advance(1)
         stage.close()
         return path
