@@ -7,7 +7,6 @@ memory stays within the plan whatever the store size (docs/LARGE_VOLUMES.md).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -27,9 +26,10 @@ from .weights import orbit_of, redundancy_weights
 
 
 def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak", cutoff: float = 1.0,
-             padding: float = 2.0, oversample: int = 1, short_scan="auto", backend: str = "auto",
+             padding: float = 2.0, oversample: int = 1, short_scan="auto", displaced="auto", backend: str = "auto",
              scratch=None, resume: bool = False) -> Plan:
-    """FDK (circular cone beam, fan 2D) or FBP (parallel beams) from a sinogram store into a volume store.
+    """FDK (cone beam, fan 2D: every geometry :func:`ctbench.solvers.fdk` takes) or FBP (parallel beams)
+    from a sinogram store into a volume store.
 
     The same reconstruction as :func:`ctbench.solvers.fdk` / :func:`~ctbench.solvers.fbp` (same
     keyword arguments), computed in the plan's windows: each view batch is pre-weighted and
@@ -47,7 +47,7 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
     filter = check_filter(filter)
     who = "fdk" if projector.beam == "cone" else "fbp"
     orbit = orbit_of(projector, require="circular", who=who)
-    arc, parker = redundancy_weights(orbit, short_scan, who=who)
+    arc, parker = redundancy_weights(orbit, short_scan, who=who, displaced=displaced)
     weights = (arc * analytic.view_scale(orbit)).to(plan.dtype)
     win = StoreWindows(projector)
     grid = projector.grid
@@ -62,14 +62,14 @@ def fdk_into(projector, sinogram_store, volume_store, *, filter: str = "ram-lak"
                 raise ValueError(f"scratch must be a store of its own; it is the same store as {name}")
     out = start_output(volume_store, "fdk",
                        run_inputs(projector, sinogram_store, plan.dtype, filter=filter, cutoff=cutoff,
-                                  padding=padding, oversample=m, short_scan=short_scan),
+                                  padding=padding, oversample=m, short_scan=short_scan,
+                                  **({} if displaced == "auto" else {"displaced": displaced})),
                        [win.volume(s0, s1) for s0, s1 in plan.slabs()], resume)
 
     def filtered(a: int, b: int) -> torch.Tensor:
         """Pre-weighted, ramp-filtered views [a, b) as (b-a, (U-1)*m+1, V)."""
         raw = win.as_block(sinogram_store.read(win.sinogram(a, b)), a, b)
-        part = dataclasses.replace(orbit, sdd=orbit.sdd[a:b], pixel_u=orbit.pixel_u[a:b],
-                                   pixel_v=orbit.pixel_v[a:b])
+        part = orbit.views(a, b)
         return analytic.filtered_views(projector, part, raw, 0, b - a, filter=filter, cutoff=cutoff, padding=padding,
                                   parker=None if parker is None else parker[a:b], oversample=m)[0]
 
