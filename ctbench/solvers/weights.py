@@ -50,8 +50,10 @@ F64 = torch.float64
 
 # Source heights may vary by this fraction of the detector's height seen at the axis (a calibrated vertical
 # drift of the object, a robot's wobble: every view is still a view of one circular orbit, of a shifted
-# object); more is another trajectory (a helix: helical_fdk; a saddle: an iterative solver).
-Z_SPREAD_LIMIT = 0.25
+# object); more is another trajectory (a saddle: an iterative solver).  Heights that rise steadily with the
+# angle (a helix) by more than HELIX_SPREAD_LIMIT of that height go to helical_fdk (a slow linear drift less).
+Z_SPREAD_LIMIT = 0.5
+HELIX_SPREAD_LIMIT = 0.1
 # Rows are filtered as they are: a detector rolled by r filters along lines r off the rotation plane (error
 # first order in r times the data's v-gradient; docs/RECONSTRUCTION.md).  Beyond this, resample the images
 # onto an unrolled detector first or use an iterative solver.
@@ -200,12 +202,13 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
         z_spread = float(z.max() - z.min())
         # the detector's height seen at the axis (the smallest over the views)
         height = (V - 1) * dv * float((radius / ((ctr - src) * nrm).sum(1).abs().clamp_min(1e-30)).min())
-        if z_spread > Z_SPREAD_LIMIT * height:
-            helix = _is_helix(angles, z, scale)
-            how = "use helical_fdk for this helical orbit" if helix else ITERATIVE
+        helix = z_spread > HELIX_SPREAD_LIMIT * height and _is_helix(angles, z, scale)
+        if helix or z_spread > Z_SPREAD_LIMIT * height:
+            how = ("use helical_fdk for this helical orbit" if helix else ITERATIVE)
             raise ValueError(f"{who} needs a circular orbit (sources at one z, up to a drift of "
-                             f"{100 * Z_SPREAD_LIMIT:g}% of the {height:.4g} mm the detector spans at the axis); the "
-                             f"source z varies from {float(z.min()):.4g} to {float(z.max()):.4g} mm: {how}")
+                             f"{100 * Z_SPREAD_LIMIT:g}% of the {height:.4g} mm the detector spans at the axis, "
+                             f"{100 * HELIX_SPREAD_LIMIT:g}% for a steady rise); the source z varies from "
+                             f"{float(z.min()):.4g} to {float(z.max()):.4g} mm: {how}")
     if cone and require == "helical" and n > 2 and not _is_helix(angles, z, scale):
         raise ValueError(f"{who} needs a helical orbit (source z proportional to the rotation angle); for this "
                          f"trajectory {ITERATIVE}")
@@ -434,6 +437,23 @@ def displacement_of(orbit: Orbit) -> Displacement:
     return Displacement(low, high, max(0.0, min(-low, high)), side, asym)
 
 
+def detector_padding(orbit: Orbit, displaced: str | bool = "auto") -> tuple[int, int]:
+    """Columns of zeros to add before column 0 and after the last column so that a displaced detector reaches as
+    far on its short side as on its long one (0, 0 for other detectors; ``displaced`` as for
+    :func:`weighting_of`).  The ramp filter's output runs past the data it filters: a half-fan view's filtered row
+    has values beyond its short edge, and the voxels whose rays cross there (those only the other half of the
+    turn measures directly) need them (RTK pads the same way)."""
+    _check_choice("displaced", displaced)
+    disp = displacement_of(orbit)
+    if not (disp.displaced if displaced == "auto" else bool(displaced)) or disp.side == 0 or orbit.pixel_u.shape[1] < 2:
+        return 0, 0
+    pu = orbit.pixel_u
+    pitch = float((pu[:, 1] - pu[:, 0]).abs().median())
+    first, last = pu[:, 0].abs(), pu[:, -1].abs()
+    missing = int(math.ceil(float((last - first).abs().max()) / pitch - 1e-9))
+    return (missing, 0) if float(first.mean()) < float(last.mean()) else (0, missing)
+
+
 def _wang_taper(gamma: torch.Tensor, disp: Displacement) -> torch.Tensor:
     """Wang's weight of a displaced detector at anticlockwise fan angle ``gamma``: 0 beyond the short edge,
     1 beyond the overlap on the long side, sin^2 across the overlap (a ray and its conjugate sum to 1)."""
@@ -461,11 +481,13 @@ def displaced_short_scan_weights(orbit: Orbit) -> torch.Tensor:
     disp = displacement_of(orbit)
     g_ccw = orbit.fan_angles()
     m = _parker(beta, gamma, delta) * _wang_taper(g_ccw, disp)
-    beta_c = beta + math.pi + 2 * gamma
-    m_c = _parker(beta_c, -gamma, delta) * _wang_taper(-g_ccw, disp)
-    m_c = torch.where((beta_c >= 0) & (beta_c <= math.pi + 2 * delta), m_c, torch.zeros_like(m_c))
+    end = math.pi + 2 * delta
+    m_c = torch.zeros_like(m)
+    for beta_c in (beta + math.pi + 2 * gamma, beta - math.pi + 2 * gamma):  # the conjugate, either way round
+        inside = (beta_c >= 0) & (beta_c <= end)
+        m_c = m_c + torch.where(inside, _parker(beta_c, -gamma, delta) * _wang_taper(-g_ccw, disp), torch.zeros_like(m))
     total = m + m_c
-    alone = (m_c == 0) & (beta >= 0) & (beta <= math.pi + 2 * delta) & (_wang_taper(g_ccw, disp) > 0)
+    alone = (m_c == 0) & (beta >= 0) & (beta <= end) & (_wang_taper(g_ccw, disp) > 0)
     w = torch.where(total > 1e-12, m / total.clamp_min(1e-12), torch.zeros_like(m))
     return torch.where(alone, torch.ones_like(w), w)
 
