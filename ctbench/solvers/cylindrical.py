@@ -8,8 +8,12 @@ A cylindrical detector bends every view's detector about an axis along its
 with ``c``, ``u_hat``, ``v_hat`` the view's detector centre and axes, ``n_hat``
 the unit normal pointing away from the source and ``du`` the pitch along the
 arc.  ``radius=None`` (the medical scanner's detector) centres the cylinder on
-the source: ``R`` is each view's source-to-detector distance, and every column
-is one fan angle ``u/R`` from the central ray (equiangular sampling).  Flat
+the source: its axis is the line through the source along ``v``, ``R`` is the
+distance of the detector centre from that line, ``n_hat`` points from the line to
+the centre and ``u_hat`` along the arc (turned, if need be, to the tangent on the
+side of the given u); every column is then one fan angle ``u/R`` from the centre
+column (equiangular sampling).  A detector centre offset sideways (a half-fan
+scan's ``detector_offset``) so sits on a cylinder through that centre.  Flat
 trajectories (``circular_trajectory_3d`` and every other generator) describe the
 view frames, so calibrated per-view geometry carries over unchanged.
 
@@ -42,7 +46,7 @@ from ..engine.fdk_kernels import CYLINDER
 from ..geometry import Trajectory
 from ..projector import Projector
 
-__all__ = ["CylindricalProjector", "cylinder_pixels"]
+__all__ = ["CylindricalProjector", "cylinder_pixels", "source_centred_frames"]
 
 # attributes of the flat projector that describe shapes, grid and frames
 _SHARED = ("trajectory", "beam", "is_2d", "grid", "global_volume_shape", "volume_shape", "local_volume_shape",
@@ -66,10 +70,22 @@ def _away_normal(src, ctr, u, v, cone: bool) -> torch.Tensor:
     return n * torch.where(side == 0, torch.ones_like(side), side)
 
 
+def source_centred_frames(src, ctr, u, v):
+    """(u_hat, v_hat) of a cylinder about the line through the source along v that passes through the detector
+    centre: v_hat along v, u_hat the arc's tangent at the centre, on the side of u (module docstring)."""
+    vh = _unit(v)
+    radial = (ctr - src) - ((ctr - src) * vh).sum(-1, keepdim=True) * vh
+    tangent = _unit(torch.linalg.cross(vh, radial, dim=-1))
+    side = torch.sign((tangent * u).sum(-1, keepdim=True))
+    return tangent * torch.where(side == 0, torch.ones_like(side), side), vh
+
+
 def cylinder_pixels(trajectory: Trajectory, detector_shape, detector_spacing, radius=None) -> torch.Tensor:
     """World positions ``(n_views, U, V, 3)`` of the pixel centres of a cylindrical detector (module docstring);
     differentiable in the trajectory tensors."""
     src, ctr, u, v = trajectory.tensors()
+    if radius is None:
+        u, v = source_centred_frames(src, ctr, u, v)
     U, V = detector_shape
     du, dv = detector_spacing
     uh, vh = _unit(u), _unit(v)
@@ -148,6 +164,8 @@ class CylindricalProjector:
     def _column_trajectory(self, trajectory: Trajectory) -> Trajectory:
         """One view per (view, column): the column's centre on the cylinder, u along the column (v), v across it."""
         src, ctr, u, v = trajectory.tensors()
+        if self.radius is None:
+            u, v = source_centred_frames(src, ctr, u, v)
         U, V = self.flat.detector_shape
         du, dv = self.flat.detector_spacing
         n_views = trajectory.n_views
@@ -219,6 +237,8 @@ class CylindricalProjector:
         tr = self.flat.trajectory if trajectory is None else self.flat._check_override(trajectory)
         du, dv = self.flat.detector_spacing
         src, ctr, u, v = (t.to(device=device, dtype=dtype) for t in tr.tensors())
+        if self.radius is None:
+            u, v = source_centred_frames(src, ctr, u, v)
         return Rays(src, ctr, _unit(u) * du, _unit(v) * dv, CYLINDER, self.flat.detector_shape)
 
     def __repr__(self):

@@ -149,6 +149,9 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
     n = traj.n_views
     cone = projector.beam == "cone"
     kind = detector_kind(projector)
+    if kind == "cylinder" and getattr(projector, "radius", None) is None:
+        from .cylindrical import source_centred_frames
+        u, v = source_centred_frames(src, ctr, u, v)
     uhat, vhat = _unit(u), _unit(v)
     nrm = _unit(torch.linalg.cross(u, v, dim=1))
     if bool((nrm[:, 2].abs() > 1 - 1e-6).any()):
@@ -243,12 +246,6 @@ def orbit_of(projector, *, require: str = "circular", who: str = "fdk") -> Orbit
         raise ValueError(f"{who} reconstructs cylindrical detectors centred on the source (radius=None: the "
                          "cylinder's axis through the source); this one has a fixed radius that differs from the "
                          f"source-detector distance. {ITERATIVE[0].upper()}{ITERATIVE[1:]}")
-    if cone and kind == "cylinder":
-        lateral = (ctr - src) * uhat
-        if float(lateral.sum(1).abs().max()) > 1e-6 * float(sdd.max()):
-            raise ValueError(f"{who} reconstructs cylindrical detectors centred on the source (the cylinder's axis "
-                             "through the source, radius = the source-detector distance); this detector's centre "
-                             f"is off its own normal through the source. {ITERATIVE[0].upper()}{ITERATIVE[1:]}")
     # z . (ray x u) > 0: moving along +u turns the ray anticlockwise seen from +z
     ray = nrm if cone else _unit(src)
     turn = torch.linalg.cross(ray, uhat, dim=1)[:, 2]
@@ -447,7 +444,8 @@ def detector_padding(orbit: Orbit, displaced: str | bool = "auto") -> tuple[int,
     disp = displacement_of(orbit)
     if not (disp.displaced if displaced == "auto" else bool(displaced)) or disp.side == 0 or orbit.pixel_u.shape[1] < 2:
         return 0, 0
-    pu = orbit.pixel_u
+    # flat detectors and parallel beams: offsets from the principal point; a cylinder: fan angles (equiangular)
+    pu = orbit.fan_angles() if orbit.detector == "cylinder" else orbit.pixel_u
     pitch = float((pu[:, 1] - pu[:, 0]).abs().median())
     first, last = pu[:, 0].abs(), pu[:, -1].abs()
     missing = int(math.ceil(float((last - first).abs().max()) / pitch - 1e-9))
