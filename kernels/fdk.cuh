@@ -15,10 +15,31 @@
 // Composed with the voxel-index -> world map, the matrix is affine in the
 // voxel indices, so along a voxel row (x) the three numerators are
 // start + ix * step: the incremental update that makes the inner loop cheap.
+//
+// A cylindrical detector centred on the source (``cone == 2``: the cylinder's
+// axis along v through the source, radius R the distance from the source to the
+// detector centre, u the arc length along the cylinder) uses the same affine
+// rows for the voxel's coordinates in the view's frame, a = (x - s).u/R,
+// b = (x - s).v/dv and w = (x - s).n/R; its pixel is then
+// (i, j) = (R/du atan2(a, w) + (U-1)/2, b/rho + (V-1)/2) with rho = |(a, w)|, and
+// its FDK distance weight (R/rho_mm)^2 = 1/rho^2 (the fan-beam formula for an
+// equiangular detector: the in-plane distance to the source).
 #pragma once
 #include "common.cuh"
 
 namespace ct {
+
+// Detector kinds of the ``cone`` argument: 0 parallel beam, 1 flat cone/fan beam, 2 cylindrical cone/fan beam.
+enum FdkBeam { kFdkParallel = 0, kFdkFlat = 1, kFdkCylinder = 2 };
+
+template <typename real>
+CT_HD real fdk_atan2(real y, real x) {
+#if CT_DEVICE && !defined(CT_CUDA_EMULATION)
+  return atan2(y, x);
+#else
+  return std::atan2(y, x);
+#endif
+}
 
 // Cross product helper on plain arrays (double precision for the set-up).
 CT_HD void cross3(const double a[3], const double b[3], double out[3]) {
@@ -90,6 +111,42 @@ CT_HD bool fdk_view_matrix(const real* src, const real* ctr, const real* ustep, 
   return all_finite(P, 12);
 }
 
+// The rows of a cylindrical detector's view (module comment): P x = (a, b, w) for a world point x, and
+// kR = R/du, the column index per radian.  False for a degenerate or non-finite view.
+template <typename real>
+CT_HD bool fdk_view_matrix_cylinder(const real* src, const real* ctr, const real* ustep, const real* vstep, int k,
+                                    double P[12], double* kR) {
+  double s[3], c[3], u[3], v[3];
+  for (int q = 0; q < 3; ++q) {
+    s[q] = (double)src[3 * k + q];
+    c[q] = (double)ctr[3 * k + q];
+    u[q] = (double)ustep[3 * k + q];
+    v[q] = (double)vstep[3 * k + q];
+  }
+  if (!all_finite(s, 3) || !all_finite(c, 3) || !all_finite(u, 3) || !all_finite(v, 3)) return false;
+  const double du = CT_SQRT(dot3(u, u)), dv = CT_SQRT(dot3(v, v));
+  if (!(du > 0.0) || !(dv > 0.0)) return false;
+  double n[3];
+  cross3(u, v, n);
+  const double nn = CT_SQRT(dot3(n, n));
+  if (!(nn > 0.0)) return false;
+  double cs[3] = {c[0] - s[0], c[1] - s[1], c[2] - s[2]};
+  double R = dot3(cs, n) / nn;
+  const double sign = R < 0.0 ? -1.0 : 1.0;
+  R *= sign;
+  if (!(R > 0.0)) return false;
+  for (int q = 0; q < 3; ++q) {
+    P[q] = u[q] / (du * R);
+    P[4 + q] = v[q] / (dv * dv);
+    P[8 + q] = sign * n[q] / (nn * R);
+  }
+  P[3] = -dot3(P, s);
+  P[7] = -dot3(P + 4, s);
+  P[11] = -dot3(P + 8, s);
+  *kR = R / du;
+  return all_finite(P, 12) && CT_ISFINITE(*kR);
+}
+
 // Compose the view matrix with the voxel grid: M [ix, iy, iz, 1] = P [x; 1] for
 // the voxel of global indices (ix, iy, iz) (centred grid, spacing dx, dy, dz).
 template <typename real>
@@ -147,6 +204,29 @@ CT_HD real fdk_contribution(const real* CT_RESTRICT q, int su, int sv, int U, in
   const real inv = real(1) / (front ? w : real(1));
   const real val = fdk_bilinear(q, su, sv, U, V, a * inv, b * inv);
   return front ? val * inv * inv : real(0);
+}
+
+// Contribution of one view to one voxel on a cylindrical detector, given its rows a, b, w and kR (module
+// comment).  Points at or behind the source's plane parallel to the detector's centre (w <= 0) receive
+// nothing.
+template <typename real>
+CT_HD real fdk_contribution_cylinder(const real* CT_RESTRICT q, int su, int sv, int U, int V, real a, real b,
+                                     real w, real kR) {
+  const bool front = w > real(0);
+  const real rho2 = front ? a * a + w * w : real(1);
+  const real inv = real(1) / CT_SQRT(rho2);
+  const real fi = kR * fdk_atan2(a, front ? w : real(1)) + real(0.5) * real(U - 1);
+  const real fj = b * inv + real(0.5) * real(V - 1);
+  const real val = fdk_bilinear(q, su, sv, U, V, fi, fj);
+  return front ? val * inv * inv : real(0);
+}
+
+// Any beam: parallel (0), flat cone (1) or cylindrical cone (2, with kR).
+template <typename real>
+CT_HD real fdk_contribution_any(const real* CT_RESTRICT q, int su, int sv, int U, int V, real a, real b, real w,
+                                int cone, real kR) {
+  if (cone == kFdkCylinder) return fdk_contribution_cylinder(q, su, sv, U, V, a, b, w, kR);
+  return fdk_contribution(q, su, sv, U, V, a, b, w, cone);
 }
 
 }  // namespace ct

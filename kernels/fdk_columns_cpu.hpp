@@ -62,7 +62,8 @@ constexpr int fdk_window() {
 // One view's constants of a column path call, hoisted out of the voxel loops.
 struct FdkColumnView {
   double M[12];
-  bool columnar;  // no z terms in a and w: the column fast path applies
+  bool columnar;    // no z terms in a and w: the column fast path applies
+  double kR = 0.0;  // cylindrical detector (cone == 2): column index per radian
 };
 
 // Scalar z loop: acc[z] += scale * lerp(c, j(z)) for z in [0, nz), j(z) = jb + dj*(zb + z);
@@ -270,7 +271,7 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
               const real a = (real)(M[3] + M[0] * ix + M[1] * iy + M[2] * iz);
               const real b = (real)(M[7] + M[4] * ix + M[5] * iy + M[6] * iz);
               const real w = (real)(M[11] + M[8] * ix + M[9] * iy + M[10] * iz);
-              a_[z] += wk * fdk_contribution(qk, su, sv, U, V, a, b, w, cone);
+              a_[z] += wk * fdk_contribution_any(qk, su, sv, U, V, a, b, w, cone, (real)views[kk].kR);
             }
           }
           continue;
@@ -282,12 +283,16 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
         size_t used = 0;
         // The row's constants of a, b and w (the view's matrix at this y and z-independent).
         const double a_y = M[3] + M[1] * iy, b_y = M[7] + M[5] * iy, w_y = M[11] + M[9] * iy;
+        const bool cylinder = cone == kFdkCylinder;
         for (int ix = x0; ix < x1; ++ix) {
           const double wd = cone ? w_y + M[8] * ix : 1.0;
           if (!(wd > 0.0)) continue;  // at or behind the source plane: nothing (fdk_contribution)
-          const double invd = 1.0 / wd;
+          // flat: the projective divide; cylinder: 1/rho, the in-plane distance to the source (fdk.cuh)
+          const double ad = a_y + M[0] * ix;
+          const double invd = cylinder ? 1.0 / std::sqrt(ad * ad + wd * wd) : 1.0 / wd;
           const real inv = (real)invd;
-          const real fi_r = (real)((a_y + M[0] * ix) * invd);
+          const real fi_r = cylinder ? (real)(views[kk].kR * std::atan2(ad, wd) + 0.5 * (U - 1))
+                                     : (real)(ad * invd);
           const real fi = tmin(tmax(fi_r + real(2), real(0)), real(U + 3));
           const int i0 = (int)fi - 2;
           const real ti = fi - real(i0 + 2);
@@ -298,7 +303,7 @@ void fdk_backproject_columns(const real* q, i64 q_view_stride, int su, int sv, i
           const real* r1 = qk + (i64)tmin(tmax(i0 + 1, 0), U - 1) * su;
           FdkColumn<real>& col = cols[ncol];
           col.ix = ix;
-          col.jb = (real)((b_y + M[4] * ix) * invd);
+          col.jb = (real)((b_y + M[4] * ix) * invd + (cylinder ? 0.5 * (V - 1) : 0.0));
           col.dj = (real)(M[6] * invd);
           col.scale = cone ? wk * (inv * inv) : wk;
           // The v-range the chunk touches, as the clamped floor indices do, plus one for j0 + 1.

@@ -12,6 +12,8 @@
 //   (view, column) the u interpolation is done once and the z loop runs in
 //   SIMD lanes (fdk_columns_cpu.hpp); "columns-scalar" is the same with a
 //   scalar z loop (the portable fallback of builds without lanes).
+// Both serve flat and cylindrical detectors (cone == 2, fdk.cuh): only the
+// voxel -> pixel map and the distance weight differ.
 #include <omp.h>
 
 #include <algorithm>
@@ -41,11 +43,15 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
   // Index matrices of the view range, once (double set-up, real in the loops).
   const int nv = std::max(0, k1 - k0);
   std::vector<double> mats((size_t)nv * 12, 0.0);
+  std::vector<double> kr((size_t)nv, 0.0);  // cylinder: column index per radian
   std::vector<char> ok((size_t)nv, 0);
+  const bool cylinder = cone == ct::kFdkCylinder;
   for (int k = 0; k < nv; ++k) {
     double P[12];
     const real wk = view_weight[k0 + k];
-    if (ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k0 + k, U, V, P) && wk != real(0) && CT_ISFINITE(wk)) {
+    const bool made = cylinder ? ct::fdk_view_matrix_cylinder(src, ctr, ustep, vstep, k0 + k, P, &kr[k])
+                               : ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k0 + k, U, V, P);
+    if (made && wk != real(0) && CT_ISFINITE(wk) && CT_ISFINITE((real)kr[k])) {
       ct::fdk_index_matrix(P, vw, &mats[(size_t)k * 12]);
       ok[k] = ct::fdk_index_matrix_ok<real>(&mats[(size_t)k * 12]) ? 1 : 0;
     }
@@ -60,6 +66,7 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
       ct::FdkColumnView cv;
       std::copy(&mats[(size_t)k * 12], &mats[(size_t)k * 12] + 12, cv.M);
       cv.columnar = cv.M[2] == 0.0 && cv.M[10] == 0.0;
+      cv.kR = kr[k];
       views.push_back(cv);
       ids.push_back(k0 + k);
     }
@@ -88,7 +95,14 @@ void backproject(const real* q, i64 q_view_stride, i64 q_u_stride, i64 q_v_strid
         const real wk = view_weight[k0 + k];
         const real* qk = q + (i64)(k0 + k) * q_view_stride;
         real* CT_RESTRICT a_ = acc.data();
-        if (cone) {
+        if (cylinder) {
+          const real kR = (real)kr[k];
+#pragma omp simd
+          for (int ix = 0; ix < W; ++ix) {
+            a_[ix] += wk * ct::fdk_contribution_cylinder(qk, su, sv, U, V, a0 + da * (real)ix, b0 + db * (real)ix,
+                                                         w0 + dw * (real)ix, kR);
+          }
+        } else if (cone) {
 #pragma omp simd
           for (int ix = 0; ix < W; ++ix) {
             const real w = w0 + dw * (real)ix;

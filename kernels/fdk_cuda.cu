@@ -6,8 +6,10 @@
 
 using ct::i64;
 
-// Per view: the 3x4 index matrix (12 values) and the view weight (zero for a
-// degenerate view), 13 values per view in `mats`.
+// Per view: the 3x4 index matrix (12 values), the view weight (zero for a
+// degenerate view) and, for a cylindrical detector (cone == 2), the column index
+// per radian: FDK_MAT values per view in `mats`.
+#define FDK_MAT 14
 template <typename real>
 __global__ void fdk_view_matrices(const real* __restrict__ src, const real* __restrict__ ctr,
                                   const real* __restrict__ ustep, const real* __restrict__ vstep,
@@ -16,21 +18,24 @@ __global__ void fdk_view_matrices(const real* __restrict__ src, const real* __re
   const int k = blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= n_views) return;
   ct::VolumeWindow<real> vw{D, H, W, 0, D, (real)dx, (real)dy, (real)dz};
-  double P[12], M[12];
-  bool ok = ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P) && isfinite(view_weight[k]);
+  double P[12], M[12], kR = 0.0;
+  bool ok = (cone == ct::kFdkCylinder ? ct::fdk_view_matrix_cylinder(src, ctr, ustep, vstep, k, P, &kR)
+                                      : ct::fdk_view_matrix(src, ctr, ustep, vstep, cone, k, U, V, P)) &&
+            isfinite(view_weight[k]) && isfinite((real)kR);
   if (ok) {
     ct::fdk_index_matrix(P, vw, M);
     ok = ct::fdk_index_matrix_ok<real>(M);
   }
-  for (int r = 0; r < 12; ++r) mats[13 * k + r] = ok ? (real)M[r] : real(0);
-  mats[13 * k + 12] = ok ? view_weight[k] : real(0);
+  for (int r = 0; r < 12; ++r) mats[FDK_MAT * k + r] = ok ? (real)M[r] : real(0);
+  mats[FDK_MAT * k + 12] = ok ? view_weight[k] : real(0);
+  mats[FDK_MAT * k + 13] = ok ? (real)kR : real(0);
 }
 
 // out[z - z0, y, x] (+)= sum over views k in [k0, k1) of weight_k * contribution.
 //
 // One thread per FDK_ZPT voxels stacked along z at one (x, y): the three
 // numerators are affine in z, so the thread's voxels cost three adds each
-// after the first.  The views' 13 constants are staged through shared memory
+// after the first.  The views' FDK_MAT constants are staged through shared memory
 // FDK_VIEWS at a time (every thread of a block reads the same view at the same
 // time).  Every thread takes part in the staging, so none returns early.
 #define FDK_ZPT 4
@@ -41,7 +46,7 @@ __global__ void __launch_bounds__(256)
 fdk_backproject(const real* __restrict__ q, i64 q_view_stride, i64 q_u_stride, i64 q_v_stride, int U, int V,
                 const real* __restrict__ mats, int cone, int k0, int k1, int H, int W, int z0, int z1,
                 real* __restrict__ out, int accumulate) {
-  __shared__ real view_mats[FDK_VIEWS * 13];
+  __shared__ real view_mats[FDK_VIEWS * FDK_MAT];
   const int nz = z1 - z0;
   const int zgroups = (nz + FDK_ZPT - 1) / FDK_ZPT;
   const i64 n_items = (i64)zgroups * H * W;
@@ -58,18 +63,19 @@ fdk_backproject(const real* __restrict__ q, i64 q_view_stride, i64 q_u_stride, i
   for (int t = 0; t < FDK_ZPT; ++t) acc[t] = real(0);
   for (int kc = k0; kc < k1; kc += FDK_VIEWS) {
     const int nk = (k1 - kc < FDK_VIEWS) ? k1 - kc : FDK_VIEWS;
-    for (int e = threadIdx.x; e < nk * 13; e += blockDim.x) view_mats[e] = mats[13 * kc + e];
+    for (int e = threadIdx.x; e < nk * FDK_MAT; e += blockDim.x) view_mats[e] = mats[FDK_MAT * kc + e];
     __syncthreads();
     for (int j = 0; j < nk; ++j) {
-      const real* M = view_mats + 13 * j;
-      const real wk = M[12];
+      const real* M = view_mats + FDK_MAT * j;
+      const real wk = M[12], kR = M[13];
       if (wk == real(0) || nzt == 0) continue;
       const real* qk = q + (i64)(kc + j) * q_view_stride;
       real a = M[3] + M[0] * fx + M[1] * fy + M[2] * fz;
       real b = M[7] + M[4] * fx + M[5] * fy + M[6] * fz;
       real w = M[11] + M[8] * fx + M[9] * fy + M[10] * fz;
       for (int t = 0; t < FDK_ZPT; ++t) {
-        if (t < nzt) acc[t] += wk * ct::fdk_contribution(qk, (int)q_u_stride, (int)q_v_stride, U, V, a, b, w, cone);
+        if (t < nzt)
+          acc[t] += wk * ct::fdk_contribution_any(qk, (int)q_u_stride, (int)q_v_stride, U, V, a, b, w, cone, kR);
         a += M[2];
         b += M[6];
         w += M[10];

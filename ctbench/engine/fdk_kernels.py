@@ -11,7 +11,11 @@ through ``x`` (pixel centres at integers, bilinear interpolation, zero off the
 detector) and ``m_k(x) = (c - s).n / (x - s).n`` the magnification of ``x``
 (source ``s``, detector centre ``c``, detector normal ``n``).  Views use the
 same general vectors as the projector, so one kernel serves circular cone
-beam, helical orbits, fan 2D (D=1) and parallel beams.
+beam, helical orbits, fan 2D (D=1) and parallel beams.  ``Rays(..., cone=CYLINDER)``
+(2) describes a cylindrical detector centred on the source: ``u`` is the arc
+length along the cylinder, ``(i, j)`` are the column of the ray's fan angle and
+its height on the cylinder, and ``m_k(x) = R / rho`` with ``rho`` the voxel's
+distance to the source in the plane perpendicular to ``v``.
 
 The cpu and cuda backends run ``kernels/fdk_*``; the reference backend is an
 independent torch implementation (rays intersected with the detector plane
@@ -216,7 +220,12 @@ def weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, v
     return _cuda_backproject(q, geo, w, rays, grid, z0, z1, k0, k1, out_t, accumulate, runtime_for(which))
 
 
+# The ``cone`` value of a Rays whose detector is a cylinder centred on the source (kernels/fdk.cuh, kFdkCylinder):
+# the weighted backprojection's only curved detector.
+CYLINDER = 2
+
 CUDA_FDK_ZPT = 4  # voxels along z per thread: FDK_ZPT in kernels/fdk_cuda.cu
+CUDA_FDK_MAT = 14  # constants per view: FDK_MAT in kernels/fdk_cuda.cu
 
 
 def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, out_t, accumulate, runtime):
@@ -227,7 +236,7 @@ def _cuda_backproject(q, geo, w, rays: Rays, grid: VolumeGrid, z0, z1, k0, k1, o
     dtype, device = q.dtype, q.device
     n, U, V = q.shape
     dz, dy, dx = grid.spacing
-    mats = torch.empty((n, 13), dtype=dtype, device=device)
+    mats = torch.empty((n, CUDA_FDK_MAT), dtype=dtype, device=device)
     k_mat = runtime.kernel("fdk", "fdk_view_matrices", dtype, device)
     launch(runtime, k_mat, n, (*[as_cupy(t) for t in geo], as_cupy(w), np.int32(rays.cone), np.int32(n), np.int32(U),
                       np.int32(V), np.int32(grid.D), np.int32(grid.H), np.int32(grid.W), np.float64(dx),
@@ -272,12 +281,15 @@ def detector_coordinates(rays: Rays, k: int, pts: torch.Tensor):
     """Where the ray of view ``k`` through each point meets the detector.
 
     Returns ``(fi, fj, mag, front)``: continuous pixel indices, the
-    magnification ``(c - s).n / (x - s).n`` (ones for parallel beams) and
+    magnification ``(c - s).n / (x - s).n`` (ones for parallel beams; ``R / rho`` on a cylindrical
+    detector, ``rho`` the point's distance to the source in the plane perpendicular to v) and
     whether the point lies on the detector's side of the source.  float64.
     """
     f64 = torch.float64
     s, c, u, v = (t[k].to(device=pts.device, dtype=f64) for t in rays.tensors())
     n = torch.linalg.cross(u, v, dim=0)
+    if rays.cone == CYLINDER:
+        return _cylinder_coordinates(rays, s, c, u, v, n, pts)
     if rays.cone:
         d = pts - s
         denom = d @ n
@@ -300,6 +312,26 @@ def detector_coordinates(rays: Rays, k: int, pts: torch.Tensor):
     fi = (vv * ru - uv * rv) / det + (U - 1) / 2
     fj = (uu * rv - uv * ru) / det + (V - 1) / 2
     return fi, fj, mag, front
+
+
+def _cylinder_coordinates(rays: Rays, s, c, u, v, n, pts):
+    """Where the ray from the source through each point meets a cylindrical detector centred on the source:
+    the cylinder of radius R = |(c - s).n| about the line through s along v; pixel i at arc length
+    (i - (U-1)/2) du from the centre c, row j at height (j - (V-1)/2) dv."""
+    du, dv = float(u.norm()), float(v.norm())
+    uh, vh, nh = u / du, v / dv, n / n.norm()
+    depth = float((c - s) @ nh)
+    if depth < 0:
+        nh, depth = -nh, -depth
+    d = pts - s
+    a, b, w = d @ uh, d @ vh, d @ nh
+    rho = torch.sqrt(a * a + w * w)
+    front = w > 0
+    U, V = rays.detector_shape
+    fi = depth * torch.atan2(a, w) / du + (U - 1) / 2
+    safe = torch.where(rho > 0, rho, torch.ones_like(rho))
+    fj = depth * b / (safe * dv) + (V - 1) / 2
+    return fi, fj, depth / safe, front
 
 
 def reference_weighted_backproject(filtered: torch.Tensor, rays: Rays, grid: VolumeGrid, view_weight: torch.Tensor,

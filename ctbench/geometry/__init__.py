@@ -10,6 +10,10 @@ from .generators import (
     custom_trajectory_2d_fan,
     custom_trajectory_2d_parallel,
     custom_trajectory_3d,
+    half_fan_offset,
+    half_fan_trajectory_3d,
+    laminography_trajectory_3d,
+    laminography_trajectory_3d_parallel,
     random_trajectory_3d,
     rotation_matrix,
     saddle_trajectory_3d,
@@ -21,6 +25,7 @@ from .generators import (
 )
 from .trajectory import Trajectory, load_trajectory, save_trajectory
 
+# diffct 2.5's generators (tests/test_diffct_compat.py checks the list); ctbench's own follow in __all__
 GENERATORS = (
     "circular_trajectory_3d", "spiral_trajectory_3d", "saddle_trajectory_3d", "sinusoidal_trajectory_3d",
     "random_trajectory_3d", "custom_trajectory_3d", "circular_trajectory_3d_parallel",
@@ -30,5 +35,6 @@ GENERATORS = (
 
 __all__ = [
     "Trajectory", "load_trajectory", "save_trajectory", *GENERATORS, "transform_trajectory", "rotation_matrix",
+    "half_fan_offset", "half_fan_trajectory_3d", "laminography_trajectory_3d", "laminography_trajectory_3d_parallel",
     "as_trajectory", "from_diffct", "resolve_trajectory", "ctbench_beam",
 ]

@@ -323,6 +323,95 @@ def circular_trajectory_3d_parallel(n_views=None, detector_distance: float = 0.0
         "parallel3d", theta, detector_offset=[ou + float(detector_distance), ov]))
 
 
+# ---------------------------------------------------- half-fan and laminography
+
+
+def half_fan_offset(detector_width: float, overlap: float) -> float:
+    """The detector offset along u (mm) that makes a detector ``detector_width`` mm wide reach
+    ``overlap`` mm past its principal point on the short side: ``detector_width / 2 - overlap``.
+
+    Over a full turn such a displaced (half-fan, offset) detector sees a field of view about twice
+    as wide as a centred one; ``overlap`` is the band both halves of the turn see (Wang's weights
+    blend it), a few percent of the width or more."""
+    w, o = float(detector_width), float(overlap)
+    if not (math.isfinite(w) and w > 0):
+        raise ValueError(f"detector_width must be a positive length in mm, got {detector_width!r}")
+    if not (math.isfinite(o) and 0 <= o <= w / 2):
+        raise ValueError(f"overlap must be between 0 and half the detector width ({w / 2:g} mm), got {overlap!r}")
+    return w / 2 - o
+
+
+def half_fan_trajectory_3d(n_views=None, sid: float = 500.0, sdd: float = 1000.0, detector_width: float = 400.0,
+                           overlap: float = 20.0, start_angle: float = 0.0, device=None, dtype=torch.float32, *,
+                           angles=None, detector_offset_v: float = 0.0) -> Trajectory:
+    """A full-turn circular cone-beam orbit with the detector displaced sideways (half fan, offset detector:
+    lab, dental and C-arm CT's way of doubling the field of view): ``detector_offset`` along u is
+    :func:`half_fan_offset` ``(detector_width, overlap)`` (``detector_width`` = U * du of the projector).
+    FDK weights it with Wang's displaced-detector weights automatically (docs/RECONSTRUCTION.md)."""
+    offset = half_fan_offset(detector_width, overlap)
+    t = circular_trajectory_3d(n_views, sid, sdd, start_angle, start_angle + 2 * math.pi, device, dtype,
+                               angles=angles, detector_offset=(offset, float(detector_offset_v)))
+    return t.replace(meta={**t.meta, "kind": "half_fan", "detector_width": float(detector_width),
+                           "overlap": float(overlap)})
+
+
+def _tilted(frame, theta, tilt):
+    """Turn every view's (source or ray, centre, u, v) about its own u axis through the origin by ``tilt``
+    (rad): the rotation axis leans towards the beam (laminography; calibration's ``axis_tilt``)."""
+    src, ctr, u, v = frame
+    c, s = math.cos(tilt), math.sin(tilt)
+
+    def turn(x):  # Rodrigues about the unit vector u (u . x = 0 for the frames the generators build)
+        return x * c + torch.linalg.cross(u, x, dim=1) * s + u * (u * x).sum(1, keepdim=True) * (1 - c)
+
+    return turn(src), turn(ctr), u, turn(v)
+
+
+def _check_tilt(tilt) -> float:
+    t = float(tilt)
+    if not (math.isfinite(t) and abs(t) < math.pi / 2):
+        raise ValueError(f"tilt must be an angle in radians strictly between -pi/2 and pi/2 (0: ordinary CT), "
+                         f"got {tilt!r}")
+    return t
+
+
+def laminography_trajectory_3d(n_views=None, sid: float = 500.0, sdd: float = 1000.0, tilt: float = math.pi / 6,
+                               start_angle: float = 0.0, end_angle: float | None = None, device=None,
+                               dtype=torch.float32, *, angles=None, angle_range: float | None = None,
+                               detector_offset: Sequence[float] = (0.0, 0.0)) -> Trajectory:
+    """Cone-beam laminography: the rotation axis (z, the object's axis: a flat object lies in the x-y
+    plane) tilted towards the beam by ``tilt`` radians (0 is the circular orbit; the missing cone of
+    frequencies about z has the half-angle ``tilt``).
+
+    Every view of :func:`circular_trajectory_3d` is turned about its detector u axis through the
+    origin: the source circles at height ``sid sin(tilt)`` with radius ``sid cos(tilt)``, the
+    detector faces the origin (its normal along the central ray, u horizontal).  Default a full turn.
+    """
+    tilt = _check_tilt(tilt)
+    base = circular_trajectory_3d(n_views, sid, sdd, start_angle, end_angle, device, dtype, angles=angles,
+                                  angle_range=angle_range, detector_offset=detector_offset)
+    src, ctr, u, v = _tilted(base.tensors(), None, tilt)
+    return Trajectory(src, ctr, u, v, beam="cone", ndim=3, meta={**base.meta, "kind": "laminography",
+                                                                   "tilt": tilt})
+
+
+def laminography_trajectory_3d_parallel(n_views=None, tilt: float = math.pi / 6, start_angle: float = 0.0,
+                                        end_angle: float | None = None, device=None, dtype=torch.float32, *,
+                                        angles=None, angle_range: float | None = None,
+                                        detector_offset=(0.0, 0.0)) -> Trajectory:
+    """Parallel-beam laminography (synchrotron): :func:`circular_trajectory_3d_parallel`'s views turned
+    about their u axis by ``tilt`` radians, over a full turn by default (tilted rays from opposite
+    views are different lines, so a half turn does not suffice)."""
+    tilt = _check_tilt(tilt)
+    if end_angle is None and angle_range is None and angles is None and not isinstance(n_views, torch.Tensor):
+        end_angle = start_angle + 2 * math.pi
+    base = circular_trajectory_3d_parallel(n_views, 0.0, start_angle, end_angle, device, dtype, angles=angles,
+                                           angle_range=angle_range, detector_offset=detector_offset)
+    src, ctr, u, v = _tilted(base.tensors(), None, tilt)
+    return Trajectory(src, ctr, u, v, beam="parallel", ndim=3, meta={**base.meta, "kind": "laminography_parallel",
+                                                                       "tilt": tilt})
+
+
 # ------------------------------------------------------------------- 2D scans
 # 2D trajectories hold the same (n, 3) vectors in the plane z=0 (v = +z);
 # Trajectory.to_diffct() gives diffct's three (n, 2) parts.

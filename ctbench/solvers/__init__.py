@@ -1,4 +1,5 @@
-"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV).
+"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV),
+and the projector of cylindrical detectors they reconstruct (:class:`CylindricalProjector`).
 
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
 generator (``sirt_iterations``, ``cgls_iterations``, ``tv_iterations``,
@@ -10,8 +11,9 @@ zarr stores and writes rank-local checkpoints), and a function (``sirt``, ``cgls
 :class:`ReconResult`.  See docs/RECONSTRUCTION.md.
 """
 
-from .analytic import fbp, fdk, field_of_view, helical_fdk
+from .analytic import fbp, fdk, fdk_weighting, field_of_view, helical_fdk
 from .cgls import cgls, cgls_iterations
+from .cylindrical import CylindricalProjector
 from .checkpoint import CheckpointError
 from .disk_cgls import disk_cgls, disk_cgls_iterations, plan_disk_cgls
 from .filtering import FILTERS, ramp_filter
@@ -22,7 +24,7 @@ from .streamed import fdk_into
 from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconstruction
 
 __all__ = [
-    "fdk", "fbp", "helical_fdk", "field_of_view", "ramp_filter", "FILTERS",
+    "fdk", "fbp", "helical_fdk", "field_of_view", "fdk_weighting", "ramp_filter", "FILTERS", "CylindricalProjector",
     "sirt", "sirt_iterations", "cgls", "cgls_iterations", "disk_cgls", "disk_cgls_iterations", "plan_disk_cgls",
     "CheckpointError", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",

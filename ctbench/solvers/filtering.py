@@ -101,13 +101,19 @@ def window(name: str, f: torch.Tensor, cutoff: float = 1.0) -> torch.Tensor:
 
 
 @lru_cache(maxsize=32)
-def _spectrum_cached(n_fft: int, spacing: float, name: str, cutoff: float) -> torch.Tensor:
+def _spectrum_cached(n_fft: int, spacing: float, name: str, cutoff: float, curvature: float = 0.0) -> torch.Tensor:
     n = torch.arange(n_fft, dtype=torch.float64)
     k = torch.where(n <= n_fft // 2, n, n - n_fft)  # circular lag
     h = torch.zeros(n_fft, dtype=torch.float64)
     h[0] = 1.0 / (4.0 * spacing * spacing)
     odd = (k.abs() % 2) == 1
     h[odd] = -1.0 / (math.pi * k[odd] * spacing) ** 2
+    if curvature:
+        # equiangular samples (a cylinder of radius 1/curvature centred on the source): the ramp of the fan
+        # angle, (a / sin a)^2 h at the lag's angle a (Kak & Slaney, eq. 3.96); the argument is held below pi
+        # for lags no detector row reaches
+        a = (k * spacing * curvature).abs().clamp(max=0.95 * math.pi)
+        h[odd] = h[odd] * (a[odd] / torch.sin(a[odd])) ** 2
     spec = torch.fft.rfft(h).real * spacing  # the kernel is even: its spectrum is real
     f = torch.arange(spec.shape[0], dtype=torch.float64) / n_fft
     return spec * window(name, f, cutoff)
@@ -115,17 +121,30 @@ def _spectrum_cached(n_fft: int, spacing: float, name: str, cutoff: float) -> to
 
 @lru_cache(maxsize=32)
 def _spectrum_for(n_fft: int, spacing: float, name: str, cutoff: float, dtype: torch.dtype,
-                  device: torch.device) -> torch.Tensor:
+                  device: torch.device, curvature: float = 0.0) -> torch.Tensor:
     """The spectrum in the data's dtype and device, built once per (length, spacing, window, dtype,
-    device); callers only read it."""
-    return _spectrum_cached(n_fft, spacing, name, cutoff).to(device=device, dtype=dtype)
+    device, curvature); callers only read it."""
+    return _spectrum_cached(n_fft, spacing, name, cutoff, curvature).to(device=device, dtype=dtype)
 
 
-def ramp_spectrum(n_fft: int, spacing: float, filter: str = "ram-lak", cutoff: float = 1.0) -> torch.Tensor:
+def _check_curvature(curvature) -> float:
+    try:
+        c = float(curvature)
+    except (TypeError, ValueError):
+        raise ValueError(f"curvature must be a number >= 0 (1/mm), got {curvature!r}") from None
+    if not (c >= 0 and math.isfinite(c)):
+        raise ValueError(f"curvature must be a number >= 0 (1/mm: 1 / the radius of a cylindrical detector), "
+                         f"got {curvature!r}")
+    return c
+
+
+def ramp_spectrum(n_fft: int, spacing: float, filter: str = "ram-lak", cutoff: float = 1.0,
+                  curvature: float = 0.0) -> torch.Tensor:
     """The filter's rfft spectrum (n_fft//2 + 1,), float64, including the ``spacing`` factor."""
     if not (spacing > 0 and math.isfinite(spacing)):
         raise ValueError(f"spacing must be a positive number of mm, got {spacing!r}")
-    return _spectrum_cached(int(n_fft), float(spacing), check_filter(filter), _check_cutoff(cutoff)).clone()
+    return _spectrum_cached(int(n_fft), float(spacing), check_filter(filter), _check_cutoff(cutoff),
+                            _check_curvature(curvature)).clone()
 
 
 def check_oversample(oversample) -> int:
@@ -135,8 +154,12 @@ def check_oversample(oversample) -> int:
 
 
 def ramp_filter(projections: torch.Tensor, spacing: float, *, dim: int = -1, filter: str = "ram-lak",
-                cutoff: float = 1.0, padding: float = 2.0, oversample: int = 1) -> torch.Tensor:
+                cutoff: float = 1.0, padding: float = 2.0, oversample: int = 1, curvature: float = 0.0) -> torch.Tensor:
     """Filter ``projections`` along ``dim`` with the windowed ramp for sample ``spacing`` (mm).
+
+    ``curvature`` (1/mm) > 0: the samples lie on an arc of radius ``1/curvature`` centred on the
+    source (a cylindrical detector), ``spacing`` apart along the arc; the kernel is then the ramp of
+    the fan angle (Kak & Slaney's equiangular kernel, in units of the arc length).
 
     Rows are zero-padded to :func:`padded_length` before the FFT.  With
     ``oversample = m > 1`` the filtered rows are returned at ``m`` times the
@@ -155,7 +178,7 @@ def ramp_filter(projections: torch.Tensor, spacing: float, *, dim: int = -1, fil
     if not (spacing > 0 and math.isfinite(spacing)):
         raise ValueError(f"spacing must be a positive number of mm, got {spacing!r}")
     spec = _spectrum_for(n_fft, float(spacing), check_filter(filter), _check_cutoff(cutoff), projections.dtype,
-                         projections.device)
+                         projections.device, _check_curvature(curvature))
     if projections.numel() == 0:  # e.g. a distributed rank with zero views: some FFT backends reject empty batches
         shape = list(projections.shape)
         shape[dim] = (n - 1) * m + 1 if m > 1 else n

@@ -30,7 +30,7 @@ from ..engine.base import Rays
 from ..engine.fdk_kernels import weighted_backproject
 from . import analytic
 from .filtering import check_filter, check_oversample, check_padding
-from .weights import F64, orbit_of, redundancy_weights
+from .weights import F64, detector_padding, orbit_of, redundancy_weights
 
 FILTER_VIEWS = 16     # views pre-weighted and filtered at a time (bounds the float64 pre-weights)
 
@@ -51,8 +51,13 @@ class SlabFDK:
         self.backend = backend
         self.dtype = dtype
         self.orbit = orbit_of(projector, require="circular", who=self.who)
+        if self.orbit.detector != "flat":
+            # the cylinder mode measures rows from the source's height, so a band's shifted centre would not move them
+            raise ValueError(f"slab-by-slab {self.who} takes flat detectors; a {self.orbit.detector} detector "
+                             "reconstructs whole: use fdk (in memory) or fdk_into")
         arc, self.parker = redundancy_weights(self.orbit, short_scan, who=self.who)
         self.weights = (arc * analytic.view_scale(self.orbit)).to(dtype)
+        self.pad = detector_padding(self.orbit)     # a displaced (half-fan) detector's zero columns
         self.grid = projector.grid
         self.n_views = projector.n_views
         self.U, self.V = projector.detector_shape
@@ -98,26 +103,27 @@ class SlabFDK:
     # ------------------------------------------------------------ filtering and backprojection
     def filter_band(self, block: torch.Tensor, a: int, b: int, lo: int, hi: int) -> torch.Tensor:
         """Pre-weighted, ramp-filtered views ``[a, b)`` of detector rows ``[lo, hi)``: ``block`` is
-        ``(b-a, U, hi-lo)``; returns ``(b-a, (U-1)*oversample+1, hi-lo)`` in :attr:`dtype`."""
+        ``(b-a, U, hi-lo)``; returns ``(b-a, (U'-1)*oversample+1, hi-lo)`` in :attr:`dtype`, U' = U plus
+        :attr:`pad`."""
         if tuple(block.shape) != (b - a, self.U, hi - lo):
             raise ValueError(f"band block of views [{a}, {b}) and rows [{lo}, {hi}) must be "
                              f"{(b - a, self.U, hi - lo)}, got {tuple(block.shape)}")
-        um = (self.U - 1) * self.oversample + 1
+        um = (self.U + sum(self.pad) - 1) * self.oversample + 1
         out = torch.empty((b - a, um, hi - lo), dtype=self.dtype)
         block = block.to(self.dtype)
         for s0 in range(a, b, FILTER_VIEWS):
             s1 = min(b, s0 + FILTER_VIEWS)
-            part = dataclasses.replace(self.orbit, sdd=self.orbit.sdd[s0:s1], pixel_u=self.orbit.pixel_u[s0:s1],
-                                       pixel_v=self.orbit.pixel_v[s0:s1, lo:hi])
+            part = self.orbit.views(s0, s1)     # every per-view quantity of a calibrated scan
+            part = dataclasses.replace(part, pixel_v=part.pixel_v[:, lo:hi])
             parker = None if self.parker is None else self.parker[s0:s1]
             out[s0 - a:s1 - a] = analytic.filtered_views(
                 self.projector, part, block[None, s0 - a:s1 - a], 0, s1 - s0, self.filter, self.cutoff,
-                self.padding, parker, self.oversample)[0]
+                self.padding, parker, self.oversample, self.pad)[0]
         return out
 
     def band_rays(self, a: int, b: int, lo: int, hi: int) -> Rays:
         """The rays of views ``[a, b)`` on the sub-detector of rows ``[lo, hi)`` (its centre moved to theirs)."""
-        r = analytic.fdk_rays(self.projector, self.dtype, torch.device("cpu"), a, b, self.oversample)
+        r = analytic.fdk_rays(self.projector, self.dtype, torch.device("cpu"), a, b, self.oversample, self.pad)
         shift = lo + (hi - lo - 1) / 2 - (self.V - 1) / 2
         return Rays(r.source, r.center + shift * r.vstep, r.ustep, r.vstep, r.cone, (r.detector_shape[0], hi - lo))
 

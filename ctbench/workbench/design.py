@@ -8,8 +8,9 @@ metadata, in dataset attributes and in job specifications.
 
 :class:`TrajectoryDesign` is the form behind the GUI's trajectory designer:
 one flat set of named parameters for every generator (circular, short scan,
-helical, saddle, sinusoidal, parallel, fan, parallel 2D) that builds a
-ScanGeometry and explains bad values in words (no tracebacks in a form).
+half-fan, cylindrical detector, laminography, helical, saddle, sinusoidal,
+parallel, fan, parallel 2D) that builds a ScanGeometry and explains bad values
+in words (no tracebacks in a form).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ..geometry import (
     circular_trajectory_2d_parallel,
     circular_trajectory_3d,
     circular_trajectory_3d_parallel,
+    half_fan_trajectory_3d,
+    laminography_trajectory_3d,
     saddle_trajectory_3d,
     sinusoidal_trajectory_3d,
     spiral_trajectory_3d,
@@ -67,6 +70,8 @@ class ScanGeometry:
     2D scans (``trajectory.ndim == 2``): ``detector_shape`` (U,),
     ``detector_spacing`` (du,), ``volume_shape`` (H, W), ``voxel_spacing``
     (dy, dx).  Scalars are accepted for the spacings.  Lengths in mm.
+    ``detector_kind``: ``"flat"`` or ``"cylinder"`` (a cylindrical detector
+    centred on the source, ``du`` along the arc: :class:`ctbench.solvers.CylindricalProjector`).
     """
 
     trajectory: Trajectory
@@ -74,6 +79,7 @@ class ScanGeometry:
     detector_spacing: tuple[float, ...]
     volume_shape: tuple[int, ...]
     voxel_spacing: tuple[float, ...]
+    detector_kind: str = "flat"
 
     def __post_init__(self) -> None:
         if not isinstance(self.trajectory, Trajectory):
@@ -90,6 +96,10 @@ class ScanGeometry:
         object.__setattr__(self, "detector_spacing", _floats(dsp, "detector_spacing", nd))
         object.__setattr__(self, "volume_shape", _ints(self.volume_shape, "volume_shape", nv))
         object.__setattr__(self, "voxel_spacing", _floats(self.voxel_spacing, "voxel_spacing", nv))
+        if self.detector_kind not in DETECTOR_KINDS:
+            raise ValueError(f"detector_kind must be one of {DETECTOR_KINDS}, got {self.detector_kind!r}")
+        if self.detector_kind == "cylinder" and self.trajectory.beam != "cone":
+            raise ValueError("a cylindrical detector needs a cone or fan beam")
 
     # ----------------------------------------------------------------- basics
     @property
@@ -122,7 +132,13 @@ class ScanGeometry:
                        voxel_spacing=self.voxel_spacing if voxel_spacing is None else voxel_spacing)
 
     def projector(self, backend: str = "auto", **options):
-        """A :class:`~ctbench.projector.Projector` for this scan."""
+        """A :class:`~ctbench.projector.Projector` for this scan (a
+        :class:`~ctbench.solvers.CylindricalProjector` for a cylindrical detector)."""
+        if self.detector_kind == "cylinder":
+            from ..solvers.cylindrical import CylindricalProjector
+            return CylindricalProjector(self.trajectory, self.volume_shape, self.detector_shape,
+                                        detector_spacing=self.detector_spacing, voxel_spacing=self.voxel_spacing,
+                                        backend=backend, **options)
         from ..projector import Projector
         return Projector(self.trajectory, self.volume_shape, self.detector_shape,
                          detector_spacing=self.detector_spacing, voxel_spacing=self.voxel_spacing,
@@ -137,7 +153,7 @@ class ScanGeometry:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict:
-        return {
+        d = {
             "format": SCAN_FORMAT,
             "version": 1,
             "units": "mm",
@@ -147,6 +163,9 @@ class ScanGeometry:
             "volume_shape": list(self.volume_shape),
             "voxel_spacing": list(self.voxel_spacing),
         }
+        if self.detector_kind != "flat":  # (older readers: a flat detector has no such field)
+            d["detector_kind"] = self.detector_kind
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScanGeometry":
@@ -159,26 +178,33 @@ class ScanGeometry:
         if d.get("units", "mm") != "mm":
             raise ValueError(f"scan geometry units must be 'mm', got {d.get('units')!r}")
         return cls(Trajectory.from_dict(d["trajectory"]), tuple(d["detector_shape"]), tuple(d["detector_spacing"]),
-                   tuple(d["volume_shape"]), tuple(d["voxel_spacing"]))
+                   tuple(d["volume_shape"]), tuple(d["voxel_spacing"]), d.get("detector_kind", "flat"))
 
+
+DETECTOR_KINDS = ("flat", "cylinder")
 
 # --------------------------------------------------------------- the designer
 # trajectory.meta["kind"] of the generators -> words
 _GENERATOR_LABELS = {
     "circular": "circular cone beam", "spiral": "helical cone beam", "saddle": "saddle cone beam",
     "sinusoidal": "sinusoidal cone beam", "parallel3d": "parallel beam 3D", "fan2d": "fan beam 2D",
-    "parallel2d": "parallel beam 2D", "custom": "custom trajectory",
+    "parallel2d": "parallel beam 2D", "custom": "custom trajectory", "half_fan": "half-fan cone beam",
+    "laminography": "cone-beam laminography", "laminography_parallel": "parallel-beam laminography",
 }
 _DESIGN_LABELS = {
     "circular": "circular cone beam", "short_scan": "short-scan cone beam", "helical": "helical cone beam",
     "saddle": "saddle cone beam", "sinusoidal": "sinusoidal cone beam", "parallel": "parallel beam 3D",
-    "fan": "fan beam 2D", "parallel_2d": "parallel beam 2D",
+    "fan": "fan beam 2D", "parallel_2d": "parallel beam 2D", "half_fan": "half-fan cone beam (offset detector)",
+    "cylindrical": "cone beam, cylindrical detector", "laminography": "cone-beam laminography",
 }
 
 # kind -> (label, beam, ndim); the order is the order of the designer's menu.
 TRAJECTORY_KINDS: dict[str, tuple[str, str, int]] = {
     "circular": ("Circular cone beam", "cone", 3),
     "short_scan": ("Short scan (180° + fan)", "cone", 3),
+    "half_fan": ("Half-fan (offset detector, 360°)", "cone", 3),
+    "cylindrical": ("Cylindrical detector (medical CT)", "cone", 3),
+    "laminography": ("Laminography (tilted axis)", "cone", 3),
     "helical": ("Helical / spiral", "cone", 3),
     "saddle": ("Saddle", "cone", 3),
     "sinusoidal": ("Sinusoidal", "cone", 3),
@@ -203,16 +229,21 @@ class DesignParameter:
     help: str = ""
 
 
-_CONE = ("circular", "short_scan", "helical", "saddle", "sinusoidal", "fan")
+_CONE = ("circular", "short_scan", "half_fan", "cylindrical", "laminography", "helical", "saddle", "sinusoidal", "fan")
 _ORBIT_Z = ("saddle", "sinusoidal")
-_HAS_V = ("circular", "short_scan", "helical", "saddle", "sinusoidal", "parallel")
+_HAS_V = ("circular", "short_scan", "half_fan", "cylindrical", "laminography", "helical", "saddle", "sinusoidal",
+          "parallel")
 
 DESIGN_PARAMETERS: tuple[DesignParameter, ...] = (
     DesignParameter("n_views", "Views", int, 0, 100000, 1, "", help="number of projections"),
     DesignParameter("sid", "SID", float, 0.0, 1e5, 10.0, "mm", _CONE, "source to isocentre distance"),
     DesignParameter("sdd", "SDD", float, 0.0, 1e5, 10.0, "mm", _CONE, "source to detector distance"),
     DesignParameter("angle_range", "Angular range", float, 0.0, 3600.0, 10.0, "°",
-                    ("circular", "parallel", "fan", "parallel_2d"), "total rotation"),
+                    ("circular", "cylindrical", "parallel", "fan", "parallel_2d"), "total rotation"),
+    DesignParameter("overlap", "Overlap", float, 0.0, 1e5, 1.0, "mm", ("half_fan",),
+                    "how far the detector reaches past the central ray (both halves of the turn see this band)"),
+    DesignParameter("tilt", "Axis tilt", float, -89.0, 89.0, 5.0, "°", ("laminography",),
+                    "rotation axis tilted towards the beam; the missing cone of frequencies has this half-angle"),
     DesignParameter("start_angle", "Start angle", float, -3600.0, 3600.0, 10.0, "°", help="angle of the first view"),
     DesignParameter("z_range", "z range", float, -1e5, 1e5, 5.0, "mm", ("helical",),
                     "rise of the source over the whole scan"),
@@ -241,8 +272,11 @@ class TrajectoryDesign:
     """The designer's parameters; :meth:`build` turns them into a :class:`ScanGeometry`.
 
     Angles are in degrees (forms speak degrees; generators take radians).
-    ``angle_range`` applies to circular, parallel and fan kinds; a short scan
-    spans 180° plus the full fan angle of its detector.
+    ``angle_range`` applies to circular, cylindrical, parallel and fan kinds; a
+    short scan spans 180° plus the full fan angle of its detector; half-fan and
+    laminography scans turn once.  ``overlap`` (mm at the detector): how far a
+    half-fan detector reaches past the central ray; ``tilt``: the laminography
+    axis tilt.  ``pixel_u`` of a cylindrical detector is the pitch along its arc.
     """
 
     kind: str = "circular"
@@ -255,6 +289,8 @@ class TrajectoryDesign:
     n_turns: float = 2.0
     amplitude: float = 20.0
     frequency: float = 2.0
+    overlap: float = 12.0
+    tilt: float = 30.0
     detector_u: int = 96
     detector_v: int = 96
     pixel_u: float = 1.5
@@ -316,6 +352,11 @@ class TrajectoryDesign:
                 raise DesignError(f"{p.label} must be positive (got {v} {p.unit})")
             if p.name in ("angle_range", "n_turns", "frequency") and v <= 0:
                 raise DesignError(f"{p.label} must be positive (got {v})")
+            if p.name == "overlap" and not 0 <= v <= self.detector_u * self.pixel_u / 2:
+                raise DesignError(f"Overlap must be between 0 and half the detector width "
+                                  f"({self.detector_u * self.pixel_u / 2:g} mm), got {v:g} mm")
+            if p.name == "tilt" and not abs(v) < 89.0 + 1e-9:
+                raise DesignError(f"Axis tilt must be within ±89° (0 is ordinary CT), got {v:g}°")
         if self.beam == "cone" and self.sdd < self.sid:
             raise DesignError(f"SDD ({self.sdd:g} mm) must be at least SID ({self.sid:g} mm): "
                               "the detector sits beyond the rotation axis")
@@ -343,6 +384,15 @@ class TrajectoryDesign:
         elif k == "short_scan":
             t = circular_trajectory_3d(n, self.sid, self.sdd, start_angle=start,
                                        angle_range=rad(self.short_scan_range()), **common)
+        elif k == "half_fan":
+            t = half_fan_trajectory_3d(n, self.sid, self.sdd, self.detector_u * self.pixel_u, self.overlap,
+                                       start_angle=start, **common)
+        elif k == "cylindrical":
+            t = circular_trajectory_3d(n, self.sid, self.sdd, start_angle=start, angle_range=rad(self.angle_range),
+                                       **common)
+        elif k == "laminography":
+            t = laminography_trajectory_3d(n, self.sid, self.sdd, rad(self.tilt), start_angle=start,
+                                           angle_range=2 * math.pi, **common)
         elif k == "helical":
             t = spiral_trajectory_3d(n, self.sid, self.sdd, self.z_range, self.n_turns, start, **common)
         elif k == "saddle":
@@ -366,7 +416,8 @@ class TrajectoryDesign:
             return ScanGeometry(t, (self.detector_u,), (self.pixel_u,), (self.volume_h, self.volume_w),
                                 (self.voxel_size, self.voxel_size))
         return ScanGeometry(t, (self.detector_u, self.detector_v), (self.pixel_u, self.pixel_v),
-                            (self.volume_d, self.volume_h, self.volume_w), (self.voxel_size,) * 3)
+                            (self.volume_d, self.volume_h, self.volume_w), (self.voxel_size,) * 3,
+                            "cylinder" if k == "cylindrical" else "flat")
 
 
 def design_of(trajectory: Trajectory) -> TrajectoryDesign | None:
@@ -386,12 +437,14 @@ def scan_from_trajectory(trajectory: Trajectory, detector_shape=None, detector_s
     then defaults (a 64-pixel detector of 1 mm pixels, a 64-voxel grid of 1 mm voxels)."""
     design = design_of(trajectory)
     two_d = trajectory.ndim == 2
+    kind = "flat"
     if design is not None and design.ndim == trajectory.ndim:
         g = design.build(dtype=trajectory.dtype)
         base = (g.detector_shape, g.detector_spacing, g.volume_shape, g.voxel_spacing)
+        kind = g.detector_kind
     else:
         base = (((64,), (1.0,), (64, 64), (1.0, 1.0)) if two_d
                 else ((64, 64), (1.0, 1.0), (64, 64, 64), (1.0, 1.0, 1.0)))
     given = (detector_shape, detector_spacing, volume_shape, voxel_spacing)
     vals = [b if g is None else g for b, g in zip(base, given)]
-    return ScanGeometry(trajectory, *vals)
+    return ScanGeometry(trajectory, *vals, kind)
