@@ -229,7 +229,7 @@ class ComparePanel(QGroupBox):
             self._pending = max(0, self._pending - 1)
 
         start_worker(work, on_return=deliver, on_error=lambda e: self.message.error(error_text(e)),
-                     on_finished=finished)
+                     on_finished=finished, owner=self)
 
     # ------------------------------------------------------------ actions
     @report_errors

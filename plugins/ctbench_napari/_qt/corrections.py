@@ -100,7 +100,7 @@ class CorrectionsBox(QGroupBox):
             return None
         self.preview_button.setEnabled(False)
         self._worker = start_worker(_preview, open_scan, pre, pitch, view, on_return=self._show,
-                                    on_error=lambda e: self.message.error(error_text(e)), on_finished=self._done)
+                                    on_error=lambda e: self.message.error(error_text(e)), on_finished=self._done, owner=self)
         return self._worker
 
     def _done(self) -> None:

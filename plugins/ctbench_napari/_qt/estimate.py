@@ -88,4 +88,5 @@ class EstimateLabel(QLabel):
             self._pending = max(0, self._pending - 1)
 
         self._pending += 1
-        start_worker(estimate_run, geo, request, on_return=done, on_error=failed, on_finished=finished)
+        start_worker(estimate_run, geo, request, on_return=done, on_error=failed, on_finished=finished,
+                     owner=self)

@@ -236,7 +236,7 @@ class ScanImportWidget(QWidget):
         # start_worker: errors only in the message line (no toast, no re-raise that aborts a script)
         self._worker = start_worker(fn, *args, on_return=lambda result: self._deliver(on_done, result),
                                     on_error=lambda e: self.message.error(error_text(e)),
-                                    on_finished=self._finished)
+                                    on_finished=self._finished, owner=self)
         return self._worker
 
     def _deliver(self, on_done, result) -> None:

@@ -14,13 +14,20 @@ from typing import Callable
 log = logging.getLogger("ctbench_napari")
 
 
-def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=None, on_finished=None):
+def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=None, on_finished=None,
+                 owner=None, cancel: Callable[[], None] | None = None):
     """Run ``func`` in a napari thread worker with one error path: ``on_error`` and nothing else.
 
     napari's workers also show every error as a traceback notification and
     superqt re-raises errors nobody handles, which aborts a script that has
     no ``napari.run()``; the widgets show the error once, in their own words.
     A RuntimeError of a generator ``func`` reaches ``on_error`` too (see WorkerRuntimeError).
+
+    The worker never outlives its widget's reach: with ``owner`` (the widget) its callbacks are dropped
+    once the owner's Qt side is gone, and ``cancel`` (or, for a generator, the worker's quit) is called
+    then; no callback ever raises into Qt (an exception in a slot aborts a script without napari's
+    exception hook).  At interpreter exit the workers still running are cancelled and waited for
+    (``EXIT_WAIT_MS``), so none emits on signals Python has already deleted.
     """
     import inspect
 
@@ -29,27 +36,108 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
     handle = on_error or (lambda e: log.error("ctbench worker failed: %s", e))
     if threading.current_thread() is threading.main_thread():
         spawner_ready()          # before any worker lowers a thread's priority (see _Spawner)
+        _guard_exit()
     func, ended = _at_background_priority(func)
-    if inspect.isgeneratorfunction(func):
+    generator = inspect.isgeneratorfunction(func)
+    if generator:
         func = _runtime_errors_reported(func)
-    connect = {"errored": lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e)}
+    alive = _owner_alive(owner)
+    connect = {"errored": _slot(lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e), alive)}
     worker = create_worker(func, *args, _start_thread=False, _connect=connect)
     try:
         worker.errored.disconnect(worker._relay_error)      # the notification toast (napari's mixin)
     except (AttributeError, TypeError, RuntimeError):
         pass
     if on_yield is not None:
-        worker.yielded.connect(on_yield)
+        worker.yielded.connect(_slot(on_yield, alive))
     if on_return is not None:
-        worker.returned.connect(on_return)
+        worker.returned.connect(_slot(on_return, alive))
     if on_finished is not None:
-        worker.finished.connect(on_finished)
+        worker.finished.connect(_slot(on_finished, alive))
     # A generator worker quit before its first step never enters the generator (superqt checks the abort
     # first), so the count also ends with the worker: either way once.
     worker.finished.connect(ended)
+    stop = _stopper(worker if generator else None, cancel)
+    _RUNNING[id(worker)] = stop
+    worker.finished.connect(lambda key=id(worker): _RUNNING.pop(key, None))
+    if owner is not None:
+        _on_destroyed(owner, stop)
     keep_a_pool_thread_free()
     worker.start()
     return worker
+
+
+EXIT_WAIT_MS = 15000     # how long interpreter exit waits for cancelled workers (a blocked call ends by its timeout)
+_RUNNING: dict = {}      # id(worker) -> its stop(): the workers started and not yet finished
+_EXIT_GUARDED = [False]
+
+
+def _slot(fn, alive):
+    """``fn`` as a slot that is skipped once its owner is gone and never raises into Qt (logged instead)."""
+
+    def slot(*args):
+        if not alive():
+            return
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a slot that raises aborts a script without napari's hook
+            log.warning("ctbench worker callback failed", exc_info=True)
+    return slot
+
+
+def _owner_alive(owner) -> Callable[[], bool]:
+    if owner is None:
+        return lambda: True
+    from .layout import is_deleted
+
+    gone = [False]
+    try:
+        owner.destroyed.connect(lambda *_: gone.__setitem__(0, True))
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+    return lambda: not gone[0] and not is_deleted(owner)
+
+
+def _stopper(worker, cancel):
+    """Stop a worker: its ``cancel`` callable, and a generator worker's quit (checked between its steps)."""
+
+    def stop():
+        for f in (cancel, getattr(worker, "quit", None)):
+            if f is None:
+                continue
+            try:
+                f()
+            except (RuntimeError, AttributeError):
+                pass          # the worker or its signals are already gone
+    return stop
+
+
+def _on_destroyed(owner, stop) -> None:
+    try:
+        owner.destroyed.connect(lambda *_: stop())
+    except (AttributeError, RuntimeError, TypeError):
+        pass
+
+
+def stop_all_workers(wait_ms: int = 0) -> bool:
+    """Cancel every running ctbench worker and wait up to ``wait_ms`` for Qt's pool to be idle; True if it is."""
+    for stop in list(_RUNNING.values()):
+        stop()
+    if wait_ms <= 0:
+        return not _RUNNING
+    from qtpy.QtCore import QThreadPool
+
+    return bool(QThreadPool.globalInstance().waitForDone(int(wait_ms)))
+
+
+def _guard_exit() -> None:
+    """At interpreter exit (before Python deletes the workers' signal objects), stop and wait for workers."""
+    if _EXIT_GUARDED[0]:
+        return
+    import atexit
+
+    _EXIT_GUARDED[0] = True
+    atexit.register(lambda: stop_all_workers(EXIT_WAIT_MS) if _RUNNING else None)
 
 
 class WorkerRuntimeError(Exception):
