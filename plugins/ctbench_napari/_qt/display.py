@@ -27,7 +27,8 @@ from ctbench.workbench.metrics import percentile_window
 from .._layers import kind_of
 from .per_viewer import viewer_state
 
-VOLUME_AXES = ("z (mm)", "y (mm)", "x (mm)")
+# Named by what they are; a slider's position in mm is written beside it (units.py): napari's slider counts slices.
+VOLUME_AXES = ("z", "y", "x")
 SINOGRAM_AXES = ("view", "v (px)", "u (px)")
 SINOGRAM_AXES_2D = ("view", "u (px)")
 # The designer's 3D line of sight in (z, y, x): 65 degrees from the rotation axis, from above and aside.
@@ -60,11 +61,13 @@ def set_visible(layer, visible: bool) -> bool:
 
 
 def _label_axes(viewer, labels) -> None:
+    """Name the frame's axes (the last ones); axes the frame does not use (a 2D image in a 3D viewer) get
+    plain numbers, never another frame's name (("view", "view", "u (px)") was the HTC2022 scan's)."""
     n = viewer.dims.ndim
     labels = list(labels)[-n:]
-    current = list(viewer.dims.axis_labels)
-    current[n - len(labels):] = labels
-    viewer.dims.axis_labels = tuple(current)
+    current = [str(i) for i in range(n - len(labels))] + labels
+    if tuple(current) != tuple(viewer.dims.axis_labels):
+        viewer.dims.axis_labels = tuple(current)
 
 
 def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
@@ -200,6 +203,9 @@ def frame_range(viewer, extra=()):
     ranges = list(viewer.dims.range)
     for axis in range(n):
         if not np.isfinite(lo[axis]):
+            # No visible layer spans this axis (a 2D result or scan with 3D layers hidden): one step, so napari
+            # hides its slider instead of offering the hidden layers' slices.
+            ranges[axis] = (0.0, 0.0, 1.0)
             continue
         steps = [float(x.scale[axis - (n - x.ndim)]) for x in visible if axis - (n - x.ndim) >= 0]
         step = min(steps) if steps else ranges[axis][2]

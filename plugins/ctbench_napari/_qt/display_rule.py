@@ -24,6 +24,7 @@ from qtpy.QtCore import QTimer
 from .._layers import kind_of
 from .common import is_deleted, qt_window
 from .per_viewer import viewer_state
+from .units import give_world_units, install_slider_readouts
 from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, set_visible, show_frame
 
 _INSTALLED: dict = {}
@@ -47,6 +48,7 @@ def install(viewer) -> None:
     timer.setInterval(0)
 
     def inserted(event) -> None:
+        give_world_units(event.value)       # the scale bar reads mm (units.py)
         pending.append(event.value)
         try:
             # After napari's own insertion (and after the widget that added it has placed it); the layers
@@ -74,6 +76,7 @@ def install(viewer) -> None:
     from .warm_up import install as warm_up
 
     thumbnail_fix.install()
+    install_slider_readouts(real)
     warm_up(real)
 
 

@@ -12,6 +12,7 @@ finished result as a layer with its geometry and parameters.
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 
 from qtpy.QtCore import QTimer
@@ -47,20 +48,80 @@ class JobRunner(LocalRunner):
         self.info: dict = {}
 
     def job_events(self, geometry, sinogram, request):
-        """The event factory of a job run (what ``reconstruct`` is for a local run)."""
+        """The event factory of a job run (what ``reconstruct`` is for a local run).
+
+        Until the job's first event, a watcher thread posts its start-up phases (uploading, queued, launching
+        N ranks, with the seconds so far) so the bar and status say what is happening."""
         from ctbench.jobs.runs import job_events
 
         url, token_file, options = self._options()
         self.info = {}
+        info = self.info
+        ranks = int(options.get("nproc", 1))
 
         def make(cancel):
+            yield JobPhase(f"uploading the scan ({_mib(sinogram)} MiB) to the "
+                           f"{'bridge at ' + url.strip() if url.strip() else 'local bridge'}…")
             client = bridge_client(url, token_file)
+            first = threading.Event()
+            watcher = threading.Thread(target=self._watch_start_up, args=(url, token_file, info, first, cancel,
+                                                                          ranks),
+                                       name="ctbench-job-start-up", daemon=True)
+            watcher.start()
             try:
-                yield from job_events(client, geometry, sinogram, request, options=options, cancel=cancel,
-                                      info=self.info)
+                for ev in job_events(client, geometry, sinogram, request, options=options, cancel=cancel,
+                                     info=info):
+                    first.set()
+                    yield ev
             finally:
+                first.set()
                 client.close()
         return make
+
+    def _watch_start_up(self, url, token_file, info, first, cancel, ranks) -> None:
+        """Post the job's phase every half second until its first event arrives (runs in its own thread)."""
+        import time
+
+        t0 = time.perf_counter()
+        client = None
+        try:
+            while not first.wait(0.5) and not cancel.is_set():
+                job_id = info.get("job_id")
+                if job_id is None:
+                    continue
+                if client is None:
+                    client = bridge_client(url, token_file)
+                state = client.status(job_id).get("state")
+                secs = time.perf_counter() - t0
+                if state == "queued":
+                    text = f"job {job_id[:8]} queued: waiting for the bridge to start it ({secs:.0f} s)"
+                elif state == "running":
+                    text = (f"job {job_id[:8]}: launching {ranks} rank{'s' if ranks > 1 else ''} (torchrun), "
+                            f"then loading the scan and the kernels… {secs:.0f} s")
+                else:
+                    break
+                if first.is_set():
+                    break
+                self.post(JobPhase(text))
+        except Exception:  # noqa: BLE001 - the phases are a courtesy; the run's own events carry any error
+            pass
+        finally:
+            if client is not None:
+                client.close()
+
+
+class JobPhase:
+    """A background job's start-up phase, in words, for the reconstruction widget's status and bar."""
+
+    def __init__(self, phase: str):
+        self.phase = phase
+
+
+def _mib(sinogram) -> str:
+    try:
+        return f"{sinogram.numel() * sinogram.element_size() / 2**20:.1f}"
+    except AttributeError:
+        return "?"
 
 
 class BackgroundJobChoice(QGroupBox):

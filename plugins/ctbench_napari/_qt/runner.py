@@ -31,7 +31,7 @@ def for_display(ev):
         from ctbench.workbench.metrics import percentile_window
 
         data = ev.volume.detach().cpu().numpy().astype(np.float32, copy=False)
-        ev.display = {"data": data, "window": percentile_window(data)}
+        ev.display = {"data": data, "window": percentile_window(data), "empty": not bool(np.any(data))}
     return ev
 
 
