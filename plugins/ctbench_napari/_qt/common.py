@@ -16,7 +16,7 @@ from .forms import ParamForm, ProgressBar, double_spin, int_spin, row_of, rows_h
 from .layer_tools import (LayerPicker, add_or_update, fit_view, qt_window, same_layer, set_placement,  # noqa: F401
                           unwrap)
 from .layout import is_deleted, scroll_contents  # noqa: F401
-from .messages import MessageLabel, error_text, report_errors  # noqa: F401
+from .messages import MessageLabel, error_text, log, report_errors  # noqa: F401
 from .steps import Steps, after_this_turn, next_turn, steps_pending  # noqa: F401
 from .workers import (BACKGROUND_NICE, SPAWNER, WorkerRuntimeError, _at_background_priority,  # noqa: F401
                       background_priority, keep_a_pool_thread_free, live_workers, spawner_ready, start_worker,
