@@ -192,7 +192,11 @@ class ComparePanel(QGroupBox):
             results_source.result_added.connect(lambda *_: self.reference.refresh())
 
     def _is_reference_candidate(self, layer) -> bool:
-        """A volume on the grid of the results (any volume while there are none): never an unrelated image."""
+        """A volume on the grid of the results (any volume while there are none): never an unrelated image.
+        A source that knows its reference (Calibrate: the exact geometry's reconstruction) decides alone."""
+        own = getattr(self.source, "reference_candidate", None)
+        if own is not None:
+            return bool(own(layer))
         if not _is_volume(layer):
             return False
         results = [x for x in getattr(self.source, "results", []) if x in self.viewer.layers]
