@@ -60,7 +60,7 @@ def set_visible(layer, visible: bool) -> bool:
     return True
 
 
-def _label_axes(viewer, labels) -> None:
+def label_axes(viewer, labels) -> None:
     """Name the frame's axes (the last ones); axes the frame does not use (a 2D image in a 3D viewer) get
     plain numbers, never another frame's name (("view", "view", "u (px)") was the HTC2022 scan's)."""
     n = viewer.dims.ndim
@@ -102,9 +102,9 @@ def show_frame_steps(viewer, layers, *, ndisplay: int = 2, before=()) -> list:
     def dimensions():
         viewer.dims.ndisplay = ndisplay
         if frame == SINOGRAM_FRAME:
-            _label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
+            label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
         else:
-            _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
+            label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
 
     def placement():
         _keep_frame_ranges(viewer)
@@ -389,7 +389,7 @@ def show_result_steps(viewer, layer, *, keep=(), limits=None) -> list:
 def oblique_3d(viewer, layers=()) -> None:
     """The designer's 3D view: oblique camera, fitted to the preview."""
     viewer.dims.ndisplay = 3
-    _label_axes(viewer, VOLUME_AXES)
+    label_axes(viewer, VOLUME_AXES)
     # Looking down on the orbit from 25 degrees above its plane, z (the rotation axis) up on the screen.
     viewer.scene.camera.set_view_direction(OBLIQUE_VIEW, up_direction=(1.0, 0.0, 0.0))
     if layers:

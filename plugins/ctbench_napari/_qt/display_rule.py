@@ -25,7 +25,8 @@ from .._layers import kind_of
 from .common import is_deleted, qt_window
 from .per_viewer import viewer_state
 from .units import give_world_units, install_slider_readouts
-from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, set_visible, show_frame
+from .display import (PIXEL_KINDS, VOLUME_AXES, VOLUME_FRAME, frame_of, label_axes, set_contrast, set_visible,
+                      show_frame)
 
 _INSTALLED: dict = {}
 
@@ -98,9 +99,11 @@ def apply(viewer, layer) -> None:
         return
     if frame == VOLUME_FRAME and layer.visible:
         mixed = [x for x in viewer.layers if x.visible and frame_of(x) != VOLUME_FRAME]
+        shown = [x for x in viewer.layers if x.visible and frame_of(x) == VOLUME_FRAME]
         if mixed:
-            shown = [x for x in viewer.layers if x.visible and frame_of(x) == VOLUME_FRAME]
             show_frame(viewer, shown, ndisplay=2)
+        else:       # the axes named z, y, x (napari's "-3", "-2", "-1" otherwise) with the slider in mm
+            label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in shown):])
 
 
 def reveal(viewer, layer) -> None:

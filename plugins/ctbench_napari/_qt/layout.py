@@ -26,6 +26,7 @@ def scroll_contents(widget) -> None:
 
     page = QWidget()
     page.setLayout(widget.layout())      # Qt moves a widget's layout (and its children) onto the page
+    wrap_long_rows(page)
     area = QScrollArea()
     area.setWidgetResizable(True)
     area.setFrameShape(QFrame.NoFrame)
@@ -37,3 +38,15 @@ def scroll_contents(widget) -> None:
     outer.setContentsMargins(0, 0, 0, 0)
     outer.addWidget(area)
     widget.scroll_area = area
+
+
+def wrap_long_rows(page) -> None:
+    """Every form under ``page`` puts a row's label above its field when both do not fit side by side, so a
+    long label ("Range / start (no angles in file)") never sets the panel's width: the docks stay narrow
+    enough to leave the canvas most of a 1366-pixel screen."""
+    from qtpy.QtWidgets import QFormLayout
+
+    for form in page.findChildren(QFormLayout):
+        form.setRowWrapPolicy(QFormLayout.WrapLongRows)
+    if isinstance(page.layout(), QFormLayout):
+        page.layout().setRowWrapPolicy(QFormLayout.WrapLongRows)

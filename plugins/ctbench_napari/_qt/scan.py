@@ -126,7 +126,7 @@ class ScanImportWidget(QWidget):
         self.offset_u, self.offset_v = _spin(-1e4, 1e4, 0, 0.1, 4, "mm"), _spin(-1e4, 1e4, 0, 0.1, 4, "mm")
         form.addRow("Detector offset u / v", _row(self.offset_u, self.offset_v))
         self.angle_range, self.start_angle = _spin(1, 3600, 360, 10, 2, "°"), _spin(-3600, 3600, 0, 10, 2, "°")
-        form.addRow("Range / start (no angles in file)", _row(self.angle_range, self.start_angle))
+        form.addRow("Angles if the file has none: range / start", _row(self.angle_range, self.start_angle))
         # Orientation (docs/SCANS.md): "auto" is decided by Find centre from the data.
         self.seen_from, self.rotation = QComboBox(), QComboBox()
         self.seen_from.addItems(["auto", "source", "detector"])
