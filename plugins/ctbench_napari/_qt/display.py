@@ -144,6 +144,13 @@ def _scale_bar(viewer, frame: str, layers) -> None:
     bar.visible = frame == VOLUME_FRAME and viewer.dims.ndisplay == 2
 
 
+def show_scale_bar(viewer) -> None:
+    """The scale bar as the frame rule has it (volume slices in 2D only), for layers that arrive by themselves."""
+    shown = [x for x in viewer.layers if x.visible]
+    if shown:
+        _scale_bar(viewer, frame_of(shown[-1]), shown)
+
+
 def _follow_ndisplay(viewer) -> None:
     """2D/3D switch (the designer, napari's 2D/3D button): the bar on 2D slices of volumes only."""
     bar = scale_bar(viewer)

@@ -26,7 +26,7 @@ from .common import is_deleted, qt_window
 from .per_viewer import viewer_state
 from .units import give_world_units, install_slider_readouts
 from .display import (PIXEL_KINDS, VOLUME_AXES, VOLUME_FRAME, frame_of, label_axes, set_contrast, set_visible,
-                      show_frame)
+                      show_frame, show_scale_bar)
 
 _INSTALLED: dict = {}
 
@@ -104,6 +104,7 @@ def apply(viewer, layer) -> None:
             show_frame(viewer, shown, ndisplay=2)
         else:       # the axes named z, y, x (napari's "-3", "-2", "-1" otherwise) with the slider in mm
             label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in shown):])
+            show_scale_bar(viewer)
 
 
 def reveal(viewer, layer) -> None:

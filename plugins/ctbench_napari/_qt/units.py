@@ -41,10 +41,10 @@ def give_world_units(layer) -> bool:
 
 
 def position_text(label: str, value: float) -> str:
-    """The read-out of a slider at world position ``value``: ``= +3.50 mm`` for a volume axis, else empty."""
+    """The read-out of a slider at world position ``value``: ``z = +3.50 mm`` for a volume axis, else empty."""
     if label not in VOLUME_AXIS_NAMES:
         return ""
-    return f"= {value:+.2f} {WORLD_UNIT}"
+    return f"  {label} = {value:+.2f} {WORLD_UNIT}"
 
 
 _INSTALLED: "weakref.WeakSet" = weakref.WeakSet()
