@@ -173,12 +173,15 @@ class ReconstructionWidget(QWidget):
         """Use another runner (same event interface), e.g. one that drives a background job."""
         if self.runner is not runner and self.runner.running:
             raise RuntimeError("cannot switch runners while a reconstruction is running")
-        for sig, slot in ((self.runner.event, self._on_event), (self.runner.failed, self._on_failed),
-                          (self.runner.done, self._on_done)):
-            try:
-                sig.disconnect(slot)
-            except (TypeError, RuntimeError):
-                pass
+        connected = getattr(self, "_connected_runner", None)    # disconnect only what was connected (PySide6
+        if connected is not None:                                  # warns on anything else)
+            for sig, slot in ((connected.event, self._on_event), (connected.failed, self._on_failed),
+                              (connected.done, self._on_done)):
+                try:
+                    sig.disconnect(slot)
+                except (TypeError, RuntimeError):
+                    pass
+        self._connected_runner = runner
         self.runner = runner
         runner.event.connect(self._on_event)
         runner.failed.connect(self._on_failed)

@@ -39,19 +39,33 @@ def start_worker(func: Callable, *args, on_yield=None, on_return=None, on_error=
         _guard_exit()
     func, ended = _at_background_priority(func)
     generator = inspect.isgeneratorfunction(func)
-    if generator:
-        func = _runtime_errors_reported(func)
+    # The function's own exceptions come back as values (``_Raised``), never through the worker's ``errored``:
+    # napari would show them as a traceback toast, and under PySide6 napari's own ``errored`` slot fails
+    # with a TypeError for every error (it takes the signal's argument as an extra one).
+    func = _errors_returned(func, generator)
     alive = _owner_alive(owner)
     connect = {"errored": _slot(lambda e: handle(e.error if isinstance(e, WorkerRuntimeError) else e), alive)}
     worker = create_worker(func, *args, _start_thread=False, _connect=connect)
-    try:
-        worker.errored.disconnect(worker._relay_error)      # the notification toast (napari's mixin)
-    except (AttributeError, TypeError, RuntimeError):
-        pass
-    if on_yield is not None:
-        worker.yielded.connect(_slot(on_yield, alive))
-    if on_return is not None:
-        worker.returned.connect(_slot(on_return, alive))
+    import warnings
+
+    with warnings.catch_warnings():          # PySide6 warns instead of raising when nothing was connected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            worker.errored.disconnect(worker._relay_error)      # the notification toast (napari's mixin)
+        except (AttributeError, TypeError, RuntimeError):
+            pass
+
+    def delivered(callback):
+        def route(value):
+            if isinstance(value, _Raised):
+                handle(value.error)
+            elif callback is not None:
+                callback(value)
+        return route
+
+    if on_yield is not None or generator:
+        worker.yielded.connect(_slot(delivered(on_yield), alive))
+    worker.returned.connect(_slot(delivered(on_return), alive))
     if on_finished is not None:
         worker.finished.connect(_slot(on_finished, alive))
     # A generator worker quit before its first step never enters the generator (superqt checks the abort
@@ -150,6 +164,33 @@ class WorkerRuntimeError(Exception):
     def __init__(self, error: RuntimeError):
         super().__init__(str(error) or type(error).__name__)
         self.error = error
+
+
+class _Raised:
+    """An exception of a worker's function, carried as its result (see ``start_worker``)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _errors_returned(func, generator: bool):
+    """``func`` with its exceptions returned (or, for a generator, yielded last) as ``_Raised`` values."""
+    if generator:
+        @functools.wraps(func)
+        def gen(*args, **kwargs):
+            try:
+                return (yield from func(*args, **kwargs))
+            except Exception as e:  # noqa: BLE001 - handed to on_error on the GUI thread
+                yield _Raised(e)
+        return gen
+
+    @functools.wraps(func)
+    def plain(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - handed to on_error on the GUI thread
+            return _Raised(e)
+    return plain
 
 
 def _runtime_errors_reported(gen_func):
