@@ -65,7 +65,8 @@ def _is_dataset_folder(path: Path) -> bool:
     except (OSError, ValueError):
         return False
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
-    return isinstance(attrs, dict) and doc.get("node_type") == "group" and attrs.get("format") == DATASET_FORMAT
+    return isinstance(attrs, dict) and doc.get("node_type") == "group" and (
+        attrs.get("format") == DATASET_FORMAT or attrs.get(MARKER_KEY) == MARKER_VALUE)    # dataset, OME-Zarr
 
 
 def _tiff_marked(path: Path) -> bool:
@@ -94,7 +95,7 @@ def _hdf5_marked(path: Path) -> bool:
 
 
 def written_by_ctbench(path) -> bool:
-    """Whether ``path`` holds an output ctbench wrote: a ctbench dataset folder, a TIFF or HDF5 file with
+    """Whether ``path`` holds an output ctbench wrote: a ctbench dataset or OME-Zarr folder, a TIFF or HDF5 file with
     ctbench's export marker, or an empty folder.  Never opens a FIFO or device; a link is judged by its target
     (replacing it replaces the link, never the target)."""
     path = Path(path)

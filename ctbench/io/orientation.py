@@ -148,27 +148,43 @@ def roll_detector(trajectory, roll_deg: float):
     return trajectory.replace(detector_u=c * u + s * v, detector_v=-s * u + c * v, meta=meta)
 
 
-def unroll_images(images, roll_deg: float, pitch) -> np.ndarray:
+def unroll_images(images, roll_deg: float, pitch, *, rows: tuple[int, int] | None = None, first_row: int = 0,
+                  detector_rows: int | None = None) -> np.ndarray:
     """``(view, row, col)`` ctbench images of a detector rolled by ``roll_deg`` resampled onto the unrolled one.
 
     For FBP/FDK, which filter detector rows and so need rows perpendicular
     to the axis.  Bilinear; pixels that fall outside the rolled detector take
-    the nearest edge value.
+    the nearest edge value.  A band of rows: ``images`` holds detector rows
+    ``[first_row, first_row + len)`` of a detector ``detector_rows`` tall, and the
+    unrolled rows ``rows = (r0, r1)`` are returned (the band must hold every row
+    they sample, which :func:`unroll_margin` bounds, or reach the detector's edge).
     """
     import math
 
     from scipy.ndimage import map_coordinates
 
     a = np.asarray(images, dtype=np.float32)
-    n, V, U = a.shape
+    n, nr, U = a.shape
+    V = nr if detector_rows is None else int(detector_rows)
+    r0, r1 = (first_row, first_row + nr) if rows is None else (int(rows[0]), int(rows[1]))
     du, dv = (float(p) for p in pitch)
     r = math.radians(float(roll_deg))
     c, s = math.cos(r), math.sin(r)
-    rows, cols = np.mgrid[:V, :U].astype(np.float64)
-    ua, vb = (cols - (U - 1) / 2) * du, ((V - 1) / 2 - rows) * dv        # unrolled pixel centres (u, v)
+    rr, cols = np.mgrid[r0:r1, :U].astype(np.float64)
+    ua, vb = (cols - (U - 1) / 2) * du, ((V - 1) / 2 - rr) * dv          # unrolled pixel centres (u, v)
     p, q = c * ua + s * vb, -s * ua + c * vb                              # the same points on the rolled detector
-    coords = np.stack([(V - 1) / 2 - q / dv, p / du + (U - 1) / 2])
-    out = np.empty_like(a)
+    coords = np.stack([(V - 1) / 2 - q / dv - first_row, p / du + (U - 1) / 2])
+    out = np.empty((n, r1 - r0, U), np.float32)
     for k in range(n):
         out[k] = map_coordinates(a[k], coords, order=1, mode="nearest")
     return out
+
+
+def unroll_margin(roll_deg: float, pitch, cols: int, rows: int) -> int:
+    """Rows beyond a band that :func:`unroll_images` may sample for the band's unrolled rows (a detector of
+    ``rows`` x ``cols``): the roll's sweep across half the width, and its turn of the rows far from the centre."""
+    import math
+
+    du, dv = (float(p) for p in pitch)
+    r = math.radians(float(roll_deg))
+    return int(math.ceil(abs(math.sin(r)) * (cols - 1) / 2 * du / dv + (1 - math.cos(r)) * (rows - 1) / 2)) + 2

@@ -17,7 +17,13 @@ def register_recon(subparsers) -> None:
     p = subparsers.add_parser("recon", help="reconstruct a measured scan as described by a JSON config "
                                             "(docs/SCANS.md)")
     p.add_argument("config", help="recon config (JSON)")
-    p.add_argument("--out", help="output path (overrides output.path; .tif, .h5 or .zarr)")
+    p.add_argument("--out", help="output path (overrides output.path; .ome.zarr, .tif, .h5 or .zarr)")
+    p.add_argument("--memory", help="cap on the job's peak memory, e.g. 4GB or 512MiB (overrides "
+                                    "resources.memory; default: 80%% of the memory available)")
+    p.add_argument("--threads", type=int, help="kernel threads (overrides resources.threads)")
+    p.add_argument("--json", action="store_true", help="progress as JSON lines on stdout (the report is the "
+                                                       "last line) instead of progress bars on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output that ctbench wrote")
     p.add_argument("--force", action="store_true", help="replace an existing output even if ctbench did not "
                                                         "write it (never an input)")
@@ -25,7 +31,13 @@ def register_recon(subparsers) -> None:
 
 
 def _cli(args) -> int:
+    from .progress import Cancelled, JsonLinesSink, Progress, TqdmSink
+    from .run_folder import RunBusyError
 
+    if args.threads is not None and args.threads < 1:
+        print("ctbench recon: --threads must be a positive number of threads", file=sys.stderr)
+        return 2
+    progress = None
     try:
         cfg = load_config(args.config)
         force = getattr(args, "force", False)
@@ -34,16 +46,31 @@ def _cli(args) -> int:
         elif cfg.output is not None:
             cfg.output.overwrite = cfg.output.overwrite or args.overwrite or force
             cfg.output.force = cfg.output.force or force
-        report = run_recon(cfg, log=lambda m: print(m, file=sys.stderr))
-    except (ValueError, OSError, RecursionError, MemoryError) as e:
-        # Every refused input (ScanFileError, bounds, bad config, a file that cannot be read) is rc 2 with one
-        # line, never a traceback (docs/SCANS.md).
+        updates = {k: v for k, v in (("memory", args.memory), ("threads", args.threads)) if v is not None}
+        if updates:
+            cfg.resources = cfg.resources.model_validate(cfg.resources.model_dump() | updates)
+        sink = JsonLinesSink() if args.json else (None if args.quiet else TqdmSink())
+        progress = Progress(sink, throttle_s=0.0 if args.json else 0.25)
+        say = (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True)) if args.json else \
+            (lambda m: print(m, file=sys.stderr))
+        report = run_recon(cfg, log=say, progress=progress, return_volume=False)
+    except Cancelled as e:
+        print(f"ctbench recon: {e}; run the same command again to resume", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, RecursionError, MemoryError, RunBusyError) as e:
+        # Every refused input (ScanFileError, bounds, bad config, a file that cannot be read, a busy output, a
+        # budget too small) is rc 2 with one line, never a traceback (docs/SCANS.md).
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
+    finally:
+        if progress is not None:
+            progress.close()
     for w in report.get("warnings", []):
         print(f"ctbench recon: warning: {w}", file=sys.stderr)
     for k in ("volume", "geometry_object"):
         report.pop(k)
+    if args.json:
+        report = {"event": "report", **report}
     print(json.dumps(report))
     return 0
 

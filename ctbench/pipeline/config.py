@@ -1,10 +1,15 @@
 """The recon config of ``ctbench recon CONFIG.json``: its sections, their validation, loading and saving.
 
-The same steps serve the command line, the napari "Scan import" widget
+The same config serves the command line, the napari "Scan import" widget
 (which saves its current settings as such a config) and scripts::
 
     cfg = load_config("recon.json")
     report = run_recon(cfg)
+
+``algorithm.name`` "fdk" and "fbp" are the same filtered backprojection: FDK
+for circular cone-beam scans, FBP for fan and parallel beams (the report's
+``algorithm.method`` says which ran).  ``resources.memory`` caps the whole
+job's peak memory (:mod:`ctbench.pipeline.budget`).
 
 A config (JSON; every section but ``input`` optional)::
 
@@ -16,8 +21,9 @@ A config (JSON; every section but ``input`` optional)::
      "geometry":   {"sid_mm": null, "sdd_mm": null, "pixel_size_mm": null, "angle_range_deg": 360,
                     "start_angle_deg": 0, "detector_offset_u_mm": "auto", "detector_offset_v_mm": null,
                     "volume_shape": null, "voxel_size_mm": null},
-     "algorithm":  {"name": "fbp", "params": {}},
-     "output":     {"path": "recon.tif", "format": "auto", "overwrite": false, "force": false}}
+     "algorithm":  {"name": "fdk", "params": {}},
+     "output":     {"path": "recon.ome.zarr", "format": "auto", "overwrite": false, "force": false},
+     "resources":  {"memory": "4GB", "threads": null}}
 
 ``null`` means "from the file" (SID/SDD, pixel size, angles) or "automatic"
 (the volume grid covers the field of view at the detector's resolution
@@ -120,9 +126,26 @@ class AlgorithmConfig(_Model):
 
 class OutputConfig(_Model):
     path: str
-    format: Literal["auto", "tiff", "hdf5", "zarr"] = "auto"
+    # "auto": OME-Zarr for a path ending in .ome.zarr, else by suffix (.tif, .h5, .zarr: the ctbench dataset)
+    format: Literal["auto", "ome-zarr", "tiff", "hdf5", "zarr"] = "auto"
     overwrite: bool = False
     force: bool = Field(False, description="replace an existing output even if ctbench did not write it")
+
+
+class ResourcesConfig(_Model):
+    """What the job may use: ``memory`` caps the whole process's peak ("4GB", "512 MiB", bytes; null: 80% of the
+    memory available at start), ``threads`` the kernels' threads (null: torch's default, every core)."""
+
+    memory: Optional[Union[Annotated[int, Field(strict=True, gt=0)], str]] = None
+    threads: Optional[Annotated[int, Field(strict=True, gt=0, le=4096)]] = None
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v):
+        if v is not None:
+            from ..engine.plan import parse_bytes
+            parse_bytes(v, "resources.memory")
+        return v
 
 
 class ReconConfig(_Model):
@@ -134,6 +157,7 @@ class ReconConfig(_Model):
     geometry: GeometryConfig = Field(default_factory=GeometryConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     output: Optional[OutputConfig] = None
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     calibrate: Optional[CalibrateConfig] = None   # ctbench calibrate (ctbench/pipeline/calibrate.py)
 
 

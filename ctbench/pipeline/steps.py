@@ -10,7 +10,6 @@ import numpy as np
 from ..io.readers import read_scan
 from ..io.scan import RawScan
 from .config import GeometryConfig, InputConfig, PreprocessConfig, ReconConfig
-from .corrections import clean_outliers, correct_line_integrals, to_line_integrals
 
 
 def open_scan(inp: InputConfig) -> RawScan:
@@ -33,63 +32,23 @@ class Prepared:
 
 def prepare(scan: RawScan, pre: PreprocessConfig, pixel_size=None) -> Prepared:
     """Subset, crop, flat/dark-correct, remove zingers, bin, -log (or Paganin), linearise, ring-filter a scan and
-    apply the per-view shifts its file records (preprocess.view_shifts)."""
-    from ..preprocessing import (CorrectionReport, DetectorChange, average_frames, bin_pixels, crop,
-                                 flat_dark_correct, remove_stripes, view_subset)
-    from ..preprocessing.correction import replace_nonfinite
+    apply the per-view shifts its file records (preprocess.view_shifts), all in memory: the corrections of
+    :class:`~ctbench.pipeline.correct.Corrections`, which the streamed pipeline applies chunk by chunk."""
+    from ..io.view_shifts import shift_images
+    from .correct import Corrections
 
-    pitch = tuple(pixel_size) if pixel_size is not None else scan.pixel_size
-    if pitch is None:
-        raise ValueError(f"{scan.source}: the file gives no pixel size; set geometry.pixel_size_mm")
-    idx = view_subset(scan.n_views, scan.angles, every=pre.every, angle_range_deg=pre.angle_range_deg)
-    change = DetectorChange()
-    proj = scan.projections
-    if idx.size != scan.n_views:
-        proj = proj[idx]
-    proj = crop(proj, pre.rows, pre.cols, pitch=pitch, change=change)
-    report = CorrectionReport()
-    extra: dict = {}                            # what zingers, phase, hardening and rings did
-    if scan.values == "counts":
-        flat = None if scan.flats is None else average_frames(crop(scan.flats, pre.rows, pre.cols), "flats",
-                                                               report=report)
-        dark = None if scan.darks is None else average_frames(crop(scan.darks, pre.rows, pre.cols), "darks",
-                                                               report=report)
-        chunks = []
-        for i in range(0, proj.shape[0], 32):   # bounded memory: 32 raw views at a time
-            t = flat_dark_correct(proj[i:i + 32], flat, dark, min_transmission=pre.min_transmission, report=report)
-            t = clean_outliers(t, pre, extra)
-            chunks.append(bin_pixels(t, pre.bin, pitch=pitch, change=DetectorChange()) if pre.bin > 1 else t)
-        if pre.bin > 1:
-            bin_pixels(proj[:1], pre.bin, pitch=pitch, change=change)   # records the binning's geometry once
-        binned_pitch = tuple(p * f for p, f in zip(pitch, change.pitch_factor))
-        images = to_line_integrals(np.concatenate(chunks), pre, binned_pitch, extra)
-    else:
-        data = np.asarray(proj.compute() if hasattr(proj, "compute") else proj, dtype=np.float32)
-        # Same non-finite rule as for counts: neighbours' median, counted; none left for -log or the solver.
-        data, n_bad, left = replace_nonfinite(data)
-        data[left] = 1.0 if scan.values == "transmission" else 0.0
-        report.n_values += data.size
-        report.n_nonfinite_counts += n_bad
-        report.n_nonfinite_unfilled += int(left.sum())
-        data = clean_outliers(data, pre, extra, line_integrals=scan.values != "transmission")
-        data = bin_pixels(data, pre.bin, pitch=pitch, change=change)
-        binned_pitch = tuple(p * f for p, f in zip(pitch, change.pitch_factor))
-        if scan.values == "transmission":
-            data = to_line_integrals(np.clip(data, pre.min_transmission, None), pre, binned_pitch, extra)
-        elif pre.phase is not None:              # line integrals back to transmission for the phase filter
-            data = to_line_integrals(np.exp(-np.asarray(data, np.float64)), pre, binned_pitch, extra)
-        images = np.asarray(data, dtype=np.float32)
-    if pre.ring_filter:
-        images = remove_stripes(images, pre.ring_filter)
-    images = correct_line_integrals(images, pre, extra)
-    if pre.view_shifts:     # the scanner's per-view shifts, after rings and binning, in the file's image frame
-        from ..io.view_shifts import apply_recorded_shifts
-        images, shifted = apply_recorded_shifts(images, scan.scanner, idx, pre.bin)
-        if shifted:
-            extra["view_shifts"] = shifted
-    du, dv = (p * f for p, f in zip(pitch, change.pitch_factor))
-    return Prepared(images, None if scan.angles is None else scan.angles[idx], (du, dv), change.shift_u,
-                    change.shift_v, idx, report.to_dict() | extra)
+    c = Corrections(scan, pre, pixel_size)
+    n = c.n_views
+    images = np.concatenate([c.views(i, min(n, i + 32)) for i in range(0, n, 32)]) if n else \
+        np.zeros((0, *c.frame), np.float32)
+    if c.has_row_pass:
+        images = c.rows(images)
+    shifted = c.shifts()
+    if shifted is not None:     # the scanner's per-view shifts, after rings and binning, in the file's image frame
+        images = shift_images(images, shifted[0], shifted[1])
+        c.extra["view_shifts"] = shifted[2]
+    return Prepared(images, None if scan.angles is None else scan.angles[c.idx], c.pitch, c.change.shift_u,
+                    c.change.shift_v, c.idx, c.summary())
 
 
 def scan_angles(prep: Prepared, geo: GeometryConfig, n_views_file: int) -> np.ndarray:
@@ -123,19 +82,24 @@ def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, 
                    offset_u_mm: float):
     """The :class:`~ctbench.workbench.design.ScanGeometry` of the prepared data (circular cone beam, or parallel
     beam when ``sid`` is None)."""
+    return scan_geometry(prep.images.shape, prep.pitch, prep.shift_v, geo, sid, sdd, angles, offset_u_mm)
+
+
+def scan_geometry(shape, pitch, shift_v: float, geo: GeometryConfig, sid, sdd, angles: np.ndarray,
+                  offset_u_mm: float):
+    """The :class:`~ctbench.workbench.design.ScanGeometry` of ``(view, row, col)`` line integrals of ``shape``
+    with detector ``pitch`` (du, dv) and the vertical centre shift of crops/binning ``shift_v`` (mm)."""
     import torch
 
-    from ..geometry import circular_trajectory_3d
+    from ..geometry import circular_trajectory_3d, circular_trajectory_3d_parallel
     from ..workbench.design import ScanGeometry
 
-    from ..geometry import circular_trajectory_3d_parallel
-
-    n, rows, cols = prep.images.shape
-    du, dv = prep.pitch
+    n, rows, cols = shape
+    du, dv = pitch
     mag = 1.0 if sid is None else sdd / sid
     vox = geo.voxel_size_mm or du / mag
-    shape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
-    offset = (float(offset_u_mm), float((geo.detector_offset_v_mm or 0.0) + prep.shift_v))
+    vshape = geo.volume_shape or (max(1, int(round(rows * dv / mag / vox))), cols, cols)
+    offset = (float(offset_u_mm), float((geo.detector_offset_v_mm or 0.0) + shift_v))
     ang = torch.as_tensor(angles, dtype=torch.float32)
     if sid is None:       # parallel beam (synchrotron scans)
         traj = circular_trajectory_3d_parallel(angles=ang, detector_offset=offset)
@@ -146,7 +110,7 @@ def build_geometry(prep: Prepared, geo: GeometryConfig, sid: float, sdd: float, 
         traj = roll_detector(traj, geo.detector_roll_deg)
     if geo.trajectory is not None:
         traj = _calibrated(geo.trajectory, traj)
-    return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in shape), (vox,) * 3)
+    return ScanGeometry(traj, (cols, rows), (du, dv), tuple(int(s) for s in vshape), (vox,) * 3)
 
 
 def _calibrated(path: str, built):
@@ -222,20 +186,31 @@ def oriented_scan(cfg: ReconConfig, say):
         say(f"per-view shifts applied ({shifted['source']}; up to {shifted['max_abs_x_px']:.2f} px across, "
             f"{shifted['max_abs_y_px']:.2f} px down)")
     sid, sdd = distances(scan, cfg.geometry)
-    if cfg.geometry.detector_offset_v_mm is None:
-        cfg = cfg.model_copy(deep=True)
-        cfg.geometry.detector_offset_v_mm = float(scan.scanner.get("detector_offset_v_mm", 0.0))
-    if cfg.geometry.detector_roll_deg is None:
-        cfg = cfg.model_copy(deep=True)
-        cfg.geometry.detector_roll_deg = float(scan.scanner.get("detector_roll_deg", 0.0))
-    if cfg.geometry.detector_offset_u_mm == "file":
-        if "detector_offset_u_mm" not in scan.scanner:
-            raise ValueError(f"geometry.detector_offset_u_mm is 'file' but {scan.source} states no detector or axis "
-                             "offset: give a number in mm or 'auto'")
-        cfg = cfg.model_copy(deep=True)
-        cfg.geometry.detector_offset_u_mm = float(scan.scanner["detector_offset_u_mm"])
+    cfg = with_file_values(cfg, scan)
     prep, angles, resolved = orient(prep, scan, cfg.geometry, sid, sdd)
     resolved.warnings[:0] = list(scan.scanner.get("warnings", []))     # what the reader found amiss in the file
     for note in resolved.notes:
         say(note)
     return scan, prep, sid, sdd, angles, resolved, cfg
+
+
+def with_file_values(cfg: ReconConfig, scan: RawScan) -> ReconConfig:
+    """``cfg`` with what its geometry leaves to the file filled in: the vertical offset and the detector roll
+    (null: the file's, else 0) and the horizontal offset where it says "file"."""
+    geo = cfg.geometry
+    update = {}
+    if geo.detector_offset_v_mm is None:
+        update["detector_offset_v_mm"] = float(scan.scanner.get("detector_offset_v_mm", 0.0))
+    if geo.detector_roll_deg is None:
+        update["detector_roll_deg"] = float(scan.scanner.get("detector_roll_deg", 0.0))
+    if geo.detector_offset_u_mm == "file":
+        if "detector_offset_u_mm" not in scan.scanner:
+            raise ValueError(f"geometry.detector_offset_u_mm is 'file' but {scan.source} states no detector or axis "
+                             "offset: give a number in mm or 'auto'")
+        update["detector_offset_u_mm"] = float(scan.scanner["detector_offset_u_mm"])
+    if not update:
+        return cfg
+    cfg = cfg.model_copy(deep=True)
+    for k, v in update.items():
+        setattr(cfg.geometry, k, v)
+    return cfg

@@ -500,3 +500,34 @@ class ZarrStore:
 
     def __repr__(self) -> str:
         return f"ZarrStore({self.array.store_path}, shape={self.shape}, dtype={self.dtype}, chunks={self.chunks})"
+
+
+def settle_pending_io(timeout: float = 10.0) -> None:
+    """Let zarr's chunk reads and writes still in flight finish after one of them failed.
+
+    zarr runs a window's chunk I/O as concurrent tasks on its own event loop; when one fails (a full disk) the
+    error reaches the caller while the others are still pending, and they would be torn down at exit with
+    "Task was destroyed but it is pending" noise.  Waiting for them (their own errors retrieved, not raised)
+    leaves the loop quiet; every chunk write is atomic, so what they write is whole or absent.
+    """
+    import asyncio
+
+    from zarr.core import sync as zsync
+
+    loop = zsync.loop[0]
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return
+
+    async def _settle():
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        for t in tasks:
+            if t.done() and not t.cancelled():
+                t.exception()
+
+    try:
+        asyncio.run_coroutine_threadsafe(_settle(), loop).result(timeout + 1.0)
+    except Exception:  # noqa: BLE001 - best effort: the caller is already reporting the real error
+        pass

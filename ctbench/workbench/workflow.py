@@ -137,6 +137,11 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
 )}
 
 
+# Other names of an algorithm: "fdk" is the filtered backprojection's usual name for cone beams (one method
+# serves every beam: FDK for circular cone beams, FBP for fan and parallel beams, helical FDK for helices).
+ALIASES = {"fdk": "fbp"}
+
+
 @dataclass(frozen=True)
 class ReconRequest:
     """What to reconstruct: an algorithm, its parameters and the preview mode.
@@ -151,11 +156,12 @@ class ReconRequest:
     mode: str = "full"
 
     def validated(self) -> "ReconRequest":
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {list(ALGORITHMS)}, got {self.algorithm!r}")
+        name = ALIASES.get(self.algorithm, self.algorithm)
+        if name not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {list(ALGORITHMS) + list(ALIASES)}, got {self.algorithm!r}")
         if self.mode != "full" and self.mode not in MODES:
             raise ValueError(f"mode must be 'full' or one of {MODES}, got {self.mode!r}")
-        return ReconRequest(self.algorithm, ALGORITHMS[self.algorithm].validate(self.params), self.mode)
+        return ReconRequest(name, ALGORITHMS[name].validate(self.params), self.mode)
 
     @property
     def spec(self) -> Algorithm:
