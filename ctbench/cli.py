@@ -7,6 +7,7 @@
 ``ctbench samples``  the bundled samples and where they are installed (ctbench/samples.py)
 ``ctbench recon``  reconstruct a measured scan from a JSON config (ctbench/pipeline/recon.py)
 ``ctbench calibrate``  calibrate a scan's geometry from its own data (ctbench/pipeline/calibrate.py)
+``ctbench inspect``  what a scan file states and where each value came from (ctbench/io/inspect.py)
 ``ctbench bridge serve``, ``ctbench jobs ...``   background jobs (docs/JOBS.md)
 
 Parsing the arguments (``--help``, a wrong argument) imports neither torch nor the engine: each command
@@ -167,6 +168,8 @@ def main(argv=None) -> int:
     from .pipeline.cli import register_calibrate, register_recon
     register_recon(sub)       # ctbench recon CONFIG.json
     register_calibrate(sub)   # ctbench calibrate CONFIG.json
+    from .io.inspect import register_inspect
+    register_inspect(sub)     # ctbench inspect SCAN
     from .jobs.cli import add_commands as add_job_commands, run as run_job_command
     add_job_commands(sub)   # ctbench bridge serve, ctbench jobs ...
     args = parser.parse_args(argv)

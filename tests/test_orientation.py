@@ -141,13 +141,43 @@ def test_one_stated_field_detects_the_other_without_mirror(scans, tmp_path, caps
 
 
 @pytest.mark.slow
-def test_wrong_stated_orientation_warns_on_stderr(scans, tmp_path, capsys):
-    """A camera-convention scan stated as ctbench's: the data contradict it, and the user is told."""
+def test_a_false_rotation_sense_in_the_file_is_overruled_by_the_data(scans, tmp_path, capsys):
+    """scan.json says "cw" for a scan that turned "ccw": the data win (the image view kept, the rotation reversed),
+    the volume is the true one, not mirrored, and the warning gives the evidence."""
     spec, stated, _ = scans["ccw", "source"]
-    vol, report, err = _recon_cli(stated, tmp_path, capsys, {"image_seen_from": "detector"})
-    assert report["orientation"]["image_seen_from"] == "detector"      # stated: kept, but flagged
-    assert any("contradict the stated orientation" in w for w in report["warnings"])
+    wrong = shutil.copytree(stated, tmp_path / "wrong")
+    doc = json.loads((wrong / "scan.json").read_text())
+    doc["geometry"]["rotation_direction"] = "cw"
+    (wrong / "scan.json").write_text(json.dumps(doc))
+    vol, report, err = _recon_cli(wrong, tmp_path, capsys)
+    o = report["orientation"]
+    assert (o["image_seen_from"], o["rotation_direction"], o["decided_by"]) == ("source", "ccw", "data")
+    assert o["evidence"]["ratio"] > 3 and o["evidence"]["stated"]["orientation"]["rotation_direction"] == "cw"
+    ref, geo = _exact_fdk(stated, spec, vol.shape)
+    truth = spec.truth(vol.shape, geo.voxel_spacing[0])
+    assert _rmse(vol, truth) <= 1.10 * _rmse(ref, truth)
+    _not_mirrored(vol, truth)
+    assert report["centre"]["offset_px"] == pytest.approx(OFFSET_PX, abs=0.25)
+    assert any("the data contradict the orientation the file states" in w and "conjugate-ray mismatch" in w
+               for w in report["warnings"])
     assert "ctbench recon: warning: the data contradict" in err
+
+
+@pytest.mark.slow
+def test_a_convention_fixed_in_the_config_against_the_data_is_an_error(scans, tmp_path, capsys):
+    """The user states ctbench's image view for a camera-convention scan: ctbench stops, naming the evidence and
+    the setting to change, instead of reconstructing a blurred volume."""
+    spec, stated, _ = scans["ccw", "source"]
+    cfg = {"input": {"path": str(stated)}, "geometry": {"image_seen_from": "detector"},
+           "output": {"path": str(tmp_path / "recon.h5")}}
+    (tmp_path / "recon.json").write_text(json.dumps(cfg))
+    assert main(["recon", str(tmp_path / "recon.json")]) == 2
+    err = capsys.readouterr().err
+    line = [x for x in err.splitlines() if x.startswith("ctbench recon: the data contradict")]
+    assert len(line) == 1 and "Traceback" not in err
+    assert "geometry.image_seen_from='detector'" in line[0] and "Change geometry.image_seen_from to 'source'" in line[0]
+    assert "conjugate-ray mismatch" in line[0] and "centre by conjugate rays" in line[0]
+    assert not (tmp_path / "recon.h5").exists()
 
 
 @pytest.mark.slow

@@ -148,7 +148,7 @@ def test_file_offset_without_one_in_the_file_is_a_clear_error(tmp_path):
 
 
 # ------------------------------------------------------------------ Bruker SkyScan
-SK = LabScanSpec(n_views=48, detector_u=48, detector_v=16, offset_px=O_U, phantom_name="chiral", rotation="cw",
+SK = LabScanSpec(n_views=48, detector_u=48, detector_v=16, offset_px=O_U, phantom_name="chiral", rotation="ccw",
                  seen_from="source", seed=43)
 
 
@@ -169,7 +169,7 @@ def test_skyscan_postalignment_reconstructs_like_the_exact_geometry(tmp_path):
     assert ignored > 1.2 * rmse, (ignored, rmse)
 
 
-SKR = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phantom_name="chiral", rotation="cw",
+SKR = LabScanSpec(n_views=48, detector_u=48, detector_v=40, offset_px=O_U, phantom_name="chiral", rotation="ccw",
                   seen_from="source", seed=47)       # rows enough for the roll to show
 
 

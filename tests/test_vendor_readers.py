@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from ctbench.io import ScanFileError, read_scan
-from ctbench.io.orientation import CTBENCH
+from ctbench.io.orientation import CTBENCH, Orientation
 from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 
-from vendor_files import write_bruker, write_dxchange, write_nikon, write_txrm
+from vendor_files import (skyscan_optical_axis, write_bruker, write_dxchange, write_nikon, write_txrm,
+                          zeiss_angles_deg, zeiss_images)
 
 
 def _corr(a, b):
@@ -184,7 +185,7 @@ def test_nikon_bad_files_are_named(tmp_path):
 
 # ------------------------------------------------------------------ Bruker SkyScan
 SKY = LabScanSpec(n_views=96, detector_u=80, detector_v=40, offset_px=-1.63, offset_v_px=1.5, phantom_name="chiral",
-                  rotation="cw", seen_from="source", seed=31)   # the stage turns the object "CC" seen from above
+                  rotation="ccw", seen_from="source", seed=31)   # "CC": TIGRE's angles step x i, a camera image
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +197,7 @@ def skyscan_counts():
 
 @pytest.mark.slow
 def test_bruker_reads_distances_pitch_angles_direction_and_optical_axis(skyscan_counts, tmp_path):
-    axis = (SKY.detector_v - 1) / 2 + SKY.offset_v_px
+    axis = skyscan_optical_axis(SKY.detector_v, SKY.offset_v_px)
     log = write_bruker(tmp_path / "sky", "chiral_", skyscan_counts, sid=SKY.sid, sdd=SKY.sdd, pitch=SKY.pitch,
                        step_deg=360.0 / SKY.n_views, direction="CC", optical_axis=axis, binning=2)
     scan = read_scan(log.parent)
@@ -204,8 +205,8 @@ def test_bruker_reads_distances_pitch_angles_direction_and_optical_axis(skyscan_
     assert scan.pixel_size == pytest.approx((SKY.pitch, SKY.pitch), rel=1e-6)
     assert scan.scanner["source_object_distance_mm"] == SKY.sid
     assert scan.scanner["detector_offset_v_mm"] == pytest.approx(SKY.offset_v_px * SKY.pitch)
-    assert scan.orientation.rotation == "cw" and scan.orientation.seen_from == "source"
-    np.testing.assert_allclose(np.degrees(scan.angles), -3.75 * np.arange(SKY.n_views))   # ctbench's: cw
+    assert scan.orientation.rotation == "ccw" and scan.orientation.seen_from == "source"
+    np.testing.assert_allclose(np.degrees(scan.angles), 3.75 * np.arange(SKY.n_views))    # TIGRE's step x i
     np.testing.assert_array_equal(np.asarray(scan.projections[7]), skyscan_counts[7])
 
 
@@ -213,7 +214,7 @@ def test_bruker_reads_distances_pitch_angles_direction_and_optical_axis(skyscan_
 def test_bruker_reconstructs_like_the_tiff_scan_and_not_mirrored(skyscan_counts, tmp_path):
     from ctbench.io.scanner import scanner_json
 
-    axis = (SKY.detector_v - 1) / 2 + SKY.offset_v_px
+    axis = skyscan_optical_axis(SKY.detector_v, SKY.offset_v_px)
     log = write_bruker(tmp_path / "sky", "chiral_", skyscan_counts, sid=SKY.sid, sdd=SKY.sdd, pitch=SKY.pitch,
                        step_deg=360.0 / SKY.n_views, direction="CC", optical_axis=axis)
     tif = _write_tiffs(tmp_path / "tiffs", skyscan_counts,
@@ -225,7 +226,7 @@ def test_bruker_reconstructs_like_the_tiff_scan_and_not_mirrored(skyscan_counts,
     r_sky = _recon(tmp_path, "sky", {"path": str(log)}, {})
     r_tif = _recon(tmp_path, "tif", {"path": str(tif)}, {"detector_offset_v_mm": SKY.offset_v_px * SKY.pitch})
     assert r_sky["detector_offset_mm"][1] == pytest.approx(SKY.offset_v_px * SKY.pitch)
-    assert r_sky["orientation"]["rotation_direction"] == "cw" and r_sky["warnings"] == []
+    assert r_sky["orientation"]["rotation_direction"] == "ccw" and r_sky["warnings"] == []
     assert r_sky["centre"]["offset_px"] == pytest.approx(SKY.offset_px, abs=0.25)
     v_sky, v_tif = r_sky["volume"].numpy(), r_tif["volume"].numpy()
     np.testing.assert_allclose(v_sky, v_tif, rtol=0, atol=1e-4 * float(np.abs(v_tif).max()))
@@ -258,19 +259,20 @@ def zeiss_counts():
 def test_zeiss_reads_distances_pitch_angles_reference_and_shifts(zeiss_counts, tmp_path):
     proj, ref = zeiss_counts
     shifts = np.linspace(-0.5, 0.5, ZS.n_views)
-    path = write_txrm(tmp_path / "scan.txrm", proj, ref, angles_deg=np.degrees(ZS.angles), sid=ZS.sid, sdd=ZS.sdd,
-                      pixel_um=ZS.pitch * 1e3 * ZS.sid / ZS.sdd, x_shifts=shifts)
+    stored, stored_ref = zeiss_images(proj), zeiss_images(ref[None])[0]       # CIL's bottom-left origin
+    path = write_txrm(tmp_path / "scan.txrm", stored, stored_ref, angles_deg=zeiss_angles_deg(ZS.angles), sid=ZS.sid,
+                      sdd=ZS.sdd, pixel_um=ZS.pitch * 1e3 * ZS.sid / ZS.sdd, x_shifts=shifts)
     scan = read_scan(path)
     assert scan.format == "zeiss"
     assert scan.scanner["source_object_distance_mm"] == pytest.approx(ZS.sid)
     assert scan.scanner["source_detector_distance_mm"] == pytest.approx(ZS.sdd)
     assert scan.pixel_size == pytest.approx((ZS.pitch, ZS.pitch), rel=1e-6)
     np.testing.assert_allclose(scan.angles, ZS.angles, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(scan.projections[50]), proj[50])
-    np.testing.assert_array_equal(np.asarray(scan.flats)[0], ref)
+    np.testing.assert_array_equal(np.asarray(scan.projections[50]), stored[50])     # as stored: the file's frame
+    np.testing.assert_array_equal(np.asarray(scan.flats)[0], stored_ref)
     np.testing.assert_allclose(scan.scanner["view_shifts_px"]["x"], shifts, atol=1e-6)   # applied by the pipeline
     assert scan.scanner["view_shifts_px"]["y"] == [0.0] * ZS.n_views
-    assert scan.orientation.seen_from == "auto"
+    assert scan.orientation == Orientation("source", "right", "up", "ccw")
 
 
 @pytest.mark.slow
@@ -278,7 +280,8 @@ def test_zeiss_reconstructs_like_the_tiff_scan_and_not_mirrored(zeiss_counts, tm
     from ctbench.io.scanner import scanner_json
 
     proj, ref = zeiss_counts
-    path = write_txrm(tmp_path / "scan.txrm", proj, ref, angles_deg=np.degrees(ZS.angles), sid=ZS.sid, sdd=ZS.sdd,
+    path = write_txrm(tmp_path / "scan.txrm", zeiss_images(proj), zeiss_images(ref[None])[0],
+                      angles_deg=zeiss_angles_deg(ZS.angles), sid=ZS.sid, sdd=ZS.sdd,
                       pixel_um=ZS.pitch * 1e3 * ZS.sid / ZS.sdd)
     tif = _write_tiffs(tmp_path / "tiffs", proj, ref[None], np.zeros((0, 1, 1)))
     doc = scanner_json(sid=ZS.sid, sdd=ZS.sdd, pixel_size=(ZS.pitch, ZS.pitch), n_projections=ZS.n_views,
@@ -287,9 +290,9 @@ def test_zeiss_reconstructs_like_the_tiff_scan_and_not_mirrored(zeiss_counts, tm
     (tif / "scan.json").write_text(json.dumps(doc))
     r_zs = _recon(tmp_path, "zs", {"path": str(path)}, {})
     r_tif = _recon(tmp_path, "tif", {"path": str(tif)}, {})
-    # The image view was decided from the data; ctbench's images were written, so it must be "detector".
-    assert r_zs["orientation"]["detected_from_data"] is True
-    assert r_zs["orientation"]["image_seen_from"] == "detector"
+    # CIL's reading, stated by the reader and confirmed by the data (no warning).
+    assert r_zs["orientation"]["detected_from_data"] is False and r_zs["warnings"] == []
+    assert r_zs["orientation"]["image_seen_from"] == "source" and r_zs["orientation"]["image_rows"] == "up"
     assert r_zs["centre"]["offset_px"] == pytest.approx(ZS.offset_px, abs=0.25)
     v_zs, v_tif = r_zs["volume"].numpy(), r_tif["volume"].numpy()
     np.testing.assert_allclose(v_zs, v_tif, rtol=0, atol=1e-4 * float(np.abs(v_tif).max()))
@@ -312,7 +315,7 @@ def test_bruker_row_pitch_follows_the_camera_xy_ratio(tmp_path):
                        step_deg=120.0, xy_ratio=0.9927, optical_axis=2.5)
     scan = read_scan(log)
     assert scan.pixel_size == pytest.approx((0.02, 0.02 * 0.9927), rel=1e-5)
-    assert scan.scanner["detector_offset_v_mm"] == pytest.approx((2.5 - 1.5) * 0.02 * 0.9927, rel=1e-5)
+    assert scan.scanner["detector_offset_v_mm"] == pytest.approx((2.5 - 2.0) * 0.02 * 0.9927, rel=1e-5)
 
 
 def test_zeiss_parallel_beam_and_volume_files(tmp_path):

@@ -16,7 +16,7 @@ from ctbench.pipeline import load_config, run_recon
 from ctbench.io.sample_scan import LabScanSpec, simulate_counts
 from ctbench.io.view_shifts import read_skyscan_shift_list, shift_images
 
-from vendor_files import write_bruker, write_txrm
+from vendor_files import write_bruker, write_txrm, zeiss_angles_deg, zeiss_images
 
 
 def moved_trajectory(spec: LabScanSpec, ex, ey):
@@ -61,14 +61,14 @@ def test_shift_images_moves_content_by_plus_x_columns_and_plus_y_rows():
 def test_skyscan_shift_list_is_read_as_the_scanner_writes_it(tmp_path):
     x, y = np.linspace(-2, 1, 12), np.linspace(7, 4, 12)
     write_bruker(tmp_path, "s_", np.ones((12, 4, 6), np.uint16), sid=50, sdd=200, pitch=0.01, step_deg=15,
-                 shifts=(x, y), short_list=True, postalignment=29.5, random_movement="ON (3)")
+                 shifts=(x, y), short_list=True, postalignment=2.5, random_movement="ON (3)")
     rx, ry = read_skyscan_shift_list(tmp_path / "s__TS.csv", 12)
     np.testing.assert_allclose(rx[:11], x[:11], atol=1e-6)
     np.testing.assert_allclose(ry[:11], y[:11], atol=1e-6)
     assert rx[11] == rx[10] and ry[11] == ry[10]          # one view short, as SkyScan lists them: the last kept
     scan = read_scan(tmp_path)
     assert scan.scanner["view_shifts_px"]["source"] == "s__TS.csv"
-    assert scan.scanner["postalignment_px"] == 29.5
+    assert scan.scanner["postalignment_px"] == 2.5
     assert scan.scanner["random_movement"] == {"on": True, "max_px": 3.0}
     assert "warnings" not in scan.scanner
     with pytest.raises(ScanFileError, match="lists shifts for 11 views; the scan has 14"):
@@ -88,7 +88,7 @@ def test_skyscan_random_movement_without_its_list_is_a_warning(tmp_path):
 
 # ------------------------------------------------------------------ Bruker SkyScan, end to end
 SKY = LabScanSpec(n_views=96, detector_u=80, detector_v=40, offset_px=-1.63, phantom_name="chiral",
-                  rotation="cw", seen_from="source", seed=31)
+                  rotation="ccw", seen_from="source", seed=31)     # a camera image, "CC" (TIGRE's reading)
 
 
 def _skyscan_counts(spec, trajectory=None):
@@ -126,7 +126,8 @@ def _zeiss(path, spec, trajectory=None, **shifts):
     proj, flats, darks, _ = simulate_counts(spec, trajectory)
     counts = np.clip(proj.astype(np.float64) - darks.mean(0), 1, 65535).astype(np.uint16)
     ref = (flats.mean(0) - darks.mean(0)).astype(np.float32)
-    return write_txrm(path, counts, ref, angles_deg=np.degrees(spec.angles), sid=spec.sid, sdd=spec.sdd,
+    return write_txrm(path, zeiss_images(counts), zeiss_images(ref[None])[0], angles_deg=zeiss_angles_deg(spec.angles),
+                      sid=spec.sid, sdd=spec.sdd,
                       pixel_um=spec.pitch * 1e3 * spec.sid / spec.sdd, **shifts)
 
 
@@ -134,14 +135,15 @@ def _zeiss(path, spec, trajectory=None, **shifts):
 def test_zeiss_alignment_shifts_are_applied_with_the_right_sign(tmp_path):
     ex, ey = _movement(ZS.n_views, 8)
     still = _zeiss(tmp_path / "still.txrm", ZS)
-    moved = _zeiss(tmp_path / "moved.txrm", ZS, moved_trajectory(ZS, ex, ey), x_shifts=-ex, y_shifts=-ey)
+    # the content moved by (ex, ey) in ctbench's image moves by (-ex, -ey) in the stored one (both axes reversed)
+    moved = _zeiss(tmp_path / "moved.txrm", ZS, moved_trajectory(ZS, ex, ey), x_shifts=ex, y_shifts=ey)
     scan = read_scan(moved)
-    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["x"], -ex, atol=1e-5)
-    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["y"], -ey, atol=1e-5)
+    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["x"], ex, atol=1e-5)
+    np.testing.assert_allclose(scan.scanner["view_shifts_px"]["y"], ey, atol=1e-5)
     r0, r1 = _run(tmp_path, "still", still), _run(tmp_path, "moved", moved)
     r2 = _run(tmp_path, "ignored", moved, view_shifts=False)
     e0, e1, e2 = _rmse(r0, ZS), _rmse(r1, ZS), _rmse(r2, ZS)
-    assert r1["orientation"]["image_seen_from"] == "detector"      # detected from the aligned data
+    assert r1["orientation"]["image_seen_from"] == "source" and r1["orientation"]["image_rows"] == "up"  # CIL's
     assert r1["centre"]["offset_px"] == pytest.approx(ZS.offset_px, abs=0.3)
     assert e1 <= 1.10 * e0, (e0, e1)
     assert e2 > 1.3 * e0, (e0, e2)

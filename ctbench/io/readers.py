@@ -118,7 +118,7 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
     if fmt == "scanner":
         scan = read_scanner_folder(path)
     elif fmt == "nexus":
-        scan = read_nexus(path)
+        scan = read_nexus(path, require_angles=angles_deg is None)
     elif fmt == "nikon":
         from .nikon import read_nikon
 
@@ -148,8 +148,20 @@ def read_scan(path, *, format: str = "auto", flats=None, darks=None, raw: dict |
     if angles_deg is not None:
         changes["angles"] = np.radians(np.asarray(angles_deg, dtype=np.float64))
     if changes:
-        scan = RawScan(**{**scan.__dict__, **changes})
+        prov = dict(scan.provenance)
+        for name in changes:
+            given = {"flats": flats, "darks": darks}.get(name)
+            prov[{"pixel_size": "pixel_size_mm", "flats": "flat", "darks": "dark"}.get(name, name)] = {
+                "value": str(given) if given is not None else _plain(changes[name]), "from": "input",
+                "note": "given to read_scan (the recon config's input / geometry)"}
+        scan = RawScan(**{**scan.__dict__, **changes, "provenance": prov})
     return scan
+
+
+def _plain(v):
+    if isinstance(v, np.ndarray):
+        return f"{v.size} values"
+    return list(v) if isinstance(v, tuple) else v
 
 
 def _extra_raw(raw: dict | None, scan: RawScan, path, fmt: str) -> dict | None:

@@ -33,7 +33,10 @@ class RawScan:
     ``values``: "counts" (raw intensities), "transmission" or "line_integrals".
     ``scanner``: other parameters the file carries (SID/SDD in mm when known), JSON-able.
     ``orientation``: how the images and angles map onto ctbench's frame (:mod:`ctbench.io.orientation`);
-    "auto" where the file does not say.  ``angles`` follow ``orientation.rotation`` (as "ccw" when "auto").
+    "auto" where the file does not say.  ``angles`` are ctbench's angles of the views for
+    ``orientation.rotation`` (as "ccw" when "auto").
+    ``provenance``: where each value came from, ``{quantity: {"value", "from", "field", "file", "note"}}``
+    (:class:`ctbench.io.fields.Provenance`; ``ctbench inspect`` shows it).
     """
 
     projections: Any
@@ -46,6 +49,7 @@ class RawScan:
     source: str = ""
     format: str = ""
     orientation: Orientation = field(default_factory=Orientation)
+    provenance: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.orientation, Orientation):
@@ -102,7 +106,7 @@ class RawScan:
                 "angles_deg": None if self.angles is None else np.degrees(self.angles).round(6).tolist(),
                 "pixel_size": None if self.pixel_size is None else list(self.pixel_size),
                 "orientation": self.orientation.to_dict(),
-                "scanner": dict(self.scanner)}
+                "scanner": dict(self.scanner), "provenance": dict(self.provenance)}
 
 
 def images_to_sinogram(images) -> np.ndarray:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ScanFileError, check_input, read_json_any, read_json_object
+from .fields import Provenance
 from .orientation import CTBENCH, FILE_KEYS, Orientation
 from .scan import RawScan
 from .tiff import read_tiff_folder
@@ -129,9 +130,24 @@ def read_scanner_folder(folder) -> RawScan:
     if scanner["source_detector_distance_mm"] < scanner["source_object_distance_mm"]:
         raise ScanFileError(jpath, "geometry.source_detector_distance_mm is smaller than "
                                    "source_object_distance_mm")
+    prov = Provenance(jpath)
+    prov.field("sid_mm", scanner["source_object_distance_mm"], "geometry.source_object_distance_mm")
+    prov.field("sdd_mm", scanner["source_detector_distance_mm"], "geometry.source_detector_distance_mm")
+    if pitch is not None:
+        prov.field("pixel_size_mm", list(pitch), "geometry.detector_pixel_size_mm")
+    prov.derived("angles", f"{n} angles", "geometry.rotation_start_deg + rotation_range_deg x i / n"
+                 + (" (reversed: cw)" if direction == "cw" else ""))
+    stated = [k for k in FILE_KEYS.values() if geo.get(k) is not None]
+    if stated:
+        prov.field("orientation", orientation.to_dict(), ", ".join(f"geometry.{k}" for k in stated))
+    else:
+        prov.default("orientation", orientation.to_dict(), "scan.json states none: decided from the data")
+    for key in ("flats", "darks"):
+        if files.get(key):
+            prov.field(key[:-1], files[key], f"files.{key}")
     try:
         return RawScan(proj, stack("flats"), stack("darks"), angles=angles, pixel_size=pitch, scanner=scanner,
-                       source=str(folder), format="scanner", orientation=orientation)
+                       source=str(folder), format="scanner", orientation=orientation, provenance=prov.as_dict())
     except ValueError as e:
         raise ScanFileError(jpath, str(e)) from None
 

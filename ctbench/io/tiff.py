@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import guarded_open
-from .errors import ScanFileError, as_scan_error, check_frame, check_input
+from .errors import ScanFileError, as_scan_error, check_frame, check_input, require
 from .scan import lazy_stack
 
 TIFF_SUFFIXES = (".tif", ".tiff")
@@ -53,9 +53,14 @@ def tiff_files(folder, pattern: str | None = None, *, root=None) -> list[Path]:
     return sorted(files, key=_natural_key)
 
 
+def tifffile_module(path=None):
+    """tifffile, or one line naming the extra that installs it."""
+    return require("tifffile", "TIFF images", path if path is not None else "TIFF reader")
+
+
 def _page_info(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     """Shape, dtype and page count of a TIFF file; ScanFileError if unreadable or truncated."""
-    import tifffile
+    tifffile = tifffile_module(path)
 
     fh = _open(path)
     try:
@@ -104,10 +109,23 @@ def _read_file(path: Path, shape: tuple[int, int], dtype) -> np.ndarray:
 
 def read_tiff_folder(folder, pattern: str | None = None, *, root=None):
     """A folder of 2D TIFF images -> lazy ``(n, rows, cols)`` dask array, one chunk per file."""
+    return read_tiff_files(tiff_files(folder, pattern, root=root))
+
+
+def read_tiff_files(files) -> "object":
+    """2D TIFF images ``files`` (in this order) -> lazy ``(n, rows, cols)`` dask array, one chunk per file.
+
+    The vendor readers list their projections by the vendor's exact naming rule and pass the list, so a stray
+    file that a glob would catch (``scan_0001 (copy).tif``) never becomes a view."""
     import dask
     import dask.array as da
 
-    files = tiff_files(folder, pattern, root=root)
+    tifffile_module()
+    files = [Path(f) for f in files]
+    if not files:
+        raise ScanFileError(None, "no TIFF files to read")
+    for f in files:
+        check_input(f)
     shape, dtype, _ = _page_info(files[0])
     if len(shape) != 2:
         raise ScanFileError(files[0], f"holds a {shape} array; a folder stack needs one 2D image per file")
@@ -128,10 +146,10 @@ def read_tiff_file(path):
     page through tifffile's zarr interface.
     """
     import dask.array as da
-    import tifffile
 
     path = Path(path)
     check_input(path)
+    tifffile = tifffile_module(path)
     shape, dtype, _ = _page_info(path)
     if len(shape) not in (2, 3):
         raise ScanFileError(path, f"holds a {len(shape)}-dimensional {shape} array; expected 2D images or a "

@@ -135,7 +135,7 @@ def orient(prep: Prepared, scan: RawScan, geo: GeometryConfig, sid: float, sdd: 
     orientation (chosen from the data where "auto"; centre searched when the offset is "auto")."""
     from dataclasses import replace
 
-    from ..io.handedness import ctbench_angles, resolve_orientation
+    from ..io.handedness import ctbench_angles, fixed_fields, resolve_orientation
 
     o = scan_orientation(scan, geo)
     images, shift_v = prep.images, prep.shift_v
@@ -145,7 +145,7 @@ def orient(prep: Prepared, scan: RawScan, geo: GeometryConfig, sid: float, sdd: 
     res = resolve_orientation(images, angles, o, scan.orientation.rotation, pitch=prep.pitch[0],
                               pitch_v=prep.pitch[1], sid=sid, sdd=sdd,
                               offset_v_mm=(geo.detector_offset_v_mm or 0.0) + shift_v,
-                              search_centre=geo.detector_offset_u_mm == "auto")
+                              search_centre=geo.detector_offset_u_mm == "auto", fixed=fixed_fields(geo))
     shift_u = prep.shift_u
     if res.orientation.flip_columns:
         images, shift_u = np.ascontiguousarray(images[:, :, ::-1]), -shift_u

@@ -333,7 +333,7 @@ class StreamedRecon:
 
     # ================================================================ stage 3: orientation and centre
     def _centre(self, run: RunFolder, store):
-        from ..io.handedness import ctbench_angles, resolve_orientation
+        from ..io.handedness import ctbench_angles, fixed_fields, resolve_orientation
 
         cfg, geo = self.cfg, self.cfg.geometry
         n, rows, cols = self.shape
@@ -352,7 +352,7 @@ class StreamedRecon:
             band = BandReader(store.array, frame).images(0, n, r0, r1, orient_columns=False, unroll=False)
             res = resolve_orientation(band, self.file_angles, self.orientation, self.scan.orientation.rotation,
                                       pitch=du, pitch_v=dv, sid=self.sid, sdd=self.sdd, offset_v_mm=band_offset,
-                                      search_centre=geo.detector_offset_u_mm == "auto")
+                                      search_centre=geo.detector_offset_u_mm == "auto", fixed=fixed_fields(geo))
             res.warnings[:0] = list(self.scan.scanner.get("warnings", []))   # what the reader found amiss
             angles = ctbench_angles(self.file_angles, self.scan.orientation.rotation, res.orientation.rotation)
             shift_u = -self.corr.change.shift_u if res.orientation.flip_columns else self.corr.change.shift_u
