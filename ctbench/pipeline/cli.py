@@ -38,6 +38,11 @@ def register_recon(subparsers) -> None:
     p.set_defaults(func=_cli)
 
 
+def _close(progress) -> None:
+    if progress is not None:      # idempotent: the error paths close it before their message, finally again
+        progress.close()
+
+
 def _cli(args) -> int:
     from .progress import Cancelled, JsonLinesSink, Progress, TqdmSink
     from .run_folder import RunBusyError
@@ -63,16 +68,17 @@ def _cli(args) -> int:
             (lambda m: print(m, file=sys.stderr))
         report = run_recon(cfg, log=say, progress=progress, return_volume=False)
     except Cancelled as e:
+        _close(progress)     # the bars end their lines first: the message starts a line of its own
         print(f"ctbench recon: {e}; run the same command again to resume", file=sys.stderr)
         return 130
     except (ValueError, OSError, RecursionError, MemoryError, RunBusyError) as e:
         # Every refused input (ScanFileError, bounds, bad config, a file that cannot be read, a busy output, a
         # budget too small) is rc 2 with one line, never a traceback (docs/SCANS.md).
+        _close(progress)
         print(f"ctbench recon: {e}", file=sys.stderr)
         return 2
     finally:
-        if progress is not None:
-            progress.close()
+        _close(progress)
     for w in report.get("warnings", []):
         print(f"ctbench recon: warning: {w}", file=sys.stderr)
     for k in ("volume", "geometry_object"):
