@@ -30,7 +30,9 @@ def test_scan_import_flags_a_wrong_orientation_and_decides_auto(make_napari_view
     scan.centre_button.click()
     wait_for(lambda: not scan.busy, timeout=300)
     text = scan.message.text()
-    assert "warning" in text and "contradict the stated orientation" in text
+    # the data overrule the stated reading (the image view kept, the rotation reversed), and the user is told
+    assert "warning: the data contradict the orientation" in text and "conjugate-ray mismatch" in text
+    assert scan.rotation.currentText() == "cw"
 
     scan.seen_from.setCurrentText("auto")
     scan.centre_button.click()

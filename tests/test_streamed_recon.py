@@ -186,20 +186,30 @@ def _kill_at(cfg_path, stage: str, after_done: bool, run_folder: Path):
     return p.returncode
 
 
+KILL_BUDGET = "600MB"            # a fresh process: many windows in every stage
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(scan, tmp_path_factory):
+    """The volume of a run nothing interrupted, under the kill tests' budget (one run for all of them)."""
+    where = tmp_path_factory.mktemp("uninterrupted")
+    ref_cfg = where / "ref.json"
+    ref_cfg.write_text(json.dumps(_doc(scan, output={"path": str(where / "ref.ome.zarr")},
+                                       resources={"memory": KILL_BUDGET})))
+    r = _cli(ref_cfg)
+    out, err = r.communicate(timeout=300)
+    assert r.returncode == 0, err
+    return where / "ref.ome.zarr"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stage,after_done", [("read", True), ("rings", True), ("centre", False),
                                               ("backproject", True), ("backproject", False), ("write", False)])
 def test_kill_9_in_each_stage_then_the_same_command_resumes_to_the_same_volume_bit_for_bit(
-        scan, tmp_path, stage, after_done):
-    budget = "600MB"            # a fresh process: many windows in every stage
-    ref_cfg, cfg = tmp_path / "ref.json", tmp_path / "cfg.json"
-    ref_cfg.write_text(json.dumps(_doc(scan, output={"path": str(tmp_path / "ref.ome.zarr")},
-                                       resources={"memory": budget})))
+        scan, uninterrupted, tmp_path, stage, after_done):
+    cfg = tmp_path / "cfg.json"
     cfg.write_text(json.dumps(_doc(scan, output={"path": str(tmp_path / "v.ome.zarr")},
-                                   resources={"memory": budget})))
-    r = _cli(ref_cfg)
-    out, err = r.communicate(timeout=300)
-    assert r.returncode == 0, err
+                                   resources={"memory": KILL_BUDGET})))
     assert _kill_at(cfg, stage, after_done, tmp_path / ".v.ome.zarr.ctbench-run") == -signal.SIGKILL
     if stage != "write":
         assert not (tmp_path / "v.ome.zarr").exists()      # nothing that looks finished
@@ -209,7 +219,7 @@ def test_kill_9_in_each_stage_then_the_same_command_resumes_to_the_same_volume_b
     events = [json.loads(x) for x in out.splitlines()]
     if after_done:          # the resumed run started with what the killed one had finished
         assert [e for e in events if e.get("stage") == stage][0]["done"] > 0
-    a, b = OmeZarrVolume.open(tmp_path / "ref.ome.zarr"), OmeZarrVolume.open(tmp_path / "v.ome.zarr")
+    a, b = OmeZarrVolume.open(uninterrupted), OmeZarrVolume.open(tmp_path / "v.ome.zarr")
     for k in range(a.n_levels):
         assert np.array_equal(a.read(level=k), b.read(level=k)), k
     assert not (tmp_path / ".v.ome.zarr.ctbench-run").exists()

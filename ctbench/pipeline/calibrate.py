@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine.plan import format_bytes
 from ..json_report import dumps as strict_json
 from ..output_policy import FileReservation, check_overlap
 from .calibrate_config import CalibrateConfig
@@ -54,6 +53,7 @@ _VOLUME_COPIES, _SINOGRAM_COPIES = 3.0, 6.0
 def check_memory(volume_shape, sinogram_shape, itemsize: int, memory=None) -> None:
     """Refuse a calibration whose arrays cannot fit ``memory`` (``resources.memory``; default: 80% of the
     memory available) before anything is allocated: a clear error instead of "Unable to allocate 1.16 TiB"."""
+    from ..engine.plan import format_bytes        # here, not at the top: ctbench --help loads no torch
     from .budget import BudgetError, default_budget, parse_budget
 
     voxels = math.prod(int(s) for s in volume_shape)

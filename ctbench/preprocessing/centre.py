@@ -497,7 +497,9 @@ def _sharpness_cost(sino, angles, pitch, sid, sdd, n_pix, vox):
         else:
             traj = circular_trajectory_2d_fan(angles=ang, sid=sid, sdd=sdd, detector_offset=o)
         op = Projector(traj, (n_pix, n_pix), (U, 1), detector_spacing=(pitch, pitch), voxel_spacing=vox)
-        img = fbp(op, s, filter="shepp-logan").double().numpy()
+        # displaced=False: a trial offset is not a half-fan detector; Wang's weights at the far trials would
+        # hide their blur and pull the sweep to the end of its range.
+        img = fbp(op, s, filter="shepp-logan", displaced=False).double().numpy()
         yy, xx = np.mgrid[:n_pix, :n_pix] - (n_pix - 1) / 2
         disc = (xx * xx + yy * yy) <= (0.45 * n_pix) ** 2     # inside the field of view
         gx, gy = np.diff(img, axis=1)[:-1, :], np.diff(img, axis=0)[:, :-1]

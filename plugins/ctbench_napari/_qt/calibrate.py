@@ -195,6 +195,10 @@ class CalibrateWidget(QWidget):
                              "parameter stage, where the misfit is measured anew")
         self.table = ParameterTable()
         self.geometries = GeometryTable()
+        self.result = None
+        self.layers: dict = {}      # before the comparison panel: it asks for this widget's layers as it is built
+        self.misfit: dict = {}
+        self._target = None
         self.comparison = ComparePanel(napari_viewer, self)
         form = QFormLayout()
         form.addRow("Sinogram", self.sinogram)
@@ -224,10 +228,6 @@ class CalibrateWidget(QWidget):
         self.run_button.clicked.connect(lambda: self.run())
         self.cancel_button.clicked.connect(lambda: self.runner.cancel())
         self.apply_button.clicked.connect(lambda: self.apply())
-        self.result = None
-        self.layers: dict = {}
-        self.misfit: dict = {}
-        self._target = None
 
     # ------------------------------------------------------------ actions
     @property
