@@ -34,7 +34,8 @@ def test_scan_import_flags_a_wrong_orientation_and_decides_auto(make_napari_view
     assert "warning: the data contradict the orientation" in text and "conjugate-ray mismatch" in text
     assert scan.rotation.currentText() == "cw"
 
-    scan.seen_from.setCurrentText("auto")
+    scan.seen_from.setCurrentText("auto")             # the image view undecided, the rotation stated
+    scan.rotation.setCurrentText("ccw")
     scan.centre_button.click()
     wait_for(lambda: not scan.busy, timeout=300)
     assert scan.seen_from.currentText() == "detector"     # decided from the data
@@ -42,3 +43,12 @@ def test_scan_import_flags_a_wrong_orientation_and_decides_auto(make_napari_view
     assert abs(scan.last_centre.offset_px - SPEC.offset_px) <= 0.25
     cfg = scan.recon_config()
     assert cfg.geometry.image_seen_from == "detector" and cfg.geometry.rotation_direction == "ccw"
+
+    # both undecided: the camera convention's reading of the right handedness (the mirror image, as the note says)
+    scan.seen_from.setCurrentText("auto")
+    scan.rotation.setCurrentText("auto")
+    scan.centre_button.click()
+    wait_for(lambda: not scan.busy, timeout=300)
+    assert (scan.seen_from.currentText(), scan.rotation.currentText()) == ("source", "cw")
+    assert "its mirror reading fits as well" in scan.message.text() and "warning" not in scan.message.text()
+    assert abs(abs(scan.last_centre.offset_px) - abs(SPEC.offset_px)) <= 0.25
