@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .. import guarded_open
 from ..atomic_files import atomic_write_bytes
 from . import _blocks
 
@@ -130,7 +131,7 @@ def load(resume, expected, iterations, shapes, limit, *, scalars=(), rank=0):
 
     folder = locate(resume, rank)
     try:
-        saved = json.loads((folder / "metadata.json").read_text(encoding="utf-8"))
+        saved = json.loads(guarded_open.read_bytes(folder / "metadata.json", limit=16 << 20))
     except (OSError, ValueError) as error:
         raise ValueError(f"resume: {folder}/metadata.json is not readable JSON ({error})") from None
     if not isinstance(saved, dict):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import guarded_open
 from ..atomic_files import create_exclusive
 from ..storage import TensorStore as _TensorStore
 from ..storage import normalize_window
@@ -75,6 +76,7 @@ class NpyStore:
         self.path = Path(path).resolve()
         if not self.path.exists():
             raise FileNotFoundError(f"NpyStore: no such file {self.path}")
+        guarded_open.check_regular(self.path)        # np.load opens by name: a FIFO or device is refused first
         arr = np.load(self.path, mmap_mode=mode, allow_pickle=False)
         if not isinstance(arr, np.memmap) or arr.dtype not in (np.float32, np.float64):
             raise TypeError(f"NpyStore needs a float32 or float64 .npy file; {self.path} holds {arr.dtype}")

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from .. import guarded_open
 from ..atomic_files import atomic_write_bytes, fsync_dir, fsync_tree
 
 FORMAT = "ctbench-disk-solver-checkpoint"
@@ -85,10 +86,12 @@ def manifest_checksum(doc: dict) -> str:
     body = {k: v for k, v in doc.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
+MANIFEST_LIMIT = 16 << 20     # a manifest or part list read whole: far above any real one (a few KiB)
+
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with guarded_open.open_regular(path) as f:      # a FIFO or device in a checkpoint folder never blocks
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -210,7 +213,7 @@ class Checkpoints:
     def read_manifest(self, iteration: int) -> dict:
         path = self.path(iteration) / "manifest.json"
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(guarded_open.read_bytes(path, limit=MANIFEST_LIMIT))
         except (OSError, ValueError) as e:
             raise CheckpointError(f"checkpoint {iteration} has a corrupted or truncated manifest {path}: {e}") \
                 from None
@@ -245,7 +248,7 @@ class Checkpoints:
         part = folder / "part.json"
         if not part.is_file() or _sha256(part) != doc.get("part_sha256"):
             raise CheckpointError(f"checkpoint {folder}: part.json is missing, truncated or corrupted")
-        files = json.loads(part.read_text())["files"]
+        files = json.loads(guarded_open.read_bytes(part, limit=MANIFEST_LIMIT))["files"]
         for rel, (size, digest) in files.items():
             p = folder / rel
             if not p.is_file():
