@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_projector import Emitter, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
-from ctbench.engine import cpu_build  # noqa: E402
+from ctbench.engine.cpu import library as cpu_library  # noqa: E402
 from ctbench.geometry.trajectory import check_finite  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,10 +89,10 @@ def main(argv=None) -> int:
 
 
 def ray_setup(P, vol, sino, args, emit) -> None:
-    current = cpu_build.load_cpu_library("joseph")
+    current = cpu_library.load_cpu_library("joseph")
     with tempfile.TemporaryDirectory() as tmp:
         src = baseline_sources(args.baseline, Path(tmp) / "kernels")
-        base = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
+        base = cpu_library.load_library("joseph", src, cpu_library.cache_dir())
 
     for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
         res = interleaved_summary({"baseline": with_cpu_library(base, fn), "current": with_cpu_library(current, fn)},

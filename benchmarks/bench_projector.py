@@ -34,7 +34,7 @@ loop that fetched every stencil voxel from memory.  Values above 1 mean the
 caches serve the reuse between neighbouring rays (the W1 volume is 8 MiB).
 
 Kernel paths (issue 24).  The header records the Joseph library's paths (offered, measured
-fastest on this CPU, active: ``ctbench.engine.cpu_joseph_paths``).  After each W1 row set, the AVX2
+fastest on this CPU, active: ``ctbench.engine.cpu.joseph_paths``).  After each W1 row set, the AVX2
 forward lanes are timed forced by ``CTBENCH_CPU_PATH`` on an AVX-512 CPU, labelled "forced AVX2 on
 an AVX-512 CPU: not the speed of an AVX2-only core" (``--all-paths``: every forward and back path),
 with their RTK ratio in CPU seconds.  ``--flat-cost`` runs only the flat-cost sweep: ``--flat-ops``
@@ -283,23 +283,23 @@ def interleaved_summary(fns: dict, repeat: int) -> dict:
 
 
 def with_cpu_library(lib, fn, family: str = "joseph"):
-    """``fn`` wrapped so that, while it runs, ``cpu_build.load_cpu_library(family)`` returns ``lib``.
+    """``fn`` wrapped so that, while it runs, ``cpu_library.load_cpu_library(family)`` returns ``lib``.
 
     The same Python path then calls another build of the kernels (a baseline
     revision, a prebuilt variant); the loader is restored after each call.
     """
-    from ctbench.engine import cpu, cpu_build
+    from ctbench.engine.cpu import backend as cpu_backend, library as cpu_library
 
-    original = cpu_build.load_cpu_library
+    original = cpu_library.load_cpu_library
 
     def call():
-        # ctbench.engine.cpu holds its own reference (it selects the run-time paths on that library): patch
+        # ctbench.engine.cpu.backend holds its own reference (it selects the run-time paths on that library): patch
         # both, else the paths are set on the default build while the substitute runs its default path
-        cpu_build.load_cpu_library = cpu.load_cpu_library = lambda f: lib if f == family else original(f)
+        cpu_library.load_cpu_library = cpu_backend.load_cpu_library = lambda f: lib if f == family else original(f)
         try:
             return fn()
         finally:
-            cpu_build.load_cpu_library = cpu.load_cpu_library = original
+            cpu_library.load_cpu_library = cpu_backend.load_cpu_library = original
     return call
 
 
@@ -755,8 +755,8 @@ FLAT_GOAL = 0.8  # rate min/max over the sizes
 
 def kernel_paths() -> dict:
     """The Joseph library's paths (offered, measured fastest on this CPU, active now)."""
-    from ctbench.engine import cpu_build, cpu_joseph_paths
-    return cpu_joseph_paths.describe(cpu_build.load_cpu_library("joseph"))
+    from ctbench.engine.cpu import library as cpu_library, joseph_paths
+    return joseph_paths.describe(cpu_library.load_cpu_library("joseph"))
 
 
 def path_note(name: str, simd: list[str]) -> dict:
@@ -765,7 +765,7 @@ def path_note(name: str, simd: list[str]) -> dict:
 
 def forced(op: str, name: str, fn):
     """``fn`` run with ``CTBENCH_CPU_PATH`` forcing path ``name`` for ``op`` (restored afterwards)."""
-    from ctbench.engine.cpu_paths import PATH_ENV
+    from ctbench.engine.cpu.path_choice import PATH_ENV
 
     def call():
         old = os.environ.get(PATH_ENV)

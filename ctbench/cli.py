@@ -92,8 +92,8 @@ def _gui(args) -> int:
 def _info(args) -> int:
     import torch
 
-    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
-    from .engine.cpu_prebuilt import host_levels
+    from .engine.cpu.library import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
+    from .engine.cpu.prebuilt import host_levels
 
     info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "kernels": str(kernel_dir()),
             "cache": str(cache_dir()), "cuda": torch.cuda.is_available(), "cpu_levels": list(host_levels())}
@@ -104,7 +104,7 @@ def _info(args) -> int:
     try:
         lib = load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
-        from .engine.cpu_joseph_paths import describe
+        from .engine.cpu.joseph_paths import describe
         info["cpu_paths"] = describe(lib)  # offered, measured (or cached) and active inner loops
     except Exception as e:  # reported, not raised: this is a diagnostic command
         info["cpu_backend"] = info.get("cpu_backend") or f"unavailable: {e}"
