@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, cpu_model, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
+from harness import Emitter, cpu_model, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
 from ctbench.engine.cpu import library as cpu_library, prebuilt as cpu_prebuilt  # noqa: E402
