@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, cpu_flags, cpu_model  # noqa: E402
+from harness import Emitter, cpu_flags, cpu_model  # noqa: E402
 from workloads import W1, w1_projector  # noqa: E402
 
 from ctbench.calibration import calibrate  # noqa: E402

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import machine_info  # noqa: E402
+from harness import machine_info  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
 from ctbench import Projector, circular_trajectory_3d  # noqa: E402

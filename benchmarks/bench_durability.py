@@ -56,7 +56,7 @@ def filesystem(path: Path) -> str:
 
 
 def main(argv=None) -> int:
-    from bench_projector import Emitter, cpu_model
+    from harness import Emitter, cpu_model
 
     from ctbench.atomic_files import durability
     from ctbench.solvers import checkpoint as ckmod

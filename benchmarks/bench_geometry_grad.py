@@ -28,13 +28,12 @@ import datetime as _dt
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter  # noqa: E402
+from harness import Emitter, interleaved  # noqa: E402
 from workloads import W1, w1_projector  # noqa: E402
 
 from ctbench import custom_trajectory_3d  # noqa: E402
@@ -45,25 +44,10 @@ TARGET_RATIO = 2.0
 
 
 def _best_interleaved(fns, repeat: int, sync) -> tuple[list[float], list[float]]:
-    """Best-of-``repeat`` wall and process-CPU times of each function.
-
-    The runs are interleaved so that a change in the machine's load hits all
-    functions alike.  CPU time (all threads of this process) is less sensitive
-    to other processes competing for the cores than wall time.
-    """
-    for fn in fns:  # warm-up (kernel compilation, caches)
-        fn()
-    sync()
-    wall = [float("inf")] * len(fns)
-    cpu = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            sync()
-            wall[i] = min(wall[i], time.perf_counter() - t0)
-            cpu[i] = min(cpu[i], time.process_time() - c0)
-    return wall, cpu
+    """Best-of-``repeat`` wall and process-CPU times of each function, interleaved call by call after a
+    warm-up (harness.interleaved; CPU time is less sensitive to competing processes than wall time)."""
+    stats, _ = interleaved(dict(enumerate(fns)), repeat, sync=sync)
+    return [stats[i]["seconds"] for i in range(len(fns))], [stats[i]["cpu_min_s"] for i in range(len(fns))]
 
 
 def _phantom(n: int, dtype, device) -> torch.Tensor:

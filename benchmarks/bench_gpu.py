@@ -11,7 +11,7 @@ reported as ``warmup_s``), then ``--repeats`` timed calls bracketed by
 the median.
 
 Rates: forward and backprojection count ray/plane samples (as
-bench_projector.py); FDK counts voxel updates (voxels x views).  ``gups`` is
+projector_measures.py); FDK counts voxel updates (voxels x views).  ``gups`` is
 giga samples (updates) per second.  ``bound_fraction`` is an estimated
 hardware bound over the measured time: the larger of the unique bytes over the
 measured device copy bandwidth and an operation count (FLOP_PER_SAMPLE, FLOP_PER_UPDATE
@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, _round, machine_info, ray_plane_samples, smooth_volume  # noqa: E402
+from harness import Emitter, machine_info, rounded as _round  # noqa: E402
+from projector_measures import ray_plane_samples, smooth_volume  # noqa: E402
 from workloads import G1, g1_geometry, g1_projector  # noqa: E402
 
 BENCH = "gpu"

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,35 +29,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
+from harness import (Emitter, interleaved_summary, kernels_revision, machine_info, revision_kernels,  # noqa: E402
+                     with_cpu_library)
 from workloads import w1_projector  # noqa: E402
 
-from ctbench.engine import cpu_build  # noqa: E402
+from ctbench.engine.cpu import library as cpu_library  # noqa: E402
 from ctbench.geometry.trajectory import check_finite  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_hardening.jsonl"
 DEFAULT_BASELINE = "15c5a91"  # main before issue 10's kernel change
-
-
-def baseline_sources(rev: str, dest: Path) -> Path:
-    """The kernels/ folder of git revision ``rev``, written to ``dest``."""
-    names = subprocess.run(["git", "-C", str(REPO), "ls-tree", "--name-only", f"{rev}:kernels"], check=True,
-                           capture_output=True, text=True).stdout.split()
-    dest.mkdir(parents=True, exist_ok=True)
-    for n in names:
-        data = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:kernels/{n}"], check=True,
-                              capture_output=True).stdout
-        (dest / n).write_bytes(data)
-    return dest
-
-
-def _kernels_revision() -> str:
-    """HEAD's short hash, with "+dirty" when kernels/ has uncommitted changes."""
-    git = ["git", "-C", str(REPO)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", "kernels"]).returncode != 0
-    return head + ("+dirty" if dirty else "")
 
 
 def main(argv=None) -> int:
@@ -72,7 +52,7 @@ def main(argv=None) -> int:
     run_id = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     emit = Emitter(args.out, run_id, bench="hardening")
     emit(kind="header", machine=machine_info(), workload="W1", scale=args.scale, repeat=args.repeat,
-         baseline=args.baseline, kernels=_kernels_revision(),
+         baseline=args.baseline, kernels=kernels_revision(),
          note="shared machine: figures are noisy; calls interleaved")
 
     P = w1_projector("cpu", scale=args.scale)
@@ -89,10 +69,10 @@ def main(argv=None) -> int:
 
 
 def ray_setup(P, vol, sino, args, emit) -> None:
-    current = cpu_build.load_cpu_library("joseph")
+    current = cpu_library.load_cpu_library("joseph")
     with tempfile.TemporaryDirectory() as tmp:
-        src = baseline_sources(args.baseline, Path(tmp) / "kernels")
-        base = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
+        src = revision_kernels(args.baseline, Path(tmp) / "kernels")
+        base = cpu_library.load_library("joseph", src, cpu_library.cache_dir())
 
     for op, fn in (("forward", lambda: P.project(vol)), ("backproject", lambda: P.backproject(sino))):
         res = interleaved_summary({"baseline": with_cpu_library(base, fn), "current": with_cpu_library(current, fn)},

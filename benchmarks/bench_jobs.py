@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.calls < 5:
         p.error("--calls must be at least 5")
-    from bench_projector import machine_info
+    from harness import machine_info
     from jobs_support import BridgeProcess
 
     work = Path(tempfile.mkdtemp(prefix="bench-jobs-"))

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, machine_info  # noqa: E402
+from harness import Emitter, machine_info  # noqa: E402
 
 BENCH = "large_scan"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_large_scan.jsonl"

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter as _ProjectorEmitter, machine_info  # noqa: E402
+from harness import Emitter as _ProjectorEmitter, machine_info  # noqa: E402
 
 from ctbench import Projector, circular_trajectory_3d  # noqa: E402
 from ctbench.phantoms import shepp_logan_3d  # noqa: E402

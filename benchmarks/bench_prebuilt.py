@@ -4,7 +4,7 @@ The prebuilt libraries are what a wheel ships: by default this script builds
 them the way the wheel build does (CMakeLists.txt through cmake, into a
 temporary folder; or ``--prebuilt DIR``, an installed ``ctbench/_prebuilt``)
 and loads the variant this CPU gets (``cpu_prebuilt.load``: archspec's best
-level, ``--variant`` to force one).  The JIT build is ``cpu_build`` with
+level, ``--variant`` to force one).  The JIT build is ``cpu.library`` with
 ``-march=native`` into the per-user cache.  Both are called through the same
 Projector path, alternating call by call (prebuilt, native, prebuilt, ...)
 after one warm-up each, ``--repeat`` calls each; min and median wall seconds
@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, cpu_model, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
+from harness import Emitter, cpu_model, interleaved_summary, machine_info, with_cpu_library  # noqa: E402
 from workloads import w1_projector  # noqa: E402
 
-from ctbench.engine import cpu_build, cpu_prebuilt  # noqa: E402
+from ctbench.engine.cpu import library as cpu_library, prebuilt as cpu_prebuilt  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_prebuilt.jsonl"
@@ -101,14 +101,14 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         folder = args.prebuilt or build_prebuilt(Path(tmp))
         build_s = None if args.prebuilt else round(time.perf_counter() - t0, 1)
-        src = cpu_build.kernel_dir()
-        prebuilt, info = cpu_prebuilt.load("joseph", cpu_build._source_files(src, "joseph"), folder)
+        src = cpu_library.kernel_dir()
+        prebuilt, info = cpu_prebuilt.load("joseph", cpu_library._source_files(src, "joseph"), folder)
         os.environ.pop("CTBENCH_MARCH", None)  # the JIT build: -march=native
-        native = cpu_build.load_library("joseph", src, cpu_build.cache_dir())
+        native = cpu_library.load_library("joseph", src, cpu_library.cache_dir())
     emit(kind="header", machine=machine_info(), workload="W1", scale=args.scale, repeat=args.repeat,
          threads=torch.get_num_threads(),
          prebuilt_variant=info["variant"], prebuilt_flags=info["flags"], prebuilt_build_s=build_s,
-         native_flags=cpu_build.compile_flags(cpu_build.find_compiler()),
+         native_flags=cpu_library.compile_flags(cpu_library.find_compiler()),
          note="calls interleaved prebuilt/native; shared machine: see loadavg on each line")
 
     P = w1_projector("cpu", scale=args.scale)

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import cpu_model  # noqa: E402
+from harness import cpu_model  # noqa: E402
 
 from ctbench.geometry import circular_trajectory_2d_parallel, circular_trajectory_3d  # noqa: E402
 from ctbench.io.scan import sinogram_to_images  # noqa: E402

@@ -14,7 +14,7 @@ Apples to apples:
   frame, docs/GEOMETRY.md) at angle t onto RTK's at gantry angle t + 180 deg,
   with RTK's detector x along -u, so projections are handed over reversed
   along u (checked here on the source and corner-pixel positions of every
-  view: ``geometry_max_dev_mm``, bench_projector.py's check).
+  view: ``geometry_max_dev_mm``, peers_rtk.py's check).
 - RTK's ``SheppLoganPhantom`` is the Kak-Slaney table with its y and z
   swapped; through that map it is ctbench's Kak-Slaney phantom mirrored in y.
   The phantom used here is built from ctbench's table mirrored in y, and its
@@ -61,7 +61,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter as _ProjectorEmitter, cpu_flags, cpu_model, machine_info  # noqa: E402
+from harness import Emitter as _ProjectorEmitter, cpu_flags, cpu_model, machine_info  # noqa: E402
+from harness import interleaved as timed_in_turn  # noqa: E402
 
 from ctbench import Projector, circular_trajectory_3d  # noqa: E402
 from ctbench.phantoms import Ellipsoid, ellipsoid_phantom, ellipsoid_projections, shepp_logan_ellipsoids
@@ -90,23 +91,12 @@ def _r(x, digits=5):
 
 
 def interleaved(fns: dict, repeats: int) -> tuple[dict, dict]:
-    """Call every function of ``fns`` in turn, one warm-up round then ``repeats`` timed rounds.
-
-    Returns ({name: {seconds (min), median_s, cpu_s (min), median_cpu_s, times}}, {name: last output}).
-    """
-    outs = {name: fn() for name, fn in fns.items()}
-    walls = {name: [] for name in fns}
-    cpus = {name: [] for name in fns}
-    for _ in range(max(1, repeats)):
-        for name, fn in fns.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            outs[name] = fn()
-            walls[name].append(time.perf_counter() - t0)
-            cpus[name].append(time.process_time() - c0)
-    stats = {name: {"seconds": _r(min(walls[name])), "median_s": _r(statistics.median(walls[name])),
-                    "cpu_s": _r(min(cpus[name])), "median_cpu_s": _r(statistics.median(cpus[name])),
-                    "times": [_r(t) for t in walls[name]]} for name in fns}
-    return stats, outs
+    """harness.interleaved's calls (one warm-up round, then ``repeats`` rounds), reported as this bench's
+    lines have it: ({name: {seconds (min), median_s, cpu_s (min), median_cpu_s, times}}, {name: last output})."""
+    stats, outs = timed_in_turn(fns, repeats)
+    return {name: {"seconds": _r(st["seconds"]), "median_s": _r(st["median_s"]), "cpu_s": _r(st["cpu_min_s"]),
+                   "median_cpu_s": _r(st["cpu_median_s"]), "times": [_r(t) for t in st["times"]]}
+            for name, st in stats.items()}, outs
 
 
 class forced_fdk_path:
@@ -185,7 +175,7 @@ class Rtk:
         self.threader = itk.MultiThreaderBase.New().GetNameOfClass()
 
     def geometry(self, angles_rad):
-        """RTK's gantry angle is ctbench's angle + 180 degrees under the axis map (see bench_projector.py)."""
+        """RTK's gantry angle is ctbench's angle + 180 degrees under the axis map (see peers_rtk.py)."""
         g = self.rtk.ThreeDCircularProjectionGeometry.New()
         for a in angles_rad:
             g.AddProjection(CASE["sid"], CASE["sdd"], math.degrees(float(a)) + 180.0, 0.0, 0.0)
@@ -194,7 +184,7 @@ class Rtk:
     @staticmethod
     def geometry_deviation(g, projector) -> float:
         """Max distance (mm) between RTK's and ctbench's sources and corner pixels, in RTK's frame."""
-        from bench_projector import rtk_geometry_deviation
+        from peers_rtk import rtk_geometry_deviation
 
         return rtk_geometry_deviation(g, projector)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_projector import Emitter, cpu_model  # noqa: E402
+from harness import Emitter, cpu_model  # noqa: E402
 
 from ctbench.storage import ZarrStore  # noqa: E402
 from ctbench.storage.completion import CompletionRecord  # noqa: E402

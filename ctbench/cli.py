@@ -121,8 +121,8 @@ def _samples(args) -> int:
 def _info(args) -> int:
     import torch
 
-    from .engine.cpu_build import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
-    from .engine.cpu_prebuilt import host_levels
+    from .engine.cpu.library import cache_dir, find_compiler, kernel_dir, load_cpu_library, loaded_libraries
+    from .engine.cpu.prebuilt import host_levels
 
     info = {"torch": torch.__version__, "threads": torch.get_num_threads(), "kernels": str(kernel_dir()),
             "cache": str(cache_dir()), "cuda": torch.cuda.is_available(), "cpu_levels": list(host_levels())}
@@ -133,7 +133,7 @@ def _info(args) -> int:
     try:
         lib = load_cpu_library("joseph")
         info["cpu_backend"] = "ok"
-        from .engine.cpu_joseph_paths import describe
+        from .engine.cpu.joseph_paths import describe
         # offered, measured (or cached) and active inner loops; the measurement (seconds) only when asked
         info["cpu_paths"] = describe(lib, measure=args.measure_paths)
     except Exception as e:  # reported, not raised: this is a diagnostic command

@@ -1,5 +1,5 @@
 // CPU entry points of the FDK family: the voxel-driven weighted backprojection
-// of fdk.cuh in OpenMP loops.  Built at first use by ctbench/engine/cpu_build.py
+// of fdk.cuh in OpenMP loops.  Built at first use by ctbench/engine/cpu/library.py
 // and called through ctypes (which releases the GIL).
 //
 // Two paths, equal within round-off (tests force each, CTBENCH_CPU_PATH=fdk=NAME):

@@ -1,5 +1,5 @@
 // CPU entry points of the Joseph family: the per-ray functions of joseph.cuh
-// in OpenMP loops.  Built at first use by ctbench/engine/cpu_build.py and
+// in OpenMP loops.  Built at first use by ctbench/engine/cpu/library.py and
 // called through ctypes (which releases the GIL).
 #include <omp.h>
 
@@ -22,7 +22,7 @@ using ct::i64;
 
 // ---------------------------------------------------------------- paths
 // The inner loops each operation can run, chosen at run time (by measurement in
-// ctbench/engine/cpu_paths.py, or forced by CTBENCH_CPU_PATH).  Only the paths
+// ctbench/engine/cpu/path_choice.py, or forced by CTBENCH_CPU_PATH).  Only the paths
 // this build compiled are listed; -1 (the default) is the first listed.
 struct ForwardPath {
   const char* name;
@@ -38,7 +38,7 @@ struct ForwardPath {
 // load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
 // AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
 // 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
-// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by cpu_paths.CHOICE_MARGIN
+// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by path_choice.CHOICE_MARGIN
 // (10%) to displace it.
 // AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
 // 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
@@ -444,7 +444,7 @@ void backward(const real* sino, int batch, ct::VolumeWindow<real> vw, const real
 CT_JOSEPH_ENTRIES(float, f32)
 CT_JOSEPH_ENTRIES(double, f64)
 
-// Run-time path choice (ctbench/engine/cpu_paths.py).  op: 0 forward, 1 back.
+// Run-time path choice (ctbench/engine/cpu/path_choice.py).  op: 0 forward, 1 back.
 CT_EXPORT long long joseph_l2_cache_bytes() { return ct::l2_cache_bytes(); }
 
 CT_EXPORT int joseph_path_count(int op) { return path_count(op); }

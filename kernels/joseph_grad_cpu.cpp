@@ -1,6 +1,6 @@
 // CPU entry point of the Joseph geometry gradient: the per-ray functions of
 // joseph_grad.cuh in an OpenMP loop.  Built at first use by
-// ctbench/engine/cpu_build.py and called through ctypes.
+// ctbench/engine/cpu/library.py and called through ctypes.
 //
 // Threads take (view, detector row) blocks as the forward projector does.
 #include <omp.h>

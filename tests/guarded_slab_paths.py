@@ -21,7 +21,7 @@ import sys
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
 from ctbench.engine.base import Tile
 from ctbench.engine.cpu import CpuBackend
 from ctbench.engine.executor import reference_geometry_vjp
@@ -67,20 +67,20 @@ def main():
     rel = lambda got, want: float((got.double() - want).abs().max()) / float(want.abs().max())  # noqa: E731
     if op in ("vjp", "fdk"):
         return other_kernels(op, names, p, slab, whole[:, z0:z1], z0, z1, rays32, rays64, tile, rel)
-    names = names or cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))[op]
+    names = names or joseph_paths.known_paths(cpu_library.load_cpu_library("joseph"))[op]
     if op == "back":
         sino = torch.rand((1, angles.numel(), *det), generator=torch.Generator().manual_seed(6))
         want = ReferenceBackend().backproject(sino.double(), p.grid, z0, z1, rays64, tile)
     worst = 0.0
     for name in names:
-        os.environ[cpu_paths.PATH_ENV] = f"{op}={name}"
+        os.environ[path_choice.PATH_ENV] = f"{op}={name}"
         if op == "forward":
             got = CpuBackend().project(slab, p.grid, z0, rays32, tile)
         else:
             slab.zero_()
             got = CpuBackend().backproject(sino, p.grid, z0, z1, rays32, tile, out=slab)
             assert got.data_ptr() == slab.data_ptr()
-        assert cpu_joseph_paths.active_paths(cpu_build.load_cpu_library("joseph"))[op] == name
+        assert joseph_paths.active_paths(cpu_library.load_cpu_library("joseph"))[op] == name
         err = rel(got, want)
         worst = max(worst, err)
         if err > 1e-5:
@@ -107,7 +107,7 @@ def other_kernels(op, names, p, slab, window, z0, z1, rays32, rays64, tile, rel)
         w = torch.rand(n_views, generator=g) + 0.5
         want = weighted_backproject(q.double(), rays64, p.grid, w.double(), z0=z0, z1=z1, backend="reference")
         for name in names or fdk_paths(torch.float32):
-            os.environ[cpu_paths.PATH_ENV] = f"fdk={name}"
+            os.environ[path_choice.PATH_ENV] = f"fdk={name}"
             view = slab[0]
             view.zero_()
             got = weighted_backproject(q, rays32, p.grid, w, z0=z0, z1=z1, out=view, backend="cpu")

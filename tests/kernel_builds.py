@@ -26,16 +26,16 @@ def joseph_library_for(tmp_path: Path, march: str, needs: str, family: str = "jo
     """kernels/<family>_cpu.cpp (default: the projector's joseph_cpu.cpp; "joseph_grad": the geometry
     VJP) built with ``-march=march`` into tmp_path; skips the test where the host lacks ``needs`` (a
     /proc/cpuinfo flag) or has no C++ compiler."""
-    from ctbench.engine import cpu_build
+    from ctbench.engine.cpu import library as cpu_library
 
     if platform.machine() not in ("x86_64", "AMD64") or needs not in host_flags():
         pytest.skip(f"host cannot run -march={march}")
     try:
-        cxx = cpu_build.find_compiler()
+        cxx = cpu_library.find_compiler()
     except RuntimeError:
         pytest.skip("no C++ compiler")
-    src = cpu_build.kernel_dir()
+    src = cpu_library.kernel_dir()
     lib_path = tmp_path / f"{family}-{march}.so"
-    subprocess.run([cxx, *cpu_build.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / f"{family}_cpu.cpp"), "-o",
+    subprocess.run([cxx, *cpu_library.BASE_FLAGS, f"-march={march}", f"-I{src}", str(src / f"{family}_cpu.cpp"), "-o",
                     str(lib_path)], check=True, capture_output=True)
     return ctypes.CDLL(str(lib_path))

@@ -1,7 +1,7 @@
 """Run by tests in a subprocess (python tests/prebuilt_probe.py OUT.pt): every CPU kernel family on a
 small cone-beam scan, in float32 and float64, with whichever kernel build this environment loads.
 
-Writes the outputs (torch.save) and what was loaded (``cpu_build.loaded_libraries()``), plus whether a
+Writes the outputs (torch.save) and what was loaded (``cpu_library.loaded_libraries()``), plus whether a
 C++ compiler was found, so a test can compare two environments' builds bit for bit.
 """
 
@@ -14,11 +14,11 @@ import torch
 
 def run() -> dict:
     from ctbench import Projector, circular_trajectory_3d, custom_trajectory_3d
-    from ctbench.engine import cpu_build
+    from ctbench.engine.cpu import library as cpu_library
     from ctbench.solvers import fdk
 
     try:
-        compiler = cpu_build.find_compiler()
+        compiler = cpu_library.find_compiler()
     except RuntimeError:
         compiler = None
     g = torch.Generator().manual_seed(21)
@@ -38,7 +38,7 @@ def run() -> dict:
         loss = (op.project(vol, trajectory=custom_trajectory_3d(*leaves, beam=tr.beam, ndim=tr.ndim)) * sino).sum()
         for name, grad in zip(("source", "center", "u", "v"), torch.autograd.grad(loss, leaves)):
             out[f"grad_{name}_{tag}"] = grad
-    return {"outputs": out, "loaded": cpu_build.loaded_libraries(), "compiler": compiler}
+    return {"outputs": out, "loaded": cpu_library.loaded_libraries(), "compiler": compiler}
 
 
 if __name__ == "__main__":

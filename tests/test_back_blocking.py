@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
 
 SHAPE, DET, VIEWS = (4, 290, 290), (120, 96), 8
 
@@ -44,7 +44,7 @@ def _run(tmp_path, backend, l2=None, path=None):
     if l2 is not None:
         env["CTBENCH_L2_BYTES"] = str(l2)
     if path is not None:
-        env[cpu_paths.PATH_ENV] = f"back={path}"
+        env[path_choice.PATH_ENV] = f"back={path}"
     f = tmp_path / f"{backend}-{l2}.pt"
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([SHAPE, DET, VIEWS]), backend, str(f)],
                           env=env, capture_output=True, text=True, timeout=600)
@@ -54,7 +54,7 @@ def _run(tmp_path, backend, l2=None, path=None):
 
 @pytest.mark.slow
 def test_view_tiles_sized_to_any_l2_equal_the_reference(tmp_path):
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph"))
     tiled = [n for n in known["back"] if n.endswith("-rs-b8")]
     assert tiled, known["back"]
     want = _run(tmp_path, "reference")[1][0]

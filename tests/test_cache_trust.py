@@ -1,6 +1,6 @@
 """The CPU kernel library cache: trust, integrity, CPU-specific keys, crash-safe builds (issue 10).
 
-Every test drives the real cache code (``cpu_build.load_library``) with the
+Every test drives the real cache code (``cpu_library.load_library``) with the
 real host compiler on a tiny kernel family, so builds take a fraction of a
 second; the joseph/fdk families go through the very same function.  Files
 "planted by another user" are real files chowned to uid 65534 (the tests run
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ctbench.engine import cpu_build as cb
+from ctbench.engine.cpu import library as cb
 
 NOBODY = 65534
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
@@ -159,7 +159,7 @@ def _load_in_subprocess(src: Path, cache: Path, env_extra=None, timeout=300) -> 
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from ctbench.engine import cpu_build as cb
+        from ctbench.engine.cpu import library as cb
         print("VALUE", cb.load_library("tiny", Path({str(src)!r}), Path({str(cache)!r})).tiny_value())
     """)
     env = {**os.environ, **(env_extra or {})}
@@ -222,7 +222,7 @@ def test_killed_builder_leftovers_are_cleaned_by_the_next_build(src, cache, tmp_
         import sys
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from ctbench.engine import cpu_build as cb
+        from ctbench.engine.cpu import library as cb
         cb.load_library("tiny", Path({str(src)!r}), Path({str(cache)!r}))
     """)
     builder = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "CXX": str(fake)},

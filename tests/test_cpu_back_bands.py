@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
 
 F64 = torch.float64
 SHAPE = (25, 40, 38)
@@ -30,7 +30,7 @@ DET = (45, 33)  # odd: the central row passes through z = 0, the centre of voxel
 
 @pytest.fixture(scope="module")
 def band_paths():
-    names = [n for n in cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("back", [])
+    names = [n for n in joseph_paths.known_paths(cpu_library.load_cpu_library("joseph")).get("back", [])
              if re.search(r"-b\d+$", n)]
     if not names:
         pytest.skip("this build has no banded back paths (float32 pair paths need SSE2)")
@@ -60,7 +60,7 @@ def test_banded_and_pair_slot_paths_match_reference_and_are_the_adjoint(band_pat
     assert float(want[0, 12].abs().sum()) > 0
     try:
         for name in band_paths + ["pairs-padded-s4m-f16"]:
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
             for threads in (1, 2, 3):
                 torch.set_num_threads(threads)
                 b64, b32 = cpu.backproject(y), cpu.backproject(y.float())
@@ -89,7 +89,7 @@ def test_rays_planar_on_a_chunk_edge_land_once(band_paths, monkeypatch):
     want = ref.backproject(y)
     try:
         for name in band_paths:
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
             for threads in (1, 2, 3):
                 torch.set_num_threads(threads)
                 got = cpu.backproject(y.float()).double()
@@ -102,11 +102,11 @@ def test_rays_planar_on_a_chunk_edge_land_once(band_paths, monkeypatch):
 def test_measurement_ranks_the_banded_back_paths(band_paths):
     """The measurement's slab (16 planes, in cache) cannot show what the bands pay for on a real
     volume, so where the library has banded back paths only they are ranked."""
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph"))
     # a z-chunk path beside its row-split twin (-rs-) is not ranked: on the 1-thread slab they run the same code
     twins = [n for n in band_paths if "-rs-" not in n and re.sub(r"-b(\d+)$", r"-rs-b\1", n) in band_paths]
     assert "pairs-padded-b8" in twins
-    assert cpu_joseph_paths.candidates("back", known["back"]) == [n for n in band_paths if n not in twins]
+    assert joseph_paths.candidates("back", known["back"]) == [n for n in band_paths if n not in twins]
     # the build's default (its first path) is banded with the row split: pair slots where the build has
     # hand-vectorised pair stencils (AVX-512, or AVX2 with FMA)
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
@@ -132,7 +132,7 @@ def test_row_split_is_taken_at_two_threads_and_falls_back_at_three(band_paths, m
         for rs, twin in pairs:
             got = {}
             for name in (rs, twin):
-                monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+                monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
                 for threads in (1, 2, 3):
                     torch.set_num_threads(threads)
                     got[name, threads] = cpu.backproject(y)
@@ -198,9 +198,9 @@ def test_view_tiles_keep_every_sample(band_paths, monkeypatch):
             twin = name.replace("-rs-", "-")
             assert twin in band_paths, name
             torch.set_num_threads(1)
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={twin}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"back={twin}")
             untiled = cpu.backproject(y.float())
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 b32 = cpu.backproject(y.float())

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ctbench import Projector
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
 from ctbench.geometry.generators import custom_trajectory_3d
 
 F64 = torch.float64
@@ -50,7 +50,7 @@ def _scan(shape=SHAPE):
 
 @pytest.fixture(scope="module")
 def seamless_paths():
-    names = [n for n in cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("back", [])
+    names = [n for n in joseph_paths.known_paths(cpu_library.load_cpu_library("joseph")).get("back", [])
              if "-s" in n]
     if not names:
         pytest.skip("this build has no seamless sub-chunk back paths (float32 pair paths need SSE2)")
@@ -71,7 +71,7 @@ def _check_paths(names, shape, monkeypatch, tol32=1e-5):
     got = {}
     try:
         for name in names:
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 b64, b32 = cpu.backproject(y), cpu.backproject(y.float())
@@ -122,7 +122,7 @@ def test_planar_ray_on_a_sub_chunk_edge_is_scattered_once(seamless_paths, monkey
     want = ref.backproject(y)
     assert float(want[12].sum()) > 0 and float(want[11].abs().sum()) == 0.0
     for name in seamless_paths:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
         torch.set_num_threads(1)
         try:
             got = cpu.backproject(y.float()).double()

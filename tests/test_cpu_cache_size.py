@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from ctbench.engine.cpu_build import load_cpu_library
+from ctbench.engine.cpu.library import load_cpu_library
 
 
 def _l2(env: dict | None = None) -> int:
-    code = ("import ctypes; from ctbench.engine.cpu_build import load_cpu_library; "
+    code = ("import ctypes; from ctbench.engine.cpu.library import load_cpu_library; "
             "f = load_cpu_library('joseph').joseph_l2_cache_bytes; f.restype = ctypes.c_longlong; print(f())")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **(env or {})}, check=True,
                          capture_output=True, text=True)

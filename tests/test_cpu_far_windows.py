@@ -3,7 +3,7 @@
 The kernels' vector lanes (forward, geometry gradient) and the back projection's scatter offsets index a
 plane by 32-bit global voxel numbers: an 8-plane window at z = 2100 of a 2200 x 1024 x 1024 grid (z * H * W
 = 2.2e9, as z >= 1024 of a 2048^3 volume streamed in windows) segfaulted every lane forward path and every
-back path, float64 too.  cpu.standalone_window traces such a window as a volume of its own planes with the
+back path, float64 too.  cpu.backend.standalone_window traces such a window as a volume of its own planes with the
 rays moved.  Independent truth: the reference backend (pure torch, float64) on the same window; the
 translation itself against the untranslated call on a small grid.  The far-window checks run in a child
 process (this file run as a script), so a regression is a failed test, not a dead session.
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu as cpu_backend
+from ctbench.engine.cpu import backend as cpu_backend
 from ctbench.engine.base import Rays, Tile
 from ctbench.engine.cpu import CpuBackend
 from ctbench.engine.executor import reference_geometry_vjp
@@ -82,8 +82,8 @@ def far_checks():
 
 @pytest.mark.slow
 def test_far_windows_match_the_reference():
-    from ctbench.engine import cpu_build, cpu_joseph_paths
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph"))["forward"]
+    from ctbench.engine.cpu import library as cpu_library, joseph_paths
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph"))["forward"]
     # the default, the scalar-load and AVX2 lanes where the build has them, and the scalar beams
     paths = [known[0]] + [n for n in ("avx512-loads-bands", "avx2-gather-fused-pad-tiles", "avx2-loads", "beams")
                           if n in known]

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build, cpu_joseph_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths
 
 F64 = torch.float64
 PATH = "avx512-gather-fused-pad-tiles"
@@ -41,7 +41,7 @@ def _forward_with_l2(l2: int, path: str, out_file: str) -> torch.Tensor:
 
 @pytest.mark.slow
 def test_forward_is_the_same_for_every_l2_size(tmp_path):
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph")).get("forward", [])
     path = PATH if PATH in known else "avx2-gather-fused-pad-tiles"
     if path not in known:
         pytest.skip("this build has no -fused-pad-tiles forward path")

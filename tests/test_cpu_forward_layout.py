@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu as cpu_backend
+from ctbench.engine.cpu import backend as cpu_backend
 from kernel_builds import joseph_library_for
 
 F64 = torch.float64

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
-from ctbench.engine.cpu_joseph_paths import FORWARD_ARGS
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
+from ctbench.engine.cpu.joseph_paths import FORWARD_ARGS
 
 F64 = torch.float64
 FUSED = ("avx512-gather-fused", "avx512-gather-fused-bands", "avx512-gather-fused-tiles", "avx512-gather-fused-pad-tiles",
@@ -27,7 +27,7 @@ PADDED = ("avx512-gather-fused-pad-tiles", "avx2-gather-fused-pad-tiles")
 
 @pytest.fixture(scope="module")
 def fused():
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph")).get("forward", [])
     names = [n for n in FUSED if n in known]
     if not names:
         pytest.skip("this build has no AVX-512 or AVX2 lanes (no -fused forward paths)")
@@ -62,7 +62,7 @@ def test_fused_forward_matches_reference(fused, monkeypatch, shape, det, angles)
     want = ref.project(x)
     assert bool((want > 0).any())
     for name in fused:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
         got = cpu.project(x.float())
         assert _close32(got, want), (name, float((got.double() - want).abs().max()))
         # per item bitwise the same as in the batch
@@ -77,8 +77,8 @@ def _geom(cpu):
 
 
 def _kernel_forward(vol, z0, z1, D, geom, det, views, spacing, out, accumulate, tile=None, threads=1):
-    lib = cpu_build.load_cpu_library("joseph")
-    cpu_joseph_paths.apply(lib)
+    lib = cpu_library.load_cpu_library("joseph")
+    joseph_paths.apply(lib)
     fwd = getattr(lib, "joseph_forward_f32")
     fwd.argtypes, fwd.restype = FORWARD_ARGS, None
     U, V = det
@@ -101,7 +101,7 @@ def test_fused_slab_windows_add_up_to_the_projection(fused, monkeypatch):
     geom = _geom(cpu)
     xf = x.float()
     for name in fused:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
         for threads in (1, 2):
             out = torch.zeros((len(angles), *det), dtype=torch.float32)
             for z0, z1 in ((0, 5), (5, 6), (6, 14), (14, D)):
@@ -128,12 +128,12 @@ def test_tiled_forward_matches_reference(fused, monkeypatch):
     x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(7), dtype=F64) + 0.1
     want = ref.project(x)
     assert bool((want > 0).all())
-    monkeypatch.setenv(cpu_paths.PATH_ENV, "forward=avx2-gather-fused-bands")
+    monkeypatch.setenv(path_choice.PATH_ENV, "forward=avx2-gather-fused-bands")
     banded = cpu.project(x.float())
     geom = _geom(cpu)
     try:
         for name in tiled:
-            monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+            monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
             torch.set_num_threads(1)
             got = cpu.project(x.float())
             assert _close32(got, want), (name, float((got.double() - want).abs().max()))
@@ -171,12 +171,12 @@ def test_padded_forward_matches_reference(fused, monkeypatch, shape, det, angles
     x = torch.rand((2, *shape), generator=torch.Generator().manual_seed(8), dtype=F64) + 0.1
     want = ref.project(x)
     assert bool((want > 0).any()) and bool((want == 0).any())
-    monkeypatch.setenv(cpu_paths.PATH_ENV, "forward=avx2-gather-fused-bands")
+    monkeypatch.setenv(path_choice.PATH_ENV, "forward=avx2-gather-fused-bands")
     unpadded = cpu.project(x.float())
     geom = _geom(cpu)
     xf = x[0].float()
     for name in padded:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
         got = cpu.project(x.float())
         assert _close32(got, want), (name, float((got.double() - want).abs().max()))
         # edge samples through the pair loop round differently from the checked stencil's: equal would mean

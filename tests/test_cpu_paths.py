@@ -1,4 +1,4 @@
-"""The run-time paths of the CPU Joseph kernels (ctbench.engine.cpu_joseph_paths, cpu_paths).
+"""The run-time paths of the CPU Joseph kernels (ctbench.engine.cpu.joseph_paths, path_choice).
 
 Every forward and back path this machine's library offers, forced by CTBENCH_CPU_PATH, against
 the reference backend (float32 and float64) and the exact-adjoint identity; the measured choice's
@@ -17,19 +17,19 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build, cpu_joseph_paths, cpu_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths, path_choice
 
 F64 = torch.float64
 
 
 @pytest.fixture(scope="module")
 def lib():
-    return cpu_build.load_cpu_library("joseph")
+    return cpu_library.load_cpu_library("joseph")
 
 
 @pytest.fixture(scope="module")
 def known(lib):
-    return cpu_joseph_paths.known_paths(lib)
+    return joseph_paths.known_paths(lib)
 
 
 def _case(shape, det, n_views=8):
@@ -73,12 +73,12 @@ def test_every_forward_path_matches_reference(known, monkeypatch, shape, det):
     want = ref.project(x)
     assert bool((want > 0).any()) and bool((want == 0).any())
     for name in known["forward"]:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
         p64, p32 = cpu.project(x), cpu.project(x.float())
         assert float((p64 - want).abs().max()) <= 1e-12 * float(want.abs().max()), name
         err = (p32.double() - want).abs()
         assert bool((err <= 1e-5 * want.abs() + 1e-6 * float(want.abs().max())).all()), name
-        assert cpu_joseph_paths.active_paths(cpu_build.load_cpu_library("joseph"))["forward"] == name
+        assert joseph_paths.active_paths(cpu_library.load_cpu_library("joseph"))["forward"] == name
 
 
 @pytest.mark.parametrize("shape,det", CASES)
@@ -96,9 +96,9 @@ def test_banded_forward_paths_trace_the_same_rays_bitwise(known, monkeypatch, sh
             for threads in (1, 2):
                 torch.set_num_threads(threads)
                 for xx in (x, x.float()):
-                    monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name.removesuffix('-bands')}")
+                    monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name.removesuffix('-bands')}")
                     want = cpu.project(xx)
-                    monkeypatch.setenv(cpu_paths.PATH_ENV, f"forward={name}")
+                    monkeypatch.setenv(path_choice.PATH_ENV, f"forward={name}")
                     got = cpu.project(xx)
                     assert bool((want != 0).any()) and torch.equal(got, want), (name, threads, xx.dtype)
                     # per item the same as in the batch
@@ -116,7 +116,7 @@ def test_every_back_path_matches_reference_and_is_the_adjoint(known, monkeypatch
     x = torch.rand(shape, generator=g, dtype=F64)
     want = ref.backproject(y)
     for name in known["back"]:
-        monkeypatch.setenv(cpu_paths.PATH_ENV, f"back={name}")
+        monkeypatch.setenv(path_choice.PATH_ENV, f"back={name}")
         for threads in (1, 2):
             torch.set_num_threads(threads)
             b64, b32 = cpu.backproject(y), cpu.backproject(y.float())
@@ -133,20 +133,20 @@ def test_every_back_path_matches_reference_and_is_the_adjoint(known, monkeypatch
 
 def test_unknown_forced_path_is_an_error_listing_the_known_ones(monkeypatch, known):
     cpu, _ = _case(*CASES[0])
-    monkeypatch.setenv(cpu_paths.PATH_ENV, "back=no-such-loop")
+    monkeypatch.setenv(path_choice.PATH_ENV, "back=no-such-loop")
     with pytest.raises(ValueError, match="no-such-loop") as e:
         cpu.backproject(torch.zeros(cpu.projection_shape))
     assert all(name in str(e.value) for name in known["back"])
-    monkeypatch.setenv(cpu_paths.PATH_ENV, "sideways=beams")
+    monkeypatch.setenv(path_choice.PATH_ENV, "sideways=beams")
     with pytest.raises(ValueError, match="OP=NAME"):
         cpu.project(torch.zeros(cpu.volume_shape))
 
 
 def test_measure_times_every_path(lib, known):
-    t = cpu_joseph_paths.measure(lib, repeats=1)
+    t = joseph_paths.measure(lib, repeats=1)
     assert set(t) == {"forward", "back"}
     for op in t:
-        assert list(t[op]) == cpu_joseph_paths.candidates(op, known[op]) and all(0 < s < 5 for s in t[op].values())
+        assert list(t[op]) == joseph_paths.candidates(op, known[op]) and all(0 < s < 5 for s in t[op].values())
     # forward: only the -bands and -tiles paths are ranked (their view-by-view twins trace the same rays,
     # and the measurement's in-cache slab cannot show what the bands pay for; not the -fused-bands /
     # -fused-tiles paths with a -fused-pad-tiles twin: on the slab they run its loop); back: likewise only
@@ -161,11 +161,11 @@ def test_measure_times_every_path(lib, known):
     back_twins = {n for n in known["back"] if "-rs-" not in n and re.sub(r"-b(\d+)$", r"-rs-b\1", n) in known["back"]}
     assert list(t["back"]) == ([n for n in known["back"] if re.search(r"-b\d+$", n) and n not in back_twins]
                                or known["back"])
-    assert cpu_paths.fastest({"back": {"a": 2.0, "b": 1.0, "c": 1.0}}) == {"back": "b"}
+    assert path_choice.fastest({"back": {"a": 2.0, "b": 1.0, "c": 1.0}}) == {"back": "b"}
     # within the margin of the first (default) path, the default stays
-    assert cpu_paths.fastest({"back": {"a": 1.0, "b": 0.93}, "forward": {"x": 1.0, "y": 0.85}}) == \
+    assert path_choice.fastest({"back": {"a": 1.0, "b": 0.93}, "forward": {"x": 1.0, "y": 0.85}}) == \
         {"back": "a", "forward": "y"}
-    assert cpu_paths.CHOICE_MARGIN >= 0.1     # load noise moved single measurements by 7-8%
+    assert path_choice.CHOICE_MARGIN >= 0.1     # load noise moved single measurements by 7-8%
 
 
 def test_measure_times_each_candidate_under_its_own_name(lib, known, monkeypatch):
@@ -173,52 +173,52 @@ def test_measure_times_each_candidate_under_its_own_name(lib, known, monkeypatch
     under (the measurement once selected the candidate's position in its own list, so it timed another path
     under that name, and a forward path that runs real scans 2x slower was chosen), and a path that beat
     the default is timed again beside it."""
-    real = cpu_paths.set_library_path
+    real = path_choice.set_library_path
     selected = []
 
     def spy(lib_, family, op_index, path_index):
         if path_index >= 0:
             selected.append((op_index, path_index))
         return real(lib_, family, op_index, path_index)
-    monkeypatch.setattr(cpu_paths, "set_library_path", spy)
-    t = cpu_joseph_paths.measure(lib, repeats=1)
-    for op, index in cpu_joseph_paths.OPS.items():
+    monkeypatch.setattr(path_choice, "set_library_path", spy)
+    t = joseph_paths.measure(lib, repeats=1)
+    for op, index in joseph_paths.OPS.items():
         ran = [known[op][i] for o, i in selected if o == index]
-        names = cpu_joseph_paths.candidates(op, known[op])
+        names = joseph_paths.candidates(op, known[op])
         assert set(ran) == set(names) == set(t[op])
         # one warm-up and one timed round of every candidate, then, if another path was faster than the
         # default, a rematch of the two (on fresh arrays: a warm-up and REMATCH_ROUNDS timed rounds)
-        rematch = {n for n in names if ran.count(n) == 3 + cpu_joseph_paths.REMATCH_ROUNDS}
+        rematch = {n for n in names if ran.count(n) == 3 + joseph_paths.REMATCH_ROUNDS}
         assert not rematch or (len(rematch) == 2 and names[0] in rematch)
         assert all(ran.count(n) == 2 for n in names if n not in rematch)
 
 
 def _info(lib, folder):
-    return {"source": "jit", "dir": str(folder), "sha256": cpu_build.loaded_libraries()["joseph"]["sha256"]}
+    return {"source": "jit", "dir": str(folder), "sha256": cpu_library.loaded_libraries()["joseph"]["sha256"]}
 
 
 @pytest.mark.slow
 def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
     info = _info(lib, tmp_path)
-    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    choice, source = joseph_paths.measured_choice(lib, info)
     assert source == "measured" and set(choice) == {"forward", "back"}
     files = list(tmp_path.glob("paths-joseph-*.json"))
     assert len(files) == 1 and oct(files[0].stat().st_mode & 0o777) == "0o600"
     doc = json.loads(files[0].read_text())
     assert doc["library_sha256"] == info["sha256"] and doc["paths"] == known and doc["choice"] == choice
-    assert choice == cpu_paths.fastest(doc["timings_s"])
+    assert choice == path_choice.fastest(doc["timings_s"])
     # reused: a choice planted in the (trusted, matching) file is what comes back, unmeasured
-    ranked = cpu_joseph_paths.candidates("forward", known["forward"])
-    planted = {"forward": ranked[-1], "back": cpu_joseph_paths.candidates("back", known["back"])[-1]}
+    ranked = joseph_paths.candidates("forward", known["forward"])
+    planted = {"forward": ranked[-1], "back": joseph_paths.candidates("back", known["back"])[-1]}
     doc["choice"] = planted
     files[0].write_text(json.dumps(doc))
-    assert cpu_joseph_paths.measured_choice(lib, info) == (planted, "cache")
+    assert joseph_paths.measured_choice(lib, info) == (planted, "cache")
     # a cached forward choice the measurement no longer ranks (a view-by-view path, chosen before only
     # the -bands paths were ranked) is measured again and the file replaced
     stale = next(n for n in known["forward"] if n not in ranked)
     doc["choice"] = {**planted, "forward": stale}
     files[0].write_text(json.dumps(doc))
-    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    choice, source = joseph_paths.measured_choice(lib, info)
     assert source == "measured" and choice["forward"] in ranked
     assert json.loads(files[0].read_text())["choice"] == choice
 
@@ -228,7 +228,7 @@ def test_choice_is_cached_beside_the_library_and_reused(lib, known, tmp_path):
 @pytest.mark.slow
 def test_damaged_or_foreign_choice_is_ignored_and_remeasured(lib, known, tmp_path, damage):
     info = _info(lib, tmp_path)
-    cpu_joseph_paths.measured_choice(lib, info)
+    joseph_paths.measured_choice(lib, info)
     path = next(tmp_path.glob("paths-joseph-*.json"))
     doc = json.loads(path.read_text())
     text = json.dumps(doc)
@@ -251,27 +251,27 @@ def test_damaged_or_foreign_choice_is_ignored_and_remeasured(lib, known, tmp_pat
         real.write_text(text)
         path.unlink()
         path.symlink_to(real)
-    choice, problem = cpu_paths.read_choice(path, "joseph", info["sha256"], cpu_build.cpu_signature(), known)
+    choice, problem = path_choice.read_choice(path, "joseph", info["sha256"], cpu_library.cpu_signature(), known)
     assert choice is None and problem
-    choice, source = cpu_joseph_paths.measured_choice(lib, info)
+    choice, source = joseph_paths.measured_choice(lib, info)
     assert source == "measured" and all(choice[op] in known[op] for op in known)
     # re-measured and rewritten: a plain private file that is trusted again
     assert not path.is_symlink() and oct(path.stat().st_mode & 0o777) == "0o600"
-    assert cpu_joseph_paths.measured_choice(lib, info)[1] == "cache"
+    assert joseph_paths.measured_choice(lib, info)[1] == "cache"
 
 
 @pytest.mark.slow
 def test_forced_paths_in_a_subprocess(tmp_path, known):
-    code = ("import json, torch; from ctbench.engine import cpu_build, cpu_joseph_paths as j; "
+    code = ("import json, torch; from ctbench.engine.cpu import library as cpu_library, joseph_paths as j; "
             "from ctbench import Projector, circular_trajectory_3d; "
             "P = Projector(circular_trajectory_3d(4, 60.0, 120.0), (8, 8, 8), (8, 8), backend='cpu'); "
-            "P.project(torch.ones(8, 8, 8)); print(json.dumps(j.describe(cpu_build.load_cpu_library('joseph'))))")
-    env = {**os.environ, cpu_paths.PATH_ENV: f"forward={known['forward'][-1]},back={known['back'][-1]}"}
+            "P.project(torch.ones(8, 8, 8)); print(json.dumps(j.describe(cpu_library.load_cpu_library('joseph'))))")
+    env = {**os.environ, path_choice.PATH_ENV: f"forward={known['forward'][-1]},back={known['back'][-1]}"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout.strip().splitlines()[-1])
     assert d["active"] == {"forward": known["forward"][-1], "back": known["back"][-1]}
-    env[cpu_paths.PATH_ENV] = "forward=bogus"
+    env[path_choice.PATH_ENV] = "forward=bogus"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and "bogus" in out.stderr and "known forward paths" in out.stderr
 
@@ -282,21 +282,21 @@ def test_a_library_without_paths_runs_its_own_loops():
         pass
 
     old = OldLibrary()
-    assert cpu_joseph_paths.known_paths(old) == {}
-    assert cpu_joseph_paths.apply(old) == {}
-    assert cpu_joseph_paths.describe(old)["source"] == "no run-time paths in this library"
+    assert joseph_paths.known_paths(old) == {}
+    assert joseph_paths.apply(old) == {}
+    assert joseph_paths.describe(old)["source"] == "no run-time paths in this library"
 
 
 def test_a_lucky_call_does_not_win_the_rematch():
     """The challenger's figure after the rematch is the larger of its least time and the default's least time
     times the median paired ratio: one fast call (least 0.85 of the default's) with rounds that ran even keeps
     the default; a challenger faster in every round still wins."""
-    lucky = cpu_joseph_paths.rematch_time(1.0, 0.85, [1.02, 0.99, 0.85, 1.01, 0.98, 1.0])
+    lucky = joseph_paths.rematch_time(1.0, 0.85, [1.02, 0.99, 0.85, 1.01, 0.98, 1.0])
     assert lucky == pytest.approx(0.995)
-    assert cpu_paths.fastest({"back": {"default": 1.0, "challenger": lucky}}) == {"back": "default"}
-    steady = cpu_joseph_paths.rematch_time(1.0, 0.70, [0.72, 0.74, 0.71, 0.75, 0.73, 0.72])
+    assert path_choice.fastest({"back": {"default": 1.0, "challenger": lucky}}) == {"back": "default"}
+    steady = joseph_paths.rematch_time(1.0, 0.70, [0.72, 0.74, 0.71, 0.75, 0.73, 0.72])
     assert steady == pytest.approx(0.725)
-    assert cpu_paths.fastest({"back": {"default": 1.0, "challenger": steady}}) == {"back": "challenger"}
-    assert cpu_joseph_paths.rematch_time(1.0, 0.9, []) == 0.9
+    assert path_choice.fastest({"back": {"default": 1.0, "challenger": steady}}) == {"back": "challenger"}
+    assert joseph_paths.rematch_time(1.0, 0.9, []) == 0.9
 
 

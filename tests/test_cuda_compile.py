@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctbench.engine.cpu_build import kernel_dir
+from ctbench.engine.kernel_sources import kernel_dir
 
 ENTRY_FILES = sorted(kernel_dir().glob("*_cuda.cu"))
 

@@ -186,7 +186,7 @@ def test_python_launch_constants_match_the_kernels():
     """Launch arithmetic in Python and the kernels' compile-time constants agree."""
     import re
 
-    from ctbench.engine.cpu_build import kernel_dir
+    from ctbench.engine.kernel_sources import kernel_dir
     from ctbench.engine.fdk_kernels import CUDA_FDK_ZPT
     from ctbench.engine.geometry_grad import _CUDA_BLOCK
 
@@ -199,7 +199,7 @@ def test_python_launch_constants_match_the_kernels():
 def test_tiled_backprojection_constants_match_the_kernel():
     import re
 
-    from ctbench.engine.cpu_build import kernel_dir
+    from ctbench.engine.kernel_sources import kernel_dir
     from ctbench.engine.cuda import BACKWARD_BOX, BACKWARD_THREADS
 
     src = (kernel_dir() / "joseph_cuda.cu").read_text()

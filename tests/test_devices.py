@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ctbench import Projector, circular_trajectory_2d_fan, circular_trajectory_3d, spiral_trajectory_3d
-from ctbench.engine import cpu as cpu_backend
+from ctbench.engine.cpu import backend as cpu_backend
 from ctbench.engine.devices import parse_devices, thread_shares, view_shards
 
 TOL = {torch.float32: 2e-6, torch.float64: 1e-12}

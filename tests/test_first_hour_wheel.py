@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ctbench.engine import cpu_prebuilt
+from ctbench.engine.cpu import prebuilt as cpu_prebuilt
 from wheel_install import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -31,7 +31,7 @@ from ctbench import (
     transform_trajectory,
 )
 from ctbench.engine import Rays, Tile, VolumeGrid, get_backend
-from ctbench.engine.cpu_build import kernel_dir
+from ctbench.engine.kernel_sources import kernel_dir
 from ctbench.engine.executor import reference_geometry_vjp
 
 F64 = torch.float64
@@ -283,7 +283,7 @@ def test_projector_windows_give_the_same_geometry_gradient():
 
 def test_cpu_geometry_vjp_is_deterministic_across_thread_counts():
     """Row partial sums are reduced in a fixed order: bitwise equal for 1 and 2 threads."""
-    from ctbench.engine.geometry_grad import cpu_geometry_vjp
+    from ctbench.engine.cpu.geometry_vjp import cpu_geometry_vjp
 
     grid = VolumeGrid((9, 8, 10), (1.0, 1.1, 0.9))
     rays = _random_rays(True, 6, seed=9).to(dtype=torch.float32)

@@ -238,8 +238,8 @@ def test_sizes_of_2_31_and_more_are_refused():
 
 
 def test_ctypes_entries_refuse_ints_that_would_wrap():
-    from ctbench.engine.cpu import _FORWARD_ARGS
-    from ctbench.engine.cpu_build import cpu_function
+    from ctbench.engine.cpu.backend import _FORWARD_ARGS
+    from ctbench.engine.cpu.library import cpu_function
 
     f = cpu_function("joseph", "joseph_forward", torch.float32, _FORWARD_ARGS)
     args = [0, 0, 1, 8, 8, 2**31 + 8] + [0] * 20  # W = 2**31 + 8 would reach the kernel as 8

@@ -248,7 +248,7 @@ def test_float32_axis_aligned_and_planar_rays_match_reference(threads):
 @pytest.mark.parametrize("march,needs", [("x86-64", "sse2"), ("x86-64-v3", "avx2")])
 @pytest.mark.slow
 def test_float32_backprojection_every_instruction_set(tmp_path, march, needs):
-    from ctbench.engine import cpu as cpu_backend
+    from ctbench.engine.cpu import backend as cpu_backend
 
     f = joseph_library_for(tmp_path, march, needs).joseph_backward_f32
     f.argtypes = cpu_backend._BACKWARD_ARGS

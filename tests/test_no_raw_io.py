@@ -34,11 +34,11 @@ KERNEL_CACHE = "ctbench's kernel build cache (keyed by content; its records are 
 
 ALLOWED = {
     ("ctbench/compat/storage.py", "NpyStore.__init__", "np.load"): CHECKED_FIRST,
-    ("ctbench/engine/cpu_build.py", "cpu_signature", ".read_text"): SYSTEM_FILE,
-    ("ctbench/engine/cpu_build.py", "_arch_flags", ".write_text"): KERNEL_CACHE + ": a compiler probe source",
-    ("ctbench/engine/cpu_build.py", "cache_key", ".read_bytes"): PACKAGE_FILE,
-    ("ctbench/engine/cpu_build.py", "_build", "open"): KERNEL_CACHE + ": hashing the library just built",
-    ("ctbench/engine/cpu_prebuilt.py", "_file_sha", ".read_bytes"): "a prebuilt library shipped in the wheel",
+    ("ctbench/engine/cpu/library.py", "cpu_signature", ".read_text"): SYSTEM_FILE,
+    ("ctbench/engine/cpu/library.py", "_arch_flags", ".write_text"): KERNEL_CACHE + ": a compiler probe source",
+    ("ctbench/engine/cpu/library.py", "cache_key", ".read_bytes"): PACKAGE_FILE,
+    ("ctbench/engine/cpu/library.py", "_build", "open"): KERNEL_CACHE + ": hashing the library just built",
+    ("ctbench/engine/cpu/prebuilt.py", "_file_sha", ".read_bytes"): "a prebuilt library shipped in the wheel",
     ("ctbench/engine/cuda.py", "entry_source", ".read_text"): PACKAGE_FILE,
     ("ctbench/engine/cuda_emulation.py", "emulation_library", ".read_text"): PACKAGE_FILE,
     ("ctbench/engine/cuda_emulation.py", "emulation_library", ".write_text"): KERNEL_CACHE,

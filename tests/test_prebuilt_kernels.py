@@ -1,4 +1,4 @@
-"""Choosing and trusting the prebuilt CPU kernels (ctbench/engine/cpu_prebuilt.py, issue 21).
+"""Choosing and trusting the prebuilt CPU kernels (ctbench/engine/cpu/prebuilt.py, issue 21).
 
 The selection tests build a tiny kernel family with the host compiler, once per
 level, each returning a different number, into a folder laid out like the
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from ctbench.engine import cpu_build as cb
-from ctbench.engine import cpu_prebuilt as cp
+from ctbench.engine.cpu import library as cb
+from ctbench.engine.cpu import prebuilt as cp
 from ctbench.engine.library_trust import UntrustedCache
 
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
@@ -222,7 +222,7 @@ def test_prebuilt_mode_without_prebuilt_kernels_names_the_fix(monkeypatch):
 _INSTALLED_SCRIPT = """
 import json, torch
 from ctbench import Projector, circular_trajectory_3d
-from ctbench.engine import cpu_build
+from ctbench.engine.cpu import library as cpu_library
 g = torch.Generator().manual_seed(3)
 worst = 0.0
 for dtype, tol in ((torch.float32, 2e-4), (torch.float64, 1e-10)):
@@ -237,7 +237,7 @@ for dtype, tol in ((torch.float32, 2e-4), (torch.float64, 1e-10)):
         err = float((a - b).abs().max() / b.abs().max())
         assert err < tol, (str(dtype), err)
         worst = max(worst, err)
-print(json.dumps({"loaded": cpu_build.loaded_libraries(), "worst": worst}))
+print(json.dumps({"loaded": cpu_library.loaded_libraries(), "worst": worst}))
 """
 
 

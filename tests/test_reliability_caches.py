@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from ctbench.engine import cpu_build, cpu_paths, cpu_prebuilt, library_trust
+from ctbench.engine import library_trust
+from ctbench.engine.cpu import library as cpu_build
+from ctbench.engine.cpu import path_choice as cpu_paths
+from ctbench.engine.cpu import prebuilt as cpu_prebuilt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +46,7 @@ def test_a_fifo_as_the_path_choice_cache_is_ignored_without_blocking(tmp_path):
     os.mkfifo(path)
     p = _child(f"""
         from pathlib import Path
-        from ctbench.engine import cpu_paths
+        from ctbench.engine.cpu import path_choice as cpu_paths
         choice, why = cpu_paths.read_choice(Path({str(path)!r}), "joseph", {"ab" * 32!r}, "cpu", {KNOWN!r})
         assert choice is None, choice
         print("WHY", why)
@@ -58,7 +61,7 @@ def test_a_sparse_4_gib_path_choice_cache_is_not_read_whole(tmp_path):
         f.truncate(4 << 30)
     p = _child(f"""
         from pathlib import Path
-        from ctbench.engine import cpu_paths
+        from ctbench.engine.cpu import path_choice as cpu_paths
         choice, why = cpu_paths.read_choice(Path({str(path)!r}), "joseph", {"cd" * 32!r}, "cpu", {KNOWN!r})
         assert choice is None
         print("WHY", why)
@@ -68,7 +71,7 @@ def test_a_sparse_4_gib_path_choice_cache_is_not_read_whole(tmp_path):
 
 
 def test_a_damaged_path_choice_is_measured_again_and_replaced(tmp_path):
-    from ctbench.engine.cpu_path_cache import cached_or_measured
+    from ctbench.engine.cpu.path_cache import cached_or_measured
 
     sha = "ef" * 32
     info = {"source": "jit", "dir": str(tmp_path), "sha256": sha}
@@ -86,7 +89,8 @@ def test_a_fifo_library_record_is_refused_without_blocking_and_cleaned_up(tmp_pa
     os.mkfifo(rec)
     p = _child(f"""
         from pathlib import Path
-        from ctbench.engine import cpu_build, library_trust
+        from ctbench.engine import library_trust
+        from ctbench.engine.cpu import library as cpu_build
         rec = Path({str(rec)!r})
         try:
             cpu_build._verified_load(rec, "joseph")
@@ -136,7 +140,7 @@ def test_a_fifo_manifest_is_refused_without_blocking(tmp_path):
     os.mkfifo(folder / cpu_prebuilt.MANIFEST, 0o644)
     p = _child(f"""
         from pathlib import Path
-        from ctbench.engine import cpu_prebuilt
+        from ctbench.engine.cpu import prebuilt as cpu_prebuilt
         try:
             cpu_prebuilt.load("joseph", [], Path({str(folder)!r}))
         except ValueError as e:
@@ -156,7 +160,7 @@ def test_the_jit_cache_survives_a_record_replaced_by_a_fifo(tmp_path):
     code = """
         import os, sys
         from pathlib import Path
-        from ctbench.engine import cpu_build
+        from ctbench.engine.cpu import library as cpu_build
         root = Path(sys.argv[1])
         cpu_build.load_library("joseph_grad", cpu_build.kernel_dir(), root)
         recs = sorted(root.rglob("libjoseph_grad-*.json"))

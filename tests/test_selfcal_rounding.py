@@ -20,7 +20,7 @@ from ctbench.projector import Projector   # the class the calibration's level pr
 from ctbench.calibration import calibrate
 from ctbench.calibration.acceptance import BETTER, LEVEL, WORSE, judge, predicted_decrease, rounding_scale
 from ctbench.calibration.simulate import object_volume
-from ctbench.engine import cpu_build, cpu_joseph_paths
+from ctbench.engine.cpu import library as cpu_library, joseph_paths
 from selfcal_scans import cone_scan, misaligned, symmetric_object
 
 FREE = ("offset_u", "offset_v", "pitch", "sdd")
@@ -60,7 +60,7 @@ def _perturbed_project(ulps: float, seed: int):
 
 
 def _fused_forward_paths():
-    known = cpu_joseph_paths.known_paths(cpu_build.load_cpu_library("joseph")).get("forward", [])
+    known = joseph_paths.known_paths(cpu_library.load_cpu_library("joseph")).get("forward", [])
     return [n for n in known if n.endswith(("-fused-tiles", "-fused-pad-tiles", "-fused-bands"))]
 
 

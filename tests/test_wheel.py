@@ -6,7 +6,7 @@ installed into a fresh virtual environment whose dependencies (torch, numpy, ...
 come from this environment through a .pth file instead of the network
 (tests/wheel_install.py).  It then runs with no compiler on PATH, CXX
 unset and an empty kernel cache; its outputs are compared bit for bit with
-the JIT build (cpu_build) of the same instruction set in this checkout.
+the JIT build (ctbench.engine.cpu.library) of the same instruction set in this checkout.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ctbench.engine import cpu_prebuilt
+from ctbench.engine.cpu import prebuilt as cpu_prebuilt
 from wheel_install import install_wheel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,8 +191,8 @@ def test_repaired_wheel_is_rehashed(wheel_env, tmp_path):
                 data = lib.read_bytes()
             dst.writestr(info, data)
 
-    script = ("import json; from ctbench.engine import cpu_build; cpu_build.load_cpu_library('joseph'); "
-              "print(json.dumps(cpu_build.loaded_libraries()['joseph']))")
+    script = ("import json; from ctbench.engine.cpu import library as cpu_library; cpu_library.load_cpu_library('joseph'); "
+              "print(json.dumps(cpu_library.loaded_libraries()['joseph']))")
 
     def loaded(name):
         vpy, _ = install_wheel(repaired, tmp_path / name)

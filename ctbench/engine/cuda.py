@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
-from .cpu_build import kernel_dir
+from .kernel_sources import kernel_dir
 from .geometry_grad import _CUDA_BLOCK, _CUDA_MAX_GRID_Y, _FAMILY, _check, _split, _zeros
 
 _CTYPE = {torch.float32: "float", torch.float64: "double"}

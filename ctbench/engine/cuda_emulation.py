@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cpu_build import find_compiler, kernel_dir
+from .kernel_sources import find_compiler, kernel_dir
 
 _LOCK = threading.Lock()
 _INSTANTIATION = re.compile(r"template\s+__global__\s+void\s+(\w+)<(\w+)>\s*\(([^;]*)\)\s*;", re.S)

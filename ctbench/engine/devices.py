@@ -75,7 +75,7 @@ def thread_shares(n_shards: int, total: int | None = None) -> list[int]:
 @contextlib.contextmanager
 def cpu_thread_share(count: int | None):
     """Run the CPU kernels called from this thread with ``count`` OpenMP threads."""
-    from . import cpu
+    from .cpu import backend as cpu
 
     previous = getattr(cpu._THREAD_SHARE, "count", None)
     cpu._THREAD_SHARE.count = count

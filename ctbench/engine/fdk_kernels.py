@@ -26,7 +26,7 @@ The cpu kernel has paths (:func:`fdk_paths`), equal within round-off:
 ``columns`` (voxel columns, the z loop in SIMD lanes; the default where the
 build has lanes), ``columns-scalar`` (the same with a scalar z loop) and
 ``rows`` (voxel rows, compiler-vectorised with gathers).
-``CTBENCH_CPU_PATH=fdk=NAME`` forces one (:mod:`ctbench.engine.cpu_paths`); ``columns``
+``CTBENCH_CPU_PATH=fdk=NAME`` forces one (:mod:`ctbench.engine.cpu.path_choice`); ``columns``
 forced where the build has no lanes for the dtype runs as ``columns-scalar``.
 """
 
@@ -40,9 +40,9 @@ import torch
 
 from .base import Rays, VolumeGrid
 from .cpu import num_threads
-from .cpu_build import DTYPE_SUFFIX, F64, I64, INT, PTR, cpu_function, load_cpu_library
-from .cpu_fdk_paths import measured_paths
-from .cpu_paths import DEFAULT_PATH, PATH_ENV, forced_path
+from .cpu.library import DTYPE_SUFFIX, F64, I64, INT, PTR, cpu_function, load_cpu_library
+from .cpu.fdk_paths import measured_paths
+from .cpu.path_choice import DEFAULT_PATH, PATH_ENV, forced_path
 
 _P, _I, _L, _D = PTR, INT, I64, F64
 _CPU_ARGS = [_P, _L, _L, _L, _I, _I, _P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _D, _D, _D, _P, _I, _I, _I]
@@ -78,7 +78,7 @@ def build_default_fdk_path(dtype: torch.dtype = torch.float32) -> str:
 def default_fdk_path(dtype: torch.dtype = torch.float32, nz: int = COLUMNS_MIN_Z) -> str:
     """The path a call runs unless ``CTBENCH_CPU_PATH`` forces one: rows for slabs thinner than
     ``COLUMNS_MIN_Z`` (fan 2D), else the path measured fastest on this CPU and cached beside the
-    library (:mod:`ctbench.engine.cpu_fdk_paths`; the build's default unless another beats it by 5 %)."""
+    library (:mod:`ctbench.engine.cpu.fdk_paths`; the build's default unless another beats it by 5 %)."""
     if nz < COLUMNS_MIN_Z:
         return "rows"
     return measured_fdk_path(dtype)

@@ -1,7 +1,7 @@
 """Open and load a compiled kernel library only after checking who may have written it.
 
-Shared by the JIT cache (``cpu_build``) and the prebuilt libraries shipped in
-the wheel (``cpu_prebuilt``): a file must be a regular file (no links), owned by
+Shared by the JIT cache (``cpu.library``) and the prebuilt libraries shipped in
+the wheel (``cpu.prebuilt``): a file must be a regular file (no links), owned by
 an accepted user and not writable by group or others, and its bytes must match
 a recorded size and SHA-256 before ``dlopen`` sees it.  On Linux the verified
 open descriptor itself is loaded (``/proc/self/fd/N``), so the file cannot be

@@ -6,7 +6,7 @@ runs the path measured fastest on this CPU; ``CTBENCH_CPU_PATH`` forces one per 
 benchmarks and tests: ``CTBENCH_CPU_PATH="forward=NAME,back=NAME,fdk=NAME"`` (any subset; an
 operation left out keeps the measured choice; ``NAME=default`` is the build's own default path,
 the same on every CPU, for bitwise comparisons between builds).  The Joseph projector's measurement and its use
-are in ``cpu_joseph_paths``; docs/INTERNALS.md ("CPU paths chosen by measurement") lists them.
+are in ``joseph_paths``; docs/INTERNALS.md ("CPU paths chosen by measurement") lists them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import os
 import time
 from pathlib import Path
 
-from ..atomic_files import atomic_write_bytes
-from .library_trust import UntrustedCache, read_trusted_json
+from ...atomic_files import atomic_write_bytes
+from ..library_trust import UntrustedCache, read_trusted_json
 
 PATH_ENV = "CTBENCH_CPU_PATH"
 OPERATIONS = ("forward", "back", "fdk")
@@ -56,7 +56,7 @@ def forced_path(op: str) -> str | None:
 # The fastest path of each operation is measured once per library and CPU, and the
 # result is kept in a small JSON file beside the library (its cache folder), read
 # back only after the trust checks of ``library_trust`` and only when it names this
-# very library (SHA-256), this CPU (``cpu_build.cpu_signature``) and the paths the
+# very library (SHA-256), this CPU (``library.cpu_signature``) and the paths the
 # library offers; anything else (damaged, foreign, stale) is ignored and re-measured.
 
 CHOICE_FORMAT = "ctbench.cpu-paths"

@@ -10,7 +10,7 @@ only after the trust checks of ``library_trust`` (owner: the current user or
 root, no group/other write, no links; bytes equal to the manifest), and only
 if the sources it was built from are the sources this ctbench ships (a stale
 build in a checkout is never used).  A checkout (``pip install -e .``) has no
-prebuilt libraries: there the JIT build of ``cpu_build`` runs.
+prebuilt libraries: there the JIT build of ``library`` runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import stat
 from functools import lru_cache
 from pathlib import Path
 
-from .library_trust import CorruptLibrary, UntrustedCache, check_owned, euid, load_verified, read_trusted_json
+from ..library_trust import CorruptLibrary, UntrustedCache, check_owned, euid, load_verified, read_trusted_json
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "ctbench.prebuilt-kernels"
@@ -43,7 +43,7 @@ def machine() -> str:
 
 
 def prebuilt_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "_prebuilt"
+    return Path(__file__).resolve().parents[2] / "_prebuilt"
 
 
 @lru_cache(maxsize=None)
@@ -145,7 +145,7 @@ def load(family: str, sources: list[Path], folder: Path | None = None):
         except (UntrustedCache, CorruptLibrary, OSError) as err:
             problems.append(str(err))  # try the next lower level
             continue
-        lib._ctbench_origin = {"source": "prebuilt", "sha256": e.get("sha256")}  # for cpu_joseph_paths
+        lib._ctbench_origin = {"source": "prebuilt", "sha256": e.get("sha256")}  # for joseph_paths
         info = {"source": "prebuilt", "variant": e["variant"], "file": str(folder / name),
                 "sha256": e.get("sha256"), "flags": e.get("flags"), "compiler": manifest.get("compiler"),
                 "host_levels": list(host_levels()), "skipped": problems}

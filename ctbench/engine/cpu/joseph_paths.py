@@ -20,7 +20,7 @@ planes exceed the L2; ``dup-padded-rs-b8`` is the default of AVX-512 and AVX2 bu
 All compute the same samples; they differ only in speed (and in float32 rounding).
 
 At the first kernel call of a process the fastest path of each operation is taken from the
-choice cached beside the library (``cpu_paths.read_choice``) or, failing that, measured on a
+choice cached beside the library (``path_choice.read_choice``) or, failing that, measured on a
 small scan (a 16x128x128 volume, 48 views, 128x16 detector, one thread: about 1.5 s on a quiet core) and
 cached.
 ``CTBENCH_CPU_PATH="forward=NAME,back=NAME"`` forces a path (an unknown name is an error listing
@@ -37,12 +37,12 @@ import time
 
 import torch
 
-from ..geometry.generators import circular_trajectory_3d
-from . import cpu_path_cache, cpu_paths
-from .cpu_build import F64 as _D
-from .cpu_build import I64 as _L
-from .cpu_build import INT as _I
-from .cpu_build import PTR as _P
+from ...geometry.generators import circular_trajectory_3d
+from . import path_cache, path_choice
+from .library import F64 as _D
+from .library import I64 as _L
+from .library import INT as _I
+from .library import PTR as _P
 
 FAMILY = "joseph"
 OPS = {"forward": 0, "back": 1}  # operation -> op index of joseph_set_path
@@ -81,7 +81,7 @@ def known_paths(lib) -> dict[str, list[str]]:
     existed, as a benchmark's baseline build may be)."""
     if not hasattr(lib, f"{FAMILY}_path_count"):
         return {}
-    return cpu_paths.library_paths(lib, FAMILY, OPS)
+    return path_choice.library_paths(lib, FAMILY, OPS)
 
 
 def _measure_scan(n: int, nz: int, views: int):
@@ -184,7 +184,7 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
         for r in range(n_rounds + warm_up):
             times = {}
             for name in names:
-                cpu_paths.set_library_path(lib, FAMILY, OPS[op], known[op].index(name))
+                path_choice.set_library_path(lib, FAMILY, OPS[op], known[op].index(name))
                 # CPU seconds of this thread, which runs the one-thread call: another process's load
                 # preempts it (which wall time would count) without adding to its CPU time
                 t = time.thread_time()
@@ -216,7 +216,7 @@ def measure(lib, repeats: int = MEASURE_REPEATS) -> dict[str, dict[str, float]]:
             timings[op] = best
     finally:
         for i in OPS.values():
-            cpu_paths.set_library_path(lib, FAMILY, i, -1)
+            path_choice.set_library_path(lib, FAMILY, i, -1)
     return timings
 
 
@@ -230,14 +230,14 @@ def _acceptable(known: dict[str, list[str]]):
 
 def measured_choice(lib, lib_info: dict | None = None) -> tuple[dict[str, str], str]:
     """``(choice, where from)``: the cached choice of this library and CPU, or a fresh measurement (then
-    cached; :mod:`ctbench.engine.cpu_path_cache`).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a
+    cached; :mod:`ctbench.engine.path_cache`).  ``lib_info`` (``source``, ``sha256``, ``dir`` for a
     JIT build) says where the library came from; by default what the loader recorded on it."""
     info = getattr(lib, "_ctbench_origin", {}) if lib_info is None else lib_info
     n, nz, views = MEASURE_SHAPE
     known = known_paths(lib)
     accept = _acceptable(known)
 
-    return cpu_path_cache.cached_or_measured(
+    return path_cache.cached_or_measured(
         info, FAMILY, known, lambda: measure(lib),
         f"circular cone, {nz}x{n}x{n} volume, {views} views, {n}x{nz} detector, float32, 1 thread", accept)
 
@@ -256,7 +256,7 @@ def _state(lib) -> dict:
 def active_paths(lib) -> dict[str, str]:
     """The path each operation runs now: ``CTBENCH_CPU_PATH``'s, else the measured one."""
     st = _state(lib)
-    forced = cpu_paths.check_forced(cpu_paths.forced_paths(), st["known"])
+    forced = path_choice.check_forced(path_choice.forced_paths(), st["known"])
     return {op: forced.get(op, st["measured"][op]) for op in st["known"]}
 
 
@@ -267,7 +267,7 @@ def apply(lib) -> dict[str, str]:
     with _LOCK:
         for op, name in active.items():
             if st["current"].get(op) != name:
-                cpu_paths.set_library_path(lib, FAMILY, OPS[op], st["known"][op].index(name))
+                path_choice.set_library_path(lib, FAMILY, OPS[op], st["known"][op].index(name))
                 st["current"][op] = name
     return active
 

@@ -1,7 +1,7 @@
 """Compile the single-source kernels for the CPU at first use, and load them safely.
 
 A wheel carries the kernels compiled for several instruction sets
-(``cpu_prebuilt``: chosen at run time from the CPU's features).  Elsewhere
+(``prebuilt``: chosen at run time from the CPU's features).  Elsewhere
 (a checkout, ``CTBENCH_CPU_BUILD=native``, or a CPU the wheel has no
 library for) the C++ entry file of a kernel family
 (``kernels/<family>_cpu.cpp``) is compiled with the host compiler (``-O3 -fopenmp`` and the host's best
@@ -36,7 +36,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import socket
 import stat
 import subprocess
@@ -47,11 +46,12 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
-from ..atomic_files import atomic_write_bytes, pid_alive
-from . import cpu_prebuilt
-from .library_trust import CorruptLibrary, UntrustedCache, load_verified  # noqa: F401 (re-exported)
-from .library_trust import read_json_quietly, read_trusted_json
-from .library_trust import check_owned as _check_owned
+from ...atomic_files import atomic_write_bytes, pid_alive
+from ..kernel_sources import find_compiler, kernel_dir  # noqa: F401 (re-exported)
+from . import prebuilt
+from ..library_trust import CorruptLibrary, UntrustedCache, load_verified  # noqa: F401 (re-exported)
+from ..library_trust import read_json_quietly, read_trusted_json
+from ..library_trust import check_owned as _check_owned
 
 _LOCK = threading.Lock()
 BASE_FLAGS = ("-O3", "-fopenmp", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno")
@@ -60,35 +60,11 @@ _RECORD_FORMAT = "ctbench.kernel-library"
 _LOADED: dict[str, dict] = {}  # family -> what load_cpu_library loaded (ctbench info shows it)
 
 
-def kernel_dir() -> Path:
-    """Folder holding the kernel sources: inside the installed package, or the checkout's kernels/."""
-    try:
-        from importlib.resources import files
-        p = Path(str(files("ctbench.kernels")))
-        if (p / "common.cuh").exists():
-            return p
-    except (ModuleNotFoundError, TypeError):
-        pass
-    p = Path(__file__).resolve().parents[2] / "kernels"
-    if (p / "common.cuh").exists():
-        return p
-    raise FileNotFoundError("ctbench kernel sources not found (expected ctbench/kernels or the checkout's kernels/)")
-
-
 def cache_dir() -> Path:
     """The configured cache folder (``CTBENCH_CACHE_DIR`` or ``$XDG_CACHE_HOME/ctbench``, then ``kernels``)."""
     root = os.environ.get("CTBENCH_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ctbench")
     return Path(root) / "kernels"
-
-
-def find_compiler() -> str:
-    for cand in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if cand and shutil.which(cand):
-            return shutil.which(cand)  # type: ignore[return-value]
-    raise RuntimeError(
-        "no C++ compiler found for ctbench's CPU kernels: install one (e.g. `apt-get install g++`) "
-        "or set CXX; backend='reference' works without a compiler (slowly)")
 
 
 # ------------------------------------------------------------------ the key
@@ -275,7 +251,7 @@ def _verified_load(rec_path: Path, family: str) -> ctypes.CDLL:
     if "/" in name or not name.startswith(f"lib{family}-"):
         raise ValueError(f"kernel library record {rec_path} names an unexpected file {name!r}")
     lib = load_verified(rec_path.parent / name, record.get("size"), record.get("sha256"), record_name=name)
-    # what this very library is, for the path choice cached beside it (cpu_joseph_paths)
+    # what this very library is, for the path choice cached beside it (joseph_paths)
     lib._ctbench_origin = {"source": "jit", "dir": str(rec_path.parent), "sha256": record.get("sha256")}
     return lib
 
@@ -384,10 +360,10 @@ def load_cpu_library(family: str) -> ctypes.CDLL:
     reason = ""
     if mode == "prebuilt" or (mode == "auto" and not explicit):
         try:
-            lib, info = cpu_prebuilt.load(family, _source_files(src_dir, family))
+            lib, info = prebuilt.load(family, _source_files(src_dir, family))
             _LOADED[family] = info
             return lib
-        except cpu_prebuilt.NoPrebuilt as e:
+        except prebuilt.NoPrebuilt as e:
             reason = str(e)
         except (UntrustedCache, ValueError, OSError) as e:
             reason = str(e)

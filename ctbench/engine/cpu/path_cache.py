@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-from . import cpu_build, cpu_paths
+from . import library, path_choice
 
 
 def choice_location(lib_info: dict) -> tuple[Path | None, str]:
@@ -22,7 +22,7 @@ def choice_location(lib_info: dict) -> tuple[Path | None, str]:
         return None, ""
     if lib_info.get("source") == "jit" and lib_info.get("dir"):
         return Path(lib_info["dir"]), sha
-    return cpu_build.private_dir(cpu_build.cache_dir() / "paths", levels=2), sha
+    return library.private_dir(library.cache_dir() / "paths", levels=2), sha
 
 
 def _lookup(lib_info: dict, family: str, known: dict[str, list[str]], accept) -> tuple:
@@ -30,11 +30,11 @@ def _lookup(lib_info: dict, family: str, known: dict[str, list[str]], accept) ->
     why = "the library's SHA-256 is unknown"
     try:
         folder, sha = choice_location(lib_info)
-    except (cpu_build.UntrustedCache, OSError) as e:
+    except (library.UntrustedCache, OSError) as e:
         folder, sha, why = None, "", str(e)
-    path = cpu_paths.choice_file(folder, family, sha) if folder is not None else None
+    path = path_choice.choice_file(folder, family, sha) if folder is not None else None
     if path is not None:
-        choice, _problem = cpu_paths.read_choice(path, family, sha, cpu_build.cpu_signature(), known)
+        choice, _problem = path_choice.read_choice(path, family, sha, library.cpu_signature(), known)
         if choice is not None and (accept is None or accept(choice)):
             return choice, path, sha, ""
     return None, path, sha, why
@@ -57,11 +57,11 @@ def cached_or_measured(lib_info: dict, family: str, known: dict[str, list[str]],
     if choice is not None:
         return choice, "cache"
     timings = measure()
-    choice = cpu_paths.fastest(timings)
+    choice = path_choice.fastest(timings)
     if path is None:
         return choice, f"measured (not cached: {why})"
     try:
-        cpu_paths.write_choice(path, family, sha, cpu_build.cpu_signature(), known, choice, timings, problem)
+        path_choice.write_choice(path, family, sha, library.cpu_signature(), known, choice, timings, problem)
     except OSError as e:
         warnings.warn(f"ctbench: could not cache the measured {family} cpu paths in {path}: {e}", RuntimeWarning,
                       stacklevel=3)

@@ -6,12 +6,12 @@ import threading
 
 import torch
 
-from .base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
-from . import cpu_joseph_paths
-from .cpu_build import cpu_function, load_cpu_library
+from ..base import Backend, Rays, Tile, VolumeGrid, backproject_buffers, project_buffers
+from . import joseph_paths
+from .library import cpu_function, load_cpu_library
 
-_FORWARD_ARGS = cpu_joseph_paths.FORWARD_ARGS
-_BACKWARD_ARGS = cpu_joseph_paths.BACKWARD_ARGS
+_FORWARD_ARGS = joseph_paths.FORWARD_ARGS
+_BACKWARD_ARGS = joseph_paths.BACKWARD_ARGS
 
 
 # A calling thread may take a share of the cores (several CPU "devices" in one
@@ -71,7 +71,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, vol.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
-        cpu_joseph_paths.apply(load_cpu_library("joseph"))  # the measured (or forced) inner loops
+        joseph_paths.apply(load_cpu_library("joseph"))  # the measured (or forced) inner loops
         cpu_function("joseph", "joseph_forward", vol.dtype, _FORWARD_ARGS)(
             _ptr(vol), nz * H * W, B, grid.D, grid.H, grid.W, z0, z0 + nz, dx, dy, dz, *g, int(rays.cone),
             rays.n_views, U, V, tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), int(accumulate), num_threads())
@@ -87,7 +87,7 @@ class CpuBackend(Backend):
         keep, g = _geometry(rays, sino.dtype)
         dz, dy, dx = grid.spacing
         U, V = rays.detector_shape
-        cpu_joseph_paths.apply(load_cpu_library("joseph"))
+        joseph_paths.apply(load_cpu_library("joseph"))
         cpu_function("joseph", "joseph_backward", sino.dtype, _BACKWARD_ARGS)(
             _ptr(sino), B, grid.D, grid.H, grid.W, z0, z1, dx, dy, dz, *g, int(rays.cone), rays.n_views, U, V,
             tile.u0, tile.u1, tile.v0, tile.v1, _ptr(out), (z1 - z0) * grid.H * grid.W, num_threads())
@@ -95,6 +95,6 @@ class CpuBackend(Backend):
 
     def geometry_vjp(self, volume, grid: VolumeGrid, z0, grad_sino, rays: Rays, tile: Tile):
         """d<A(g) volume, grad_sino>/d(source, center, ustep, vstep) with the OpenMP kernel."""
-        from .geometry_grad import cpu_geometry_vjp
+        from .geometry_vjp import cpu_geometry_vjp
         grid, z0, moved = standalone_window(grid, z0, z0 + volume.shape[1], rays)
         return cpu_geometry_vjp(volume, grid, z0, grad_sino, moved, tile, num_threads())

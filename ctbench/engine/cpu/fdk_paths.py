@@ -1,6 +1,6 @@
 """The FDK backprojection's cpu path chosen by measurement on this CPU (issue 24).
 
-The same rule as the Joseph paths (:mod:`ctbench.engine.cpu_joseph_paths`): the first time the fdk
+The same rule as the Joseph paths (:mod:`ctbench.engine.joseph_paths`): the first time the fdk
 library is used, each of its paths is timed on a small problem per dtype, the fastest is kept unless it
 beats the build's default by less than 5 %, and the choice is cached beside the library under its
 SHA-256 and the CPU's signature (read only through the trust rules; a damaged or foreign file is
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from . import cpu_path_cache
+from . import path_cache
 
 FAMILY = "fdk"
 MEASURE_PROBLEM = "circular cone, 48^3 volume, 48 views, 48x48 detector, 1 call per path after a warm-up, best of 3"
@@ -42,5 +42,5 @@ def _choose(lib, known, measure):
             timings[dtype] = {name: float(seconds[name]) for name in names}  # the default stays first
         return timings
 
-    return cpu_path_cache.cached_or_measured(getattr(lib, "_ctbench_origin", {}), FAMILY, known, measure_all,
+    return path_cache.cached_or_measured(getattr(lib, "_ctbench_origin", {}), FAMILY, known, measure_all,
                                              MEASURE_PROBLEM)
