@@ -59,8 +59,8 @@ def test_shift_images_moves_content_by_plus_x_columns_and_plus_y_rows():
 
 
 def test_skyscan_shift_list_is_read_as_the_scanner_writes_it(tmp_path):
-    x, y = np.linspace(-2, 1, 12), np.linspace(7, 4, 12)
-    write_bruker(tmp_path, "s_", np.ones((12, 4, 6), np.uint16), sid=50, sdd=200, pitch=0.01, step_deg=15,
+    x, y = np.linspace(-2, 1, 12), np.linspace(7, 4, 12)      # within a 16 x 16 detector: a shift that moves a view off it is refused
+    write_bruker(tmp_path, "s_", np.ones((12, 16, 16), np.uint16), sid=50, sdd=200, pitch=0.01, step_deg=15,
                  shifts=(x, y), short_list=True, postalignment=2.5, random_movement="ON (3)")
     rx, ry = read_skyscan_shift_list(tmp_path / "s__TS.csv", 12)
     np.testing.assert_allclose(rx[:11], x[:11], atol=1e-6)
