@@ -227,19 +227,21 @@ def _fan_frame(t, sid: float, sdd: float):
     return r.reshape(*t.shape, 2), u.reshape(*t.shape, 2)
 
 
-def _conjugates(angles, w, sid, sdd):
-    """Angle and lateral detector coordinate (mm, relative to the axis) of the conjugate of each ray."""
-    t = angles[:, None]
+def _conjugate_steps(w, sid, sdd):
+    """For the rays of the view at angle 0 whose lateral detector coordinates (mm, relative to the axis) are
+    ``w`` (1-D): the angle step to each one's conjugate and the conjugate's coordinate.  A circular orbit turns
+    rigidly with the angle, so the view at angle t has its conjugates at t + step, the same coordinates."""
+    w = np.asarray(w, dtype=np.float64)
     if sid is None:
-        return np.broadcast_to(t + np.pi, w.shape), -w
-    r, u = _fan_frame(np.broadcast_to(t, w.shape), sid, sdd)
+        return np.full(w.shape, np.pi), -w
+    r, u = _fan_frame(np.zeros(w.shape), sid, sdd)
     S = sid * r
     P = -(sdd - sid) * r + w[..., None] * u
     d = P - S
     tau = -2 * (S * d).sum(-1) / (d * d).sum(-1)
     S2 = S + tau[..., None] * d
     # The orbit turns the source direction counter-clockwise with the angle: measure S2's angle from r(0).
-    r0 = _fan_frame(np.zeros(1), sid, sdd)[0][0]
+    r0 = r[0]
     t2 = np.arctan2(r0[0] * S2[..., 1] - r0[1] * S2[..., 0], (S2 * r0).sum(-1))
     r2, u2 = _fan_frame(t2, sid, sdd)
     C2 = -(sdd - sid) * r2
@@ -252,12 +254,15 @@ def _conjugates(angles, w, sid, sdd):
 def conjugate_mismatch(sino, angles, offset_px: float, pitch: float, sid=None, sdd=None) -> float:
     """Mean squared difference between each ray and its conjugate for a candidate offset (pixels)."""
     s, a = _check(sino, angles, pitch, sid, sdd)
+    return _mismatch(s, a, _AngleInterp(a), offset_px, pitch, sid, sdd)
+
+
+def _mismatch(s, a, interp, offset_px: float, pitch: float, sid, sdd) -> float:
     n, U = s.shape
     o = offset_px * pitch
-    w = np.broadcast_to((np.arange(U) - (U - 1) / 2) * pitch + o, (n, U))
-    t2, w2 = _conjugates(a, w, sid, sdd)
-    col = (w2 - o) / pitch + (U - 1) / 2
-    interp = _AngleInterp(a)
+    step, w2 = _conjugate_steps((np.arange(U) - (U - 1) / 2) * pitch + o, sid, sdd)
+    t2 = a[:, None] + step[None, :]
+    col = np.broadcast_to((w2 - o) / pitch + (U - 1) / 2, (n, U))
     k0, k1, frac, ok = interp.weights(t2)
     ok = ok & (col >= 0) & (col <= U - 1)
     c0 = np.clip(np.floor(col).astype(int), 0, U - 2)
@@ -271,6 +276,13 @@ def conjugate_mismatch(sino, angles, offset_px: float, pitch: float, sid=None, s
         return float("inf")
     diff = (s - conj)[ok]
     return float(np.mean(diff * diff))
+
+
+def _mismatch_cost(s, a, pitch, sid, sdd):
+    """conjugate_mismatch as a function of the offset alone (the angle table built once)."""
+    s, a = _check(s, a, pitch, sid, sdd)
+    interp = _AngleInterp(a)
+    return lambda o: _mismatch(s, a, interp, o, pitch, sid, sdd)
 
 
 def _median_step(a: np.ndarray) -> float:
@@ -472,7 +484,7 @@ def offset_by_conjugate_rays(sino, angles, pitch: float, sid=None, sdd=None, *, 
     or 180 degrees (parallel)."""
     s, a = _check(sino, angles, pitch, sid, sdd)
     lo, hi = _search_range(s.shape[1], search_px)
-    x, xs, cs = _minimise(lambda o: conjugate_mismatch(s, a, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
+    x, xs, cs = _minimise(_mismatch_cost(s, a, pitch, sid, sdd), lo, hi, 1.0, 0.1)
     if not np.isfinite(cs).any():
         raise ValueError("the scan does not cover enough angles to pair each ray with its conjugate "
                          "(needs a full turn for fan/cone beams, 180 degrees for parallel beams)")
@@ -509,15 +521,25 @@ def _sharpness_cost(sino, angles, pitch, sid, sdd, n_pix, vox):
     return cost
 
 
+SHARPNESS_PIXELS = 96        # the quick FBP's image width
+SHARPNESS_VIEWS = 360        # at most about this many views go into it (every k-th)
+
+
 def offset_by_sharpness(sino, angles, pitch: float, sid=None, sdd=None, *, search_px=None):
     """Offset (pixels) whose quick FBP of the mid-plane is sharpest (largest gradient energy), and the curve."""
     s, a = _check(sino, angles, pitch, sid, sdd)
     U = s.shape[1]
     mag = 1.0 if sid is None else sdd / sid
-    n_pix = min(U, 96)
+    n_pix = min(U, SHARPNESS_PIXELS)
     vox = U * pitch / mag / n_pix
     lo, hi = _search_range(U, search_px)
-    return _minimise(_sharpness_cost(s, a, pitch, sid, sdd, n_pix, vox), lo, hi, 1.0, 0.1)
+    # The quick FBP resolves n_pix voxels across the detector: its sharpness varies over offsets of about a
+    # voxel (U / n_pix detector pixels), so the grid steps by half of one (1 px up to 2 * n_pix pixels wide),
+    # and about pi/2 * n_pix views sample it fully: more only cost time (scanners record 1500-3000).
+    coarse = max(1.0, U / (2 * n_pix))
+    keep = np.arange(0, a.size, max(1, a.size // SHARPNESS_VIEWS))
+    cost = _sharpness_cost(s[keep], a[keep], pitch, sid, sdd, n_pix, vox)
+    return _minimise(cost, lo, hi, coarse, max(0.1, coarse / 10))
 
 
 def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | None = None,
@@ -548,7 +570,7 @@ def find_centre(images, angles, pitch, *, sid=None, sdd=None, pitch_v: float | N
         halves = []
         for k in (0, 1):
             sk, ak = sino[k::2], a_all[k::2]
-            xk, _, ck = _minimise(lambda o: conjugate_mismatch(sk, ak, o, pitch, sid, sdd), lo, hi, 1.0, 0.1)
+            xk, _, ck = _minimise(_mismatch_cost(sk, ak, pitch, sid, sdd), lo, hi, 1.0, 0.1)
             halves.append(xk if np.isfinite(ck).any() else np.inf)   # a half may not pair up: confidence 0
         if np.isfinite(halves).all():
             split = float(abs(halves[0] - halves[1]))
