@@ -24,7 +24,7 @@ import torch
 from ctbench import circular_trajectory_3d
 from ctbench.engine import Rays, Tile, VolumeGrid, get_backend
 from ctbench.engine.executor import reference_geometry_vjp
-from ctbench.engine.geometry_grad import _CPU_ARGS
+from ctbench.engine.cpu.geometry_vjp import _CPU_ARGS
 from kernel_builds import joseph_library_for
 
 F64, F32 = torch.float64, torch.float32
