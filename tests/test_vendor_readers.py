@@ -183,6 +183,17 @@ def test_nikon_bad_files_are_named(tmp_path):
         read_scan(bad)
 
 
+
+def test_a_folder_with_two_nikon_files_names_both_instead_of_reading_a_tiff_stack(tmp_path):
+    """Which scan to read cannot be guessed: the error names both files and says to give one (it fell back to a
+    TIFF stack once and said "no pixel size")."""
+    proj = np.full((3, 4, 4), 30000, np.uint16)
+    for name in ("a", "b"):
+        write_nikon(tmp_path, name, proj, pitch=0.2, sid=200, sdd=400, angles_deg=[0, 120, 240], white_level=60000)
+    with pytest.raises(ScanFileError, match=r"holds 2 \.xtekct files \(a\.xtekct, b\.xtekct\)"):
+        read_scan(tmp_path)
+    assert read_scan(tmp_path / "a.xtekct").projections.shape[0] == 3
+
 # ------------------------------------------------------------------ Bruker SkyScan
 SKY = LabScanSpec(n_views=96, detector_u=80, detector_v=40, offset_px=-1.63, offset_v_px=1.5, phantom_name="chiral",
                   rotation="ccw", seen_from="source", seed=31)   # "CC": TIGRE's angles step x i, a camera image
