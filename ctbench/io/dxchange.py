@@ -62,6 +62,8 @@ def is_dxchange(path) -> bool:
         return False
     try:
         return isinstance(f.get("exchange/data"), h5py.Dataset)
+    except (OSError, RuntimeError, KeyError):      # damaged: the NeXus reader then names the file
+        return False
     finally:
         f.close()
         fh.close()
@@ -133,7 +135,7 @@ def _stack(f, name: str, path: Path, frame_shape):
     if tuple(ds.shape[-2:]) != tuple(frame_shape):
         raise ScanFileError(path, f"/{name} frames are {tuple(ds.shape[-2:])} pixels but /exchange/data's are "
                                   f"{tuple(frame_shape)}")
-    st = lazy_stack(ds)
+    st = lazy_stack(ds, source=path)
     return st[None] if ds.ndim == 2 else st
 
 
@@ -185,6 +187,10 @@ def read_dxchange(path) -> RawScan:
     f, fh = open_hdf5(path)
     try:
         return _read(f, path)
+    except (OSError, RuntimeError, KeyError) as e:    # h5py's errors for damaged groups, links and headers
+        f.close()
+        fh.close()
+        raise ScanFileError(path, f"is damaged or truncated: h5py cannot read it ({e})") from None
     except BaseException:
         f.close()
         fh.close()
@@ -237,6 +243,6 @@ def _read(f, path: Path) -> RawScan:
     else:
         prov.default("orientation", orientation.to_dict(), "the format states no image view or rotation sense")
     prov.default("beam", "parallel", "a beamline format")
-    return RawScan(lazy_stack(data), stacks.get("flats"), stacks.get("darks"), angles=angles,
+    return RawScan(lazy_stack(data, source=path), stacks.get("flats"), stacks.get("darks"), angles=angles,
                    pixel_size=_pixel_size(f, path, prov), scanner=scanner, source=str(path), format="dxchange",
                    orientation=orientation, provenance=prov.as_dict())

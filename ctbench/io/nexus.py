@@ -174,6 +174,10 @@ def read_nexus(path, entry: str | None = None, *, require_angles: bool = True) -
     f, fh = open_hdf5(path)
     try:
         return _read(f, path, entry, require_angles)
+    except (OSError, RuntimeError, KeyError) as e:    # h5py's errors for damaged groups, links and headers
+        f.close()
+        fh.close()
+        raise ScanFileError(path, f"is damaged or truncated: h5py cannot read it ({e})") from None
     except BaseException:
         f.close()
         fh.close()
@@ -219,7 +223,7 @@ def _read(f, path: Path, entry, require_angles: bool) -> RawScan:
         data[n - 1, 0, 0]
     except Exception as e:
         raise ScanFileError(path, f"{data.name} cannot be read ({e}); the file may be truncated") from None
-    stack = lazy_stack(data)
+    stack = lazy_stack(data, source=path)
     proj_idx, flat_idx, dark_idx = (np.flatnonzero(keys == k) for k in (0, 1, 2))
     if proj_idx.size == 0:
         raise ScanFileError(path, "has no projections (no frame with image_key 0)")

@@ -124,23 +124,34 @@ class ArraySource:
 
     ``dask.array.from_array`` treats numpy arrays, memory maps included, as
     data already in memory and touches all of it; this object has only the
-    array interface dask needs (shape, dtype, ndim, slicing).
+    array interface dask needs (shape, dtype, ndim, slicing).  ``source``: the
+    file the frames come from; a frame its library cannot read (a damaged or
+    truncated HDF5 chunk) is then a :class:`ScanFileError` naming it.
     """
 
-    def __init__(self, array):
+    def __init__(self, array, source=None):
         self._array = array
+        self._source = source
         self.shape = tuple(array.shape)
         self.dtype = array.dtype
         self.ndim = len(self.shape)
 
     def __getitem__(self, index):
-        return np.asarray(self._array[index])
+        if self._source is None:
+            return np.asarray(self._array[index])
+        try:
+            return np.asarray(self._array[index])
+        except (OSError, RuntimeError) as e:       # h5py's errors for damaged chunks and filters
+            from .errors import ScanFileError
+            raise ScanFileError(self._source, f"a frame cannot be read ({e}); the file is damaged or "
+                                              "truncated") from None
 
 
-def lazy_stack(array, name_hint: str = ""):
-    """A dask array reading ``array`` (a memory map, h5py dataset, ...) one frame per chunk."""
+def lazy_stack(array, name_hint: str = "", *, source=None):
+    """A dask array reading ``array`` (a memory map, h5py dataset, ...) one frame per chunk (``source``: see
+    :class:`ArraySource`)."""
     import dask.array as da
 
     chunks = (1, *array.shape[1:]) if len(array.shape) == 3 else tuple(array.shape)
-    return da.from_array(ArraySource(array), chunks=chunks, name=False, meta=np.empty((0,) * len(array.shape),
+    return da.from_array(ArraySource(array, source), chunks=chunks, name=False, meta=np.empty((0,) * len(array.shape),
                                                                                        dtype=array.dtype))
