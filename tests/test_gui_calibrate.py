@@ -14,7 +14,7 @@ from ctbench.calibration.simulate import object_volume
 from ctbench.workbench.design import ScanGeometry
 from ctbench_napari import PLUGIN
 from ctbench_napari._layers import sinogram_layer
-from ctbench_napari._testing import save_widget_screenshot, wait_for
+from ctbench_napari._testing import doc_images_dir, save_widget_screenshot, wait_for
 from selfcal_scans import cone_scan, misaligned
 from test_gui_calibrate_layout import assert_table_shows_every_row, assert_ticks_fit
 
@@ -254,7 +254,7 @@ def test_scan_import_calibrate_step_sharpens_a_misaligned_sample(make_napari_vie
     assert sino.metadata["ctbench"]["calibration"]["offset_u"] == pytest.approx(res.value("offset_u"))
 
     # the screenshots for docs/CALIBRATION.md: the widget, and before | after side by side
-    DOC = Path(__file__).resolve().parents[1] / "docs" / "images"
+    DOC = doc_images_dir()
     w.comparison.reference.select(w.layers["before"].name)
     w.comparison.compare(layers=[w.layers["after"]])
     wait_for(lambda: not w.comparison.busy, timeout=120)

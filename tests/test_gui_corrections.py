@@ -1,7 +1,6 @@
 """The corrections box of the Scan import widget: its keys reach the config, and Preview shows before | after of
 the view under the slider, computed off the GUI thread by the same code as ``ctbench recon``."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,10 +9,10 @@ from ctbench.io import read_scan
 from ctbench.pipeline.corrections_preview import correction_preview
 from ctbench_napari import PLUGIN
 from ctbench_napari._qt.corrections import PREVIEW, PREVIEW_ROW
-from ctbench_napari._testing import save_viewer_screenshot, wait_for
+from ctbench_napari._testing import doc_images_dir, save_viewer_screenshot, wait_for
 
 pytestmark = pytest.mark.gui
-DOC_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+DOC_IMAGES = doc_images_dir()
 
 
 def test_corrections_box_sets_the_keys_and_previews_the_current_view(make_napari_viewer):

@@ -14,10 +14,10 @@ from ctbench.solvers import fdk
 from ctbench.workbench.design import ScanGeometry
 from ctbench_napari import PLUGIN
 from ctbench_napari._layers import display_to_sinogram
-from ctbench_napari._testing import save_viewer_screenshot, save_widget_screenshot, wait_for
+from ctbench_napari._testing import doc_images_dir, save_viewer_screenshot, save_widget_screenshot, wait_for
 
 pytestmark = pytest.mark.gui
-DOC_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images"
+DOC_IMAGES = doc_images_dir()
 SPEC = LabScanSpec()
 
 

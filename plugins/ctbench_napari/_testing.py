@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -9,6 +10,15 @@ from pathlib import Path
 import numpy as np
 
 SCREENSHOT_DIR = Path(__file__).resolve().parents[2] / "tests" / "screenshots"
+DOC_IMAGES_ENV = "CTBENCH_WRITE_DOC_IMAGES"
+
+
+def doc_images_dir() -> Path:
+    """Where a test writes the screenshots the docs show: ``docs/images`` only when ``CTBENCH_WRITE_DOC_IMAGES=1``
+    asks to refresh them (the test run never changes tracked files otherwise), else ``tests/screenshots/docs``."""
+    if os.environ.get(DOC_IMAGES_ENV) == "1":
+        return Path(__file__).resolve().parents[2] / "docs" / "images"
+    return SCREENSHOT_DIR / "docs"
 
 
 def pixel_stats(image: np.ndarray) -> dict:
