@@ -291,7 +291,7 @@ def test_job_events_are_strict_json(tmp_path):
 
 # ------------------------------------------------------------------------------------------ ctbench info
 def test_info_times_no_kernel_path_unless_asked(monkeypatch, capsys):
-    from ctbench.engine import cpu_joseph_paths, cpu_path_cache
+    from ctbench.engine.cpu import joseph_paths as cpu_joseph_paths, path_cache as cpu_path_cache
 
     calls = []
 

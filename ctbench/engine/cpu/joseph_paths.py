@@ -282,10 +282,10 @@ def describe(lib, *, measure: bool = True) -> dict:
         ready = st is not None and st["lib"] is lib
     if not measure and not ready:
         known = known_paths(lib)
-        choice = cpu_path_cache.cached_choice(getattr(lib, "_ctbench_origin", {}), FAMILY, known,
+        choice = path_cache.cached_choice(getattr(lib, "_ctbench_origin", {}), FAMILY, known,
                                               _acceptable(known)) if known else None
         if choice is None:
-            forced = cpu_paths.check_forced(cpu_paths.forced_paths(), known)
+            forced = path_choice.check_forced(path_choice.forced_paths(), known)
             return {"known": known, "measured": None, "active": forced or None,
                     "source": "not measured yet: timed at the first projector call (or ctbench info "
                               "--measure-paths)"}
