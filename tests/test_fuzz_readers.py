@@ -21,7 +21,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent / "fuzz_readers_main.py"
 ADDRESS_SPACE = 4 << 30
-N_FILES = 500
+N_FILES = 300
 
 
 def _limit():
