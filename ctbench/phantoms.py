@@ -6,7 +6,7 @@ ellipsoid lives in *normalised* coordinates (the Shepp-Logan head fits in
 ``[-1, 1]^3``) and is mapped to the world (mm) by an isotropic ``scale``: the
 physical length that normalised coordinate 1.0 becomes.
 
-Conventions (DESIGN.md): a volume ``(D, H, W)`` holds world axes ``(z, y, x)``
+Conventions (docs/ARCHITECTURE.md): a volume ``(D, H, W)`` holds world axes ``(z, y, x)``
 and is centred on the origin, so voxel ``(k, j, i)`` sits at
 ``x = (i-(W-1)/2)*dx``, ``y = (j-(H-1)/2)*dy``, ``z = (k-(D-1)/2)*dz``.  World
 vectors are ``(x, y, z)``.  Detector pixel ``(i, j)`` of a ``(U, V)`` detector

@@ -1,4 +1,4 @@
-"""DESIGN.md's one-way arrows, checked with import-linter (contracts in pyproject.toml), and no
+"""docs/ARCHITECTURE.md's one-way arrows, checked with import-linter (contracts in pyproject.toml), and no
 import circles anywhere in ctbench/ (function-level imports included)."""
 
 from __future__ import annotations

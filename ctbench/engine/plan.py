@@ -1,4 +1,4 @@
-"""Planning of windows under a memory budget (the slab principle of DESIGN.md).
+"""Planning of windows under a memory budget (the slab principle of docs/ARCHITECTURE.md).
 
 A projector call touches a volume slab ``[z0, z1)``, a batch of views and a
 detector tile.  Because the projection of a volume is exactly the sum of the

@@ -2,7 +2,7 @@
 
 Image axes: every stack is ``(view, row, column)`` as detectors and TIFF
 files store it, row 0 at the top.  ctbench's sinogram is ``(view, U, V)``
-with +v up (DESIGN.md), so columns are u and rows run along -v:
+with +v up (docs/ARCHITECTURE.md), so columns are u and rows run along -v:
 :func:`images_to_sinogram` and :func:`sinogram_to_images` convert without
 copying more than once.  This is also the napari plugin's display order of
 sinograms, so a projection stack shown in napari needs no reordering.

@@ -1,6 +1,6 @@
 """Background reconstruction jobs: spec, SQLite job table, torchrun launcher, worker, HTTP bridge, client.
 
-Layering (DESIGN.md): the napari plugin and the command line talk to a bridge
+Layering (docs/ARCHITECTURE.md): the napari plugin and the command line talk to a bridge
 through :mod:`.client`; the bridge (:mod:`.service`, :mod:`.scheduler`) keeps
 jobs in :mod:`.store` and starts each one with :mod:`.launcher` as a
 ``torchrun`` process tree running :mod:`.worker`, which consumes the same
