@@ -16,6 +16,9 @@
    interleaved call by call with the streamed job, ``--repeats`` times each; the ratio of the streamed job's
    whole-process time to the in-memory ``fdk`` call (target: at most 1.25) and the largest difference of the
    two volumes.
+4. **Ranks** (``--ranks R``): the same job as ``ctbench recon --ranks R`` (torchrun, Gloo; each rank
+   ``threads // R`` kernel threads, the ranks sharing the budget), interleaved call by call with the
+   single-process job; the speed-up of the medians and whether the two volumes are equal bit for bit.
 
 Output: JSON lines on stdout, appended to ``--out`` (benchmarks/results/bench_large_scan.jsonl).
 """
@@ -111,12 +114,14 @@ def _tree_rss(proc) -> int:
     return total
 
 
-def run_recon_process(config: Path, out_path: Path, memory: str, threads: int, slabs: int | None) -> dict:
-    """One ``ctbench recon`` child process (module doc, 2)."""
+def run_recon_process(config: Path, out_path: Path, memory: str, threads: int, slabs: int | None,
+                      ranks: int = 1) -> dict:
+    """One ``ctbench recon`` child process (module doc, 2), ``--ranks ranks`` when more than one."""
     import psutil
 
     cmd = [sys.executable, "-m", "ctbench.cli", "recon", str(config), "--out", str(out_path), "--json",
-           "--memory", memory, "--threads", str(threads), "--overwrite"]
+           "--memory", memory, "--threads", str(threads), "--overwrite"] + \
+        (["--ranks", str(ranks)] if ranks > 1 else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -203,6 +208,7 @@ def main(argv=None) -> int:
     ap.add_argument("--slabs", type=int, help="stop after the first K slabs are backprojected")
     ap.add_argument("--compare", action="store_true", help="interleave the in-memory fdk call (module doc, 3)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ranks", type=int, help="interleave the job run as this many torchrun ranks (module doc, 4)")
     ap.add_argument("--workdir", type=Path, help="where the scan and the volume go (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the scan and the volume")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -231,7 +237,9 @@ def main(argv=None) -> int:
         if peer is not None:
             torch.set_num_threads(args.threads)
         walls, peer_walls, peaks, last = [], [], [], None
-        for i in range(args.repeats if args.compare else 1):
+        ranked_walls, ranked_path = [], work / "ranked.ome.zarr"
+        rank_threads = max(1, args.threads // args.ranks) if args.ranks else None
+        for i in range(args.repeats if (args.compare or args.ranks) else 1):
             rec = run_recon_process(config, out_path, args.memory, args.threads, args.slabs)
             walls.append(rec["wall_s"])
             peaks.append(rec["peak_rss_bytes"])
@@ -242,6 +250,11 @@ def main(argv=None) -> int:
                 rest = (bp["total"] - bp["done"]) / bp["rate"]
                 line["projected_total_s"] = round(rec["wall_s"] + rest, 1)
             emit(**line)
+            if args.ranks:
+                rec_r = run_recon_process(config, ranked_path, args.memory, rank_threads, args.slabs, args.ranks)
+                ranked_walls.append(rec_r["wall_s"])
+                emit(**({"kind": "ranked", "call": i, "ranks": args.ranks, "threads_per_rank": rank_threads}
+                        | rec_r))
             if peer is not None:
                 t, vol = time_in_memory(*peer)
                 peer_walls.append(t)
@@ -258,6 +271,18 @@ def main(argv=None) -> int:
                         "ratio_min": round(min(walls) / min(peer_walls), 3), "target_ratio": TARGET_RATIO,
                         "max_abs_difference": float((streamed - vol).abs().max()),
                         "volume_max": float(vol.abs().max())}
+        if ranked_walls:
+            from ctbench.io.ome_zarr import OmeZarrVolume
+            a, b = OmeZarrVolume.open(out_path), OmeZarrVolume.open(ranked_path)
+            summary |= {"ranks": args.ranks, "threads_per_rank": rank_threads,
+                        "ranked_wall_min_s": min(ranked_walls),
+                        "ranked_wall_median_s": statistics.median(ranked_walls),
+                        "rank_speedup_median": round(statistics.median(walls) / statistics.median(ranked_walls), 3),
+                        "same_volume_bit_for_bit": all(np.array_equal(a.read(level=k), b.read(level=k))
+                                                       for k in range(a.n_levels)),
+                        # the ranks share the budget, so each plans smaller windows: other sums, same volume
+                        # up to float32 round-off (bit for bit where the plans agree)
+                        "ranked_max_abs_difference": float(np.abs(a.read() - b.read()).max())}
         if last and last["kernel_s"]:
             summary["kernel_s"] = last["kernel_s"]
         emit(**summary)

@@ -200,13 +200,12 @@ def plan_pipeline(s: ScanShape, budget: int, baseline: int, *, band_rows, alignm
 
     k = _largest(lambda k: view_pass_bytes(s, k) <= avail, 1, min(s.n_views, 256))
     vc, rb_store, _ = store_chunks(s)
-    if k >= vc:
-        k -= k % vc                               # whole store chunks per write
+    # Windows never straddle a store chunk: whole chunks per write, or windows that tile one chunk, so that the
+    # ranks of a job (ctbench.pipeline.ranks), each taking whole chunks, never write the same chunk.
+    k = _whole_chunks(k, vc)
     rb = 0
     if s.ring_pass:
-        rb = _largest(lambda r: ring_pass_bytes(s, r) <= avail, 1, rows)
-        if rb >= rb_store:
-            rb -= rb % rb_store
+        rb = _whole_chunks(_largest(lambda r: ring_pass_bytes(s, r) <= avail, 1, rows), rb_store)
     nz = _largest(lambda n: _fdk_fits(s, n * alignment, 1, band_rows, avail) and n * alignment <= _ceil(D, alignment),
                   1, max(1, _ceil(D, alignment) // alignment))
     slab = min(D, nz * alignment)
@@ -220,6 +219,13 @@ def plan_pipeline(s: ScanShape, budget: int, baseline: int, *, band_rows, alignm
     peaks = {key: v + baseline + RUNTIME_MARGIN for key, v in peaks.items() if v}
     return PipelinePlan(int(budget), int(baseline), int(k), (int(vc), int(rb_store), int(s.frame[1])), int(rb),
                         int(slab), int(nb), peaks)
+
+
+def _whole_chunks(n: int, chunk: int) -> int:
+    """``n`` rounded down to whole chunks, or (below one chunk) to the largest divisor of the chunk."""
+    if n >= chunk:
+        return n - n % chunk
+    return max(d for d in range(1, n + 1) if chunk % d == 0)
 
 
 def _ceil(a: int, b: int) -> int:

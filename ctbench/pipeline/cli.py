@@ -35,7 +35,51 @@ def register_recon(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing output that ctbench wrote")
     p.add_argument("--force", action="store_true", help="replace an existing output even if ctbench did not "
                                                         "write it (never an input)")
+    p.add_argument("--ranks", type=int, help="processes on this machine that share the job's windows "
+                                             "(torchrun with Gloo; docs/LARGE_VOLUMES.md, \"Several ranks\")")
     p.set_defaults(func=_cli)
+
+
+def _relaunch_args(args) -> list[str]:
+    """The same ``ctbench recon`` command line, without ``--ranks`` (each rank runs it)."""
+    out = [str(Path(args.config).resolve())]
+    for flag in ("out", "memory", "threads"):
+        value = getattr(args, flag)
+        if value is not None:
+            out += [f"--{flag}", str(Path(value).resolve()) if flag == "out" else str(value)]
+    return out + [f"--{flag}" for flag in ("json", "quiet", "overwrite", "force") if getattr(args, flag)]
+
+
+def _launch_ranks(args) -> int:
+    """``--ranks N``: the command again as N ranks under torchrun (one machine, Gloo); rank 0 speaks."""
+    import os
+    import subprocess
+
+    import tempfile
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}",
+           "-m", "ctbench.cli", "recon", *_relaunch_args(args)]
+    with tempfile.TemporaryDirectory(prefix="ctbench-ranks-") as status:
+        # A refused input is one line from rank 0 and its exit status comes back through a file, so torchrun
+        # sees ranks that ended normally and adds no failure summary of its own; a crash still shows it.
+        rc = subprocess.call(cmd, env=dict(os.environ, **{RANK_STATUS_ENV: status}))
+        mine = Path(status) / "rank0.rc"
+        return int(mine.read_text()) if rc == 0 and mine.exists() else rc
+
+
+RANK_STATUS_ENV = "CTBENCH_RANK_STATUS"
+
+
+def _cli(args) -> int:
+    import os
+
+    rc = _recon_cli(args)
+    status = os.environ.get(RANK_STATUS_ENV)
+    if status and "RANK" in os.environ:
+        from ..atomic_files import atomic_write_bytes
+        atomic_write_bytes(Path(status) / f"rank{int(os.environ['RANK'])}.rc", str(rc).encode())
+        return 0
+    return rc
 
 
 def _close(progress) -> None:
@@ -43,13 +87,27 @@ def _close(progress) -> None:
         progress.close()
 
 
-def _cli(args) -> int:
+def _recon_cli(args) -> int:
     from .progress import Cancelled, JsonLinesSink, Progress, TqdmSink
+    from .ranks import RankError
     from .run_folder import RunBusyError
+
+    import os
 
     if args.threads is not None and args.threads < 1:
         print("ctbench recon: --threads must be a positive number of threads", file=sys.stderr)
         return 2
+    if args.ranks is not None:
+        if args.ranks < 1:
+            print("ctbench recon: --ranks must be a positive number of processes", file=sys.stderr)
+            return 2
+        if args.ranks > (os.cpu_count() or 1):
+            print(f"ctbench recon: --ranks {args.ranks} is more than this machine's {os.cpu_count()} cores",
+                  file=sys.stderr)
+            return 2
+        if args.ranks > 1 and "WORLD_SIZE" not in os.environ:
+            return _launch_ranks(args)
+    leader = os.environ.get("RANK", "0") == "0"
     progress = None
     try:
         cfg = load_config(args.config)
@@ -62,11 +120,13 @@ def _cli(args) -> int:
         updates = {k: v for k, v in (("memory", args.memory), ("threads", args.threads)) if v is not None}
         if updates:
             cfg.resources = cfg.resources.model_validate(cfg.resources.model_dump() | updates)
-        sink = JsonLinesSink() if args.json else (None if args.quiet else TqdmSink())
+        sink = None if not leader else JsonLinesSink() if args.json else (None if args.quiet else TqdmSink())
         progress = Progress(sink, throttle_s=0.0 if args.json else 0.25)
         say = (lambda m: print(strict_json({"event": "log", "message": m}), flush=True)) if args.json else \
             (lambda m: print(m, file=sys.stderr))
         report = run_recon(cfg, log=say, progress=progress, return_volume=False)
+    except RankError:
+        return 2                  # rank 0 stopped and says why; the other ranks stay quiet
     except Cancelled as e:
         _close(progress)     # the bars end their lines first: the message starts a line of its own
         print(f"ctbench recon: {e}; run the same command again to resume", file=sys.stderr)
@@ -79,6 +139,8 @@ def _cli(args) -> int:
         return 2
     finally:
         _close(progress)
+    if not leader:
+        return 0
     for w in report.get("warnings", []):
         print(f"ctbench recon: warning: {w}", file=sys.stderr)
     for k in ("volume", "geometry_object"):

@@ -75,16 +75,25 @@ def fingerprint(doc) -> str:
 class RunFolder:
     """A job's run folder (module doc).  Use as a context manager: the lock is held inside."""
 
-    def __init__(self, path: Path, key: str, *, say=None):
+    def __init__(self, path: Path, key: str, *, say=None, follower: bool = False):
         self.path = Path(path)
         self.key = key
         self.say = say or (lambda m: None)
+        self.follower = follower
         self._lock_fd: int | None = None
         self.state: dict = {}
         self.resumed = False
 
     # ------------------------------------------------------------ opening
     def __enter__(self) -> "RunFolder":
+        if self.follower:
+            # Another rank of the same job (ctbench.pipeline.ranks): the leader holds the lock and owns the
+            # state; a follower only reads it and adds done markers for its own windows.
+            doc = self._read_state()
+            if doc is None or doc.get("key") != self.key:
+                raise RunBusyError(f"the run folder {self.path} is not this job's (rank 0 opened another job)")
+            self.state, self.resumed = doc, True
+            return self
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock()
         doc = self._read_state()
@@ -133,6 +142,8 @@ class RunFolder:
 
     # ------------------------------------------------------------ state
     def save(self) -> None:
+        if self.follower:
+            raise RuntimeError("only the leading rank writes a run folder's state")
         atomic_write_bytes(self.path / "run.json", json.dumps(self.state, indent=1).encode())
 
     def remember(self, **entries) -> None:

@@ -26,6 +26,9 @@ with the same command skips what is marked and gives the same volume bit for
 bit (the plan it records is reused).  The memory budget (``--memory``,
 ``resources.memory``; default :func:`ctbench.pipeline.budget.default_budget`)
 sets every window (:func:`ctbench.pipeline.budget.plan_pipeline`).
+
+Under ``torchrun`` (``ctbench recon --ranks N``) every rank runs this job on the same run folder and takes its
+share of each stage's windows (:mod:`ctbench.pipeline.ranks`); the volume is the single process's, bit for bit.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from .budget import (BudgetError, PipelinePlan, ScanShape, default_budget, parse
 from .config import ReconConfig
 from .correct import Corrections, diff_counts, merge_counts
 from .progress import Progress
+from .ranks import Ranks
 from .run_folder import RunFolder, fingerprint, input_identity, run_folder_for
 from .steps import distances, open_scan, recon_inputs, scan_geometry, scan_orientation, with_file_values
 
@@ -85,13 +89,17 @@ def _reading_ahead():
 class StreamedRecon:
     """One ``ctbench recon`` job (module doc); :meth:`run` returns the report."""
 
-    def __init__(self, cfg: ReconConfig, *, say=None, progress: Progress | None = None, return_volume=True):
+    def __init__(self, cfg: ReconConfig, *, say=None, progress: Progress | None = None, return_volume=True,
+                 ranks: Ranks | None = None):
         self.cfg = cfg
-        self.say = say or (lambda m: None)
-        self.progress = progress or Progress()
+        self.ranks = ranks or Ranks()
+        leader = self.ranks.leader          # the other ranks work silently: one voice, one set of bars
+        self.say = (say if leader else None) or (lambda m: None)
+        self.progress = (progress if leader else None) or Progress(cancel=progress.cancel if progress else None)
         self.return_volume = return_volume
         self.t0 = time.perf_counter()
         self.kernel_s = {"filter": 0.0, "backproject": 0.0}    # time inside FDK's kernels in this process
+        self.windows_done: dict[str, int] = {}                  # windows of each stage this process did
 
     # ================================================================ set-up
     def _setup(self):
@@ -99,20 +107,18 @@ class StreamedRecon:
 
         cfg = self.cfg
         self.request = ReconRequest(cfg.algorithm.name, cfg.algorithm.params).validated()
-        self.out_format = None
-        if cfg.output is not None:   # refused before any work: an output over the scan, or a foreign file
-            from ..output_policy import check_output
-            self.out_format = output_format(cfg.output.path, cfg.output.format)
-            check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite,
-                         force=cfg.output.force, what="output.path")
-            if not Path(cfg.output.path).parent.is_dir():
-                raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
-                                                     "does not exist")
+        self.out_format = None if cfg.output is None else output_format(cfg.output.path, cfg.output.format)
         res = cfg.resources
-        self.budget = parse_budget(res.memory, "resources.memory") or default_budget()
-        if res.threads:
+        # The budget caps the whole job on each machine: the ranks of one node share it.
+        self.budget = (parse_budget(res.memory, "resources.memory") or default_budget()) // self.ranks.local_world
+        if res.threads or self.ranks.world > 1:
+            import os
+
             import torch
-            torch.set_num_threads(int(res.threads))
+            # torchrun sets one OpenMP thread per rank; without resources.threads the ranks of a node share
+            # its cores
+            torch.set_num_threads(int(res.threads) if res.threads else
+                                  max(1, (os.cpu_count() or 1) // self.ranks.local_world))
         self.scan = scan = open_scan(cfg.input)
         self.say(f"read {scan.format} scan {scan.source}: {scan.n_views} views of {scan.detector_shape} pixels")
         self.corr = Corrections(scan, cfg.preprocess, cfg.geometry.pixel_size_mm)
@@ -189,6 +195,7 @@ class StreamedRecon:
 
     # ================================================================ the run
     def run(self) -> dict:
+        self.ranks.from_leader(self._check_output)
         self._setup()
         cfg = self.cfg
         if cfg.output is not None:
@@ -197,35 +204,93 @@ class StreamedRecon:
         else:
             temp = Path(tempfile.mkdtemp(prefix="ctbench-recon-"))
             folder = temp / "run"
-        fresh = not folder.exists()
         try:
-            with RunFolder(folder, job_key(cfg), say=self.say) as run:
-                if run.resumed and "plan" in run.state:
-                    plan = PipelinePlan.from_json(run.state["plan"])     # the same windows: the same bits
-                    self.say(f"resuming the unfinished run in {folder}")
-                else:
-                    try:
-                        plan = self._plan()
-                    except BudgetError:
-                        if fresh:
-                            run.remove()
-                        raise
-                    run.remember(plan=plan.to_json())
+            with self._open_run(folder) as (run, plan):
                 self.plan, self.run_folder = plan, run
-                self.say(plan.summary())
+                world = self.ranks.world
+                self.say(plan.summary() + (f"; {world} ranks share its windows" if world > 1 else ""))
                 try:
                     report = self._stages(run)
                 except BaseException:
                     from ..storage.zarr_store import settle_pending_io
                     settle_pending_io()       # chunk writes still in flight after one failed (a full disk)
                     raise
-            if cfg.output is not None:
-                run.remove()
+                if cfg.output is not None and self.ranks.leader:
+                    run.remove()
         finally:
             if temp is not None:
                 shutil.rmtree(temp, ignore_errors=True)
         report["elapsed_s"] = round(time.perf_counter() - self.t0, 3)
         return report
+
+    @contextmanager
+    def _open_run(self, folder: Path):
+        """The run folder (the leader's, locked; the other ranks follow it) and the job's plan."""
+        key, fresh, opened = job_key(self.cfg), not folder.exists(), []
+
+        def open_and_plan():
+            run = RunFolder(folder, key, say=self.say).__enter__()
+            opened.append(run)
+            return self._plan_of(run, fresh, folder)
+
+        try:
+            plan_json = self.ranks.from_leader(open_and_plan)
+            if not self.ranks.leader:
+                opened.append(RunFolder(folder, key, follower=True).__enter__())
+            yield opened[0], PipelinePlan.from_json(plan_json)
+        finally:
+            for run in opened:
+                run.__exit__(None, None, None)
+
+    def _check_output(self) -> None:
+        """Refused before any work (on the leader): an output over the scan, a foreign file, a missing folder."""
+        cfg = self.cfg
+        if cfg.output is None:
+            if self.ranks.world > 1:
+                raise ValueError("output.path is required with several ranks: they share the run folder beside it")
+            return
+        from ..output_policy import check_output
+        output_format(cfg.output.path, cfg.output.format)
+        check_output(cfg.output.path, recon_inputs(cfg), overwrite=cfg.output.overwrite,
+                     force=cfg.output.force, what="output.path")
+        if not Path(cfg.output.path).parent.is_dir():
+            raise ScanFileError(cfg.output.path, f"cannot be written: the folder {Path(cfg.output.path).parent} "
+                                                 "does not exist")
+
+    def _plan_of(self, run: RunFolder, fresh: bool, folder: Path) -> dict:
+        """The recorded plan of a resumed run (the same windows: the same bits), else a new one, recorded."""
+        if run.resumed and "plan" in run.state:
+            self.say(f"resuming the unfinished run in {folder}")
+            return run.state["plan"]
+        try:
+            plan = self._plan()
+        except BudgetError:
+            if fresh:
+                run.remove()
+            raise
+        run.remember(plan=plan.to_json())
+        return plan.to_json()
+
+    def _share(self, run: RunFolder, step: str, windows: list, chunk: int | None = None) -> list:
+        """This rank's windows of a stage not yet done; every rank looks at the markers at the same moment.
+        ``chunk``: the store's chunk length along the windows' axis; windows within one chunk go to one rank,
+        so no two ranks ever write the same chunk."""
+        self.ranks.barrier()
+        todo = [w for w in windows if not run.is_done(step, *w)]
+        if chunk is None or self.ranks.world == 1:
+            mine = self.ranks.share(todo)
+        else:
+            groups = sorted({a // chunk for a, _ in todo})
+            ours = set(self.ranks.share(groups))
+            mine = [w for w in todo if w[0] // chunk in ours]
+        self.windows_done[step] = self.windows_done.get(step, 0) + len(mine)
+        return mine
+
+    def _advance(self, stage, run: RunFolder, step: str, windows: list) -> None:
+        """The stage's bar at what every rank has finished (each rank marks its own windows)."""
+        done = sum(b - a for a, b in windows if run.is_done(step, a, b))
+        if done > stage.done:
+            stage.advance(done - stage.done)
 
     def _stages(self, run: RunFolder) -> dict:
         store = self._read_pass(run)
@@ -242,10 +307,12 @@ class StreamedRecon:
             algo = {"algorithm": self.request.algorithm, "method": fdk.who, "params": dict(self.request.params),
                     "n_iter": 1, "stopped": "completed", "slabs": self.plan.slab, "view_batch": self.plan.view_batch}
         else:
-            algo = self._solve(run, reader, geometry, volume_path)
+            # iterative methods run on the leader (disk CGLS plans its own windows); the other ranks wait
+            algo = self.ranks.from_leader(lambda: self._solve(run, reader, geometry, volume_path))
         report = self._report(found, geometry, algo)
+        report["ranks"] = {"world": self.ranks.world, "windows": self.ranks.gather(self.windows_done)}
         report["volume"] = None
-        if self.return_volume:
+        if self.return_volume and self.ranks.leader:
             import torch
             from ..io.ome_zarr import OmeZarrVolume
             report["volume"] = torch.from_numpy(OmeZarrVolume.open(volume_path).read())
@@ -253,7 +320,7 @@ class StreamedRecon:
                 report["volume"] = report["volume"][0]
         report["geometry_object"] = geometry
         if self.cfg.output is not None:
-            report["output"] = str(self._deliver(volume_path, geometry, report))
+            report["output"] = self.ranks.from_leader(lambda: str(self._deliver(volume_path, geometry, report)))
             self.say(f"wrote {report['output']}")
         return report
 
@@ -262,23 +329,27 @@ class StreamedRecon:
         from ..storage import ZarrStore
         path = run.item(name)
         n, rows, cols = self.shape
-        if run.is_done("created", 0, 0) and path.exists() and (path / "zarr.json").exists() and \
-                run.state.get("stores", {}).get(name):
-            return ZarrStore.open(path, "r+", allow_incomplete=True)
-        if path.exists():
-            shutil.rmtree(path)
-        store = ZarrStore.create(path, (n, rows, cols), chunks=self.plan.store_chunks)
-        run.remember(stores={**run.state.get("stores", {}), name: True})
-        run.mark_done("created", 0, 0)
-        return store
+
+        def create():        # the leader makes the store; the other ranks open it
+            if run.is_done("created", 0, 0) and path.exists() and (path / "zarr.json").exists() and \
+                    run.state.get("stores", {}).get(name):
+                return
+            if path.exists():
+                shutil.rmtree(path)
+            ZarrStore.create(path, (n, rows, cols), chunks=self.plan.store_chunks)
+            run.remember(stores={**run.state.get("stores", {}), name: True})
+            run.mark_done("created", 0, 0)
+
+        self.ranks.from_leader(create)
+        return ZarrStore.open(path, "r+", allow_incomplete=True)
 
     def _read_pass(self, run: RunFolder):
         store = self._store(run, "lines.zarr")
         n = self.shape[0]
         k = self.plan.view_chunk
         windows = [(a, min(n, a + k)) for a in range(0, n, k)]
-        todo = [w for w in windows if not run.is_done("read", *w)]
-        stage = self.progress.stage("read", n, "views", done=n - sum(b - a for a, b in todo))
+        todo = self._share(run, "read", windows, chunk=self.plan.store_chunks[0])
+        stage = self.progress.stage("read", n, "views", done=sum(b - a for a, b in windows if run.is_done("read", a, b)))
         corr = self.corr
         with _reading_ahead() as pool:
             ahead = pool.submit(corr.read_raw, *todo[0]) if todo else None
@@ -290,7 +361,9 @@ class StreamedRecon:
                 del raw
                 store.array[a:b] = lines
                 run.mark_done("read", a, b, json.dumps(diff_counts(corr.summary(), before)))
-                stage.advance(b - a)
+                self._advance(stage, run, "read", windows)
+        self.ranks.barrier()
+        self._advance(stage, run, "read", windows)
         stage.close()
         self.counts = merge_counts([corr.summary_fields()] + [json.loads(run.done_data("read", a, b) or "{}")
                                                               for a, b in windows])
@@ -317,8 +390,8 @@ class StreamedRecon:
         n, rows, cols = self.shape
         rb = self.plan.row_band
         windows = [(r, min(rows, r + rb)) for r in range(0, rows, rb)]
-        todo = [w for w in windows if not run.is_done("rings", *w)]
-        stage = self.progress.stage("rings", rows, "rows", done=rows - sum(b - a for a, b in todo))
+        todo = self._share(run, "rings", windows, chunk=self.plan.store_chunks[1])
+        stage = self.progress.stage("rings", rows, "rows", done=sum(b - a for a, b in windows if run.is_done("rings", a, b)))
         with _reading_ahead() as pool:
             ahead = pool.submit(lambda w: np.asarray(src.array[:, w[0]:w[1]]), todo[0]) if todo else None
             for j, (r0, r1) in enumerate(todo):
@@ -327,7 +400,9 @@ class StreamedRecon:
                     if j + 1 < len(todo) else None
                 dst.array[:, r0:r1] = self.corr.rows(band)
                 run.mark_done("rings", r0, r1)
-                stage.advance(r1 - r0)
+                self._advance(stage, run, "rings", windows)
+        self.ranks.barrier()
+        self._advance(stage, run, "rings", windows)
         stage.close()
         return dst
 
@@ -344,8 +419,11 @@ class StreamedRecon:
                           shift_y=None if shifted is None else shifted[1])
         roll = float(geo.detector_roll_deg or 0.0)
         unroll = bool(roll) and self.analytic
-        found = run.state.get("found")
-        if found is None:
+
+        def find() -> dict:       # on the leader; the other ranks get what it found
+            found = run.state.get("found")
+            if found is not None:
+                return found
             stage = self.progress.stage("centre", 1, "steps")
             offset_v = (geo.detector_offset_v_mm or 0.0) + self.shift_v
             r0, r1, band_offset = centre_rows(rows, dv, offset_v)
@@ -381,6 +459,9 @@ class StreamedRecon:
             run.remember(found=found)
             stage.advance(1)
             stage.close()
+            return found
+
+        found = self.ranks.from_leader(find)
         for note in found["notes"]:
             self.say(note)
         if found["detector_roll"]:
@@ -407,13 +488,17 @@ class StreamedRecon:
                 "algorithm": self.request.to_dict()}
 
     def _backproject(self, run: RunFolder, reader: BandReader, fdk, geometry, path: Path) -> None:
-        vol = self._volume(path, geometry, self._provenance(geometry))
+        from ..io.ome_zarr import OmeZarrVolume
+        self.ranks.from_leader(lambda: self._volume(path, geometry, self._provenance(geometry)).shape)
+        vol = OmeZarrVolume.open(path, "r+")
         D = geometry.volume_shape[0]
         n = self.shape[0]
         slab, nb = self.plan.slab, self.plan.view_batch
         slabs = [(z, min(D, z + slab)) for z in range(0, D, slab)]
-        todo = [s for s in slabs if not run.is_done("backproject", *s)]
-        stage = self.progress.stage("backproject", D, "planes", done=D - sum(b - a for a, b in todo))
+        todo = self._share(run, "backproject", slabs)
+        done = sum(b - a for a, b in slabs if run.is_done("backproject", a, b))
+        stage = self.progress.stage("backproject", D, "planes", done=done)
+        shared = self.ranks.world > 1        # the bar follows the markers of every rank
         batches = [(a, min(n, a + nb)) for a in range(0, n, nb)]
         with _reading_ahead() as pool:
             for z0, z1 in todo:
@@ -436,13 +521,18 @@ class StreamedRecon:
                         del filtered
                     del block
                     step = (z1 - z0) * (j + 1) / len(jobs) - done_planes
-                    if int(step) >= 1:
+                    if int(step) >= 1 and not shared:
                         stage.advance(int(step))
                         done_planes += int(step)
                 vol.write_slab(z0, acc.numpy())
                 del acc
                 run.mark_done("backproject", z0, z1)
-                stage.advance(int(round((z1 - z0) - done_planes)))
+                if shared:
+                    self._advance(stage, run, "backproject", slabs)
+                else:
+                    stage.advance(int(round((z1 - z0) - done_planes)))
+        self.ranks.barrier()
+        self._advance(stage, run, "backproject", slabs)
         stage.close()
 
     def _solve(self, run: RunFolder, reader: BandReader, geometry, path: Path) -> dict:
@@ -550,7 +640,15 @@ class StreamedRecon:
         return report
 
 
-def run_streamed(cfg: ReconConfig, *, log=None, progress: Progress | None = None, return_volume: bool = True) -> dict:
+def run_streamed(cfg: ReconConfig, *, log=None, progress: Progress | None = None, return_volume: bool = True,
+                 ranks: Ranks | None = None) -> dict:
     """Run a recon config as a stream (module doc); returns the report (``"volume"``: the volume as a tensor when
-    ``return_volume``, else None)."""
-    return StreamedRecon(cfg, say=log, progress=progress, return_volume=return_volume).run()
+    ``return_volume``, on the leading rank, else None).  ``ranks``: this process's place under torchrun
+    (default: read from the environment, one rank outside torchrun)."""
+    own = ranks is None
+    ranks = Ranks.from_environment() if own else ranks
+    try:
+        return StreamedRecon(cfg, say=log, progress=progress, return_volume=return_volume, ranks=ranks).run()
+    finally:
+        if own:
+            ranks.close()
