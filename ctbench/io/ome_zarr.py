@@ -181,8 +181,8 @@ class OmeZarrVolume:
         return np.asarray(self.arrays[level][z0:z1])
 
 
-def is_ome_zarr(path) -> bool:
-    """Whether ``path`` is a folder holding a zarr group with OME multiscales metadata (read from zarr.json only)."""
+def _group_attrs(path) -> dict | None:
+    """The attributes in a folder's zarr.json (bounded read), or None."""
     import json
 
     from .. import guarded_open
@@ -191,9 +191,23 @@ def is_ome_zarr(path) -> bool:
     try:
         doc = json.loads(guarded_open.read_bytes(meta, limit=1 << 20))
     except (OSError, ValueError):
-        return False
+        return None
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
-    return isinstance(attrs, dict) and isinstance(attrs.get("ome"), dict) and "multiscales" in attrs["ome"]
+    return attrs if isinstance(attrs, dict) else None
 
 
-__all__ = ["OmeZarrVolume", "level_shapes", "multiscales", "pool2", "is_ome_zarr", "CHUNK_DEPTH"]
+def is_ome_zarr(path) -> bool:
+    """Whether ``path`` is a folder holding a zarr group with OME multiscales metadata (read from zarr.json only)."""
+    attrs = _group_attrs(path)
+    return attrs is not None and isinstance(attrs.get("ome"), dict) and "multiscales" in attrs["ome"]
+
+
+def is_ctbench_volume(path) -> bool:
+    """Whether ``path`` is an OME-Zarr volume that ctbench wrote (``ctbench recon``'s output)."""
+    from ..output_policy import MARKER_KEY, MARKER_VALUE
+    attrs = _group_attrs(path)
+    return is_ome_zarr(path) and attrs is not None and attrs.get(MARKER_KEY) == MARKER_VALUE
+
+
+__all__ = ["OmeZarrVolume", "level_shapes", "multiscales", "pool2", "is_ome_zarr", "is_ctbench_volume",
+           "CHUNK_DEPTH"]

@@ -1,4 +1,5 @@
-"""Reader and writer contributions: ctbench datasets (.zarr) and trajectory JSON.
+"""Reader and writer contributions: ctbench datasets (.zarr), volumes ``ctbench recon`` wrote as OME-Zarr
+(.ome.zarr, read lazily as a multiscale layer in mm) and trajectory JSON.
 
 napari calls ``get_reader(path)``; it returns a reader function for paths
 this plugin understands and None otherwise, so other readers get their turn.
@@ -23,9 +24,11 @@ import numpy as np
 from ctbench import guarded_open
 from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, design_of, scan_from_trajectory
 from ctbench.geometry import Trajectory
+from ctbench.io.ome_zarr import is_ctbench_volume
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
-from ._layers import KEY, LayerData, display_to_sinogram, sinogram_layer, trajectory_layers, volume_layer
+from ._layers import (KEY, LayerData, display_to_sinogram, placement, sinogram_layer, trajectory_layers,
+                      volume_layer)
 
 
 def _single(path) -> str | None:
@@ -42,6 +45,8 @@ def get_reader(path) -> Callable | None:
         return None
     if p.rstrip("/").endswith(".zarr") and is_dataset(p):
         return read_dataset
+    if p.rstrip("/").endswith(".zarr") and is_ctbench_volume(p):
+        return read_ome_zarr
     if p.endswith(".json") and _json_format(p) in ("ctbench.trajectory", SCAN_FORMAT):
         return read_trajectory
     return None
@@ -98,6 +103,36 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
             layers.append(sinogram_layer(ds.sinogram, ds.geometry, f"{name} sinogram",
                                          extra={"dataset_meta": ds.meta}))
     return layers
+
+
+def read_ome_zarr(path) -> list[LayerData]:
+    """A ctbench OME-Zarr volume as one multiscale image: every level a lazy dask array (napari reads the
+    chunks of the level and region it draws, so the first picture does not wait for the volume), placed in
+    mm, with the recon's geometry in the metadata."""
+    from ctbench.io.ome_zarr import OmeZarrVolume
+
+    p = _single(path)
+    vol = OmeZarrVolume.open(p)
+    levels = [vol.level(k) for k in range(vol.n_levels)]
+    attrs = dict(vol.group.attrs.get("ctbench") or {})
+    geometry = None
+    if isinstance(attrs.get("geometry"), dict):
+        try:
+            geometry = ScanGeometry.from_dict(attrs["geometry"])
+        except (ValueError, TypeError, KeyError):
+            geometry = None          # a volume without a usable geometry still displays
+    # the contrast of the plane napari shows first (the middle one), from the smallest level: a few chunks
+    from ctbench.workbench.metrics import percentile_window
+    small = levels[-1]
+    lo, hi = percentile_window(np.asarray(small[small.shape[0] // 2], dtype=np.float32))
+    recon = attrs.get("recon") if isinstance(attrs.get("recon"), dict) else {}
+    extra = {"source": "ome-zarr", "path": str(Path(p).resolve()), "levels": len(levels)}
+    if isinstance(recon.get("algorithm"), dict):
+        extra["recon"] = recon["algorithm"]
+    _, kw, kind = volume_layer(np.zeros((1, 1, 1), np.float32), vol.voxel_spacing,
+                               Path(p.rstrip("/")).name.removesuffix(".ome.zarr"), geometry=geometry, extra=extra)
+    kw.update(placement(levels[0].shape, vol.voxel_spacing), multiscale=True, contrast_limits=[lo, hi])
+    return [(levels, kw, kind)]
 
 
 def read_dataset(path) -> list[LayerData]:

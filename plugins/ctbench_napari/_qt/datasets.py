@@ -1,9 +1,10 @@
-"""Make the ctbench reader win for ctbench datasets, however they are opened.
+"""Make the ctbench reader win for ctbench datasets and volumes, however they are opened.
 
 napari reads a ``.zarr`` folder with its built-in reader when a script calls
 ``viewer.open(path)`` (its default plugin is napari's own), and asks the
 user to choose a reader on drag and drop.  For a ctbench dataset both lose
-the geometry and the display conventions.  Once any ctbench widget is docked
+the geometry and the display conventions; for an OME-Zarr volume that
+``ctbench recon`` wrote, napari's built-in reader loses the scale in mm.  Once any ctbench widget is docked
 (or the workbench is launched), the viewer:
 
 - opens dropped ctbench datasets with the ctbench reader directly (an
@@ -24,6 +25,7 @@ from pathlib import Path
 from qtpy.QtCore import QEvent, QObject, QTimer
 from qtpy.QtWidgets import QApplication
 
+from ctbench.io.ome_zarr import is_ctbench_volume
 from ctbench.workbench.dataset import is_dataset
 
 log = logging.getLogger("ctbench_napari")
@@ -33,7 +35,7 @@ def _dataset_path(path) -> str | None:
     if not path:
         return None
     p = str(path).rstrip("/\\")
-    return p if p.endswith(".zarr") and Path(p).is_dir() and is_dataset(p) else None
+    return p if p.endswith(".zarr") and Path(p).is_dir() and (is_dataset(p) or is_ctbench_volume(p)) else None
 
 
 class _DropFilter(QObject):
