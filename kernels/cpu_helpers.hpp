@@ -116,7 +116,7 @@ inline void slab_free(void* p) {
 // Small buffers kept between calls, per calling thread, one per slot (KeptSlot): a buffer of this size is
 // fresh memory at every call otherwise (glibc maps and unmaps it), whose pages the kernel faults in and clears
 // before the call writes them again.  At N = 64 (W1's geometry, 2 threads) that was about 6% of the forward's
-// CPU time (docs/INTERNALS.md "Backprojection, session 11").  A thread keeps at most one block of up to
+// CPU time (docs/INTERNALS.md "Memory: huge pages and kept buffers").  A thread keeps at most one block of up to
 // kKeptBlockBytes per slot, freed when the thread ends; larger buffers are allocated and freed per call (their
 // faults are a small part of a call that size).
 constexpr size_t kKeptBlockBytes = size_t(8) << 20;

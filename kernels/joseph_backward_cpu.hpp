@@ -1,10 +1,11 @@
 // CPU backprojection of the Joseph family: the exact transpose of the forward
 // in joseph_cpu.cpp, with the same per-ray set-up (joseph.cuh).  Threads own
-// z-chunks of the output (no atomics).  float32: rays are set up 16 at a time
+// z-chunks of the output, or parts of the detector rows scattered into
+// accumulators of their own (RowSplit); no atomics.  float32: rays are set up 16 at a time
 // by the forward's vectorised fwd::setup_lanes, and a sample's four voxels are
 // updated as two (b, b+1) pairs, x-dominant rays going into an x/y-swapped
 // accumulator so that b is contiguous for every ray.  See docs/INTERNALS.md,
-// "Backprojection: where the time goes".
+// "Backprojection layout".
 #pragma once
 #include <omp.h>
 #if defined(__SSE2__)
@@ -47,8 +48,8 @@ namespace ct {
 // thin (4 MiB is 10 planes at N = 320) while a cone ray's z travel grows with
 // the volume's width, so the rays of the outer detector rows cross ever more
 // sub-chunks and are set up once in each (the reading the measurements fit:
-// N = 320 ran 18% faster with 20-plane sub-chunks; docs/INTERNALS.md,
-// "Backprojection, session 4").
+// N = 320 ran 18% faster with 20-plane sub-chunks, Xeon, 1 thread; docs/INTERNALS.md,
+// "The path table").
 // simd: with pairs, the stencils by block_stencils_simd (AVX-512 builds, AVX2 with FMA); else ignored.
 // dup: with padded and seamless, float32 accumulators of z-row pair slots (DupLayout).
 // band_rows > 0: each (sub-)chunk's detector rows in bands of that many rows, every view per band
@@ -91,16 +92,16 @@ struct BackOptions {
 // slot z - 1.  The slots double the accumulators, so they are taken only while a slot plane is at
 // most kDupMaxSlotPlane bytes: a band's slots then stay in cache (W1's planes, 128 KiB slots: 0.57
 // against 0.60 CPU-s for pairs-padded-b8; N = 192, 288 KiB: 2.31 against 2.12 s, N = 256: 5.9 against
-// 5.2 s, 1 thread, docs/INTERNALS.md "Backprojection, session 5").  Measured again on a 1 MiB L2 (Zen 4,
-// session 7), where the same limit fits: N = 128 0.54 against 0.57 CPU-s without slots, N = 192 with
+// 5.2 s, 1 thread, Xeon; docs/INTERNALS.md "Back: bands and pair slots").  Measured again on a 1 MiB L2
+// (Zen 4), where the same limit fits: N = 128 0.54 against 0.57 CPU-s without slots, N = 192 with
 // slots 2.41 against 2.12, so it is no share of the L2 (which would halve it there and drop N = 128's).
 constexpr i64 kDupMaxSlotPlane = i64(192) << 10;
 
 // Where the view tiles (BackOptions::tile_planes) start and how deep they are, measured on two L2 sizes
-// (ct::l2_cache_bytes; in-process A/B, 1 thread, CPU-s; docs/INTERNALS.md "Backprojection, session 11"):
-// - Zen 4, 1 MiB L2 (session 7, 9): N = 192 (band planes 1.5 MiB) 2.5 tiled against 2.1 untiled, N = 256
+// (ct::l2_cache_bytes; in-process A/B, 1 thread, CPU-s; docs/INTERNALS.md "Back: view tiles"):
+// - Zen 4, 1 MiB L2: N = 192 (band planes 1.5 MiB) 2.5 tiled against 2.1 untiled, N = 256
 //   (2.5 MiB) 5.4 against 5.3, N = 320 (3.9 MiB) 10.9 (64 planes) against 12.2 (128) and 13.2 untiled.
-// - Xeon, 2 MiB L2 (session 11): N = 192 1.80 tiled (128 planes) against 1.75; N = 256 4.08 (128 planes) and 4.04 (64)
+// - Xeon, 2 MiB L2: N = 192 1.80 tiled (128 planes) against 1.75; N = 256 4.08 (128 planes) and 4.04 (64)
 //   against 4.63 untiled; N = 320 8.36 (64 planes) against 8.79 (128) and 9.61 (32).
 // So tiles start above 2 MiB of band planes, or above the L2 where that is larger (the Xeon's slower L3 makes
 // the untiled passes cost more there than on Zen 4, where N = 256 is about even), and 64 planes deep on both
@@ -191,7 +192,7 @@ inline void block_stencils(const Ray<real>& r, int n, int m, real v, ScatterBloc
 // the scalar loop in 8-lane halves with a permute per weight and sample.  Alone it did not shorten W1 beyond
 // the noise (the pair loop waits on memory and hides the stencils); the pair-slot paths need it (their scalar
 // stencils were 1.7x slower: on Zen 3, W1, 1 thread, dup-padded-rs-b8 ran 0.725 against 0.82 CPU-s for
-// pairs-padded-rs-b8 once it had them, docs/INTERNALS.md "Backprojection, session 14 (Zen 3)").  Lanes past m
+// pairs-padded-rs-b8 once it had them, docs/INTERNALS.md "Back: bands and pair slots").  Lanes past m
 // are computed and never dereferenced.
 // DUP: the z-row-pair layout (sb == 2, weights in DupLayout's order).
 #if defined(__AVX512F__)
@@ -476,7 +477,7 @@ inline i64 padded_length(i64 n, i64 align_bytes) {
 // bytes, 120 with its index) streamed through the L2 once per tile and view evicted the tile's
 // accumulator planes it was meant to keep there (W1 at N = 320: a view's 2560 rays, 307 KiB, beside
 // 64 planes x 10 rows x 320 floats, 819 KiB, in a 1 MiB L2).  The ray rebuilt from a record and its
-// layout is the one kept, field for field (bitwise the same scatter).  Session 9, Zen 4, N = 320, in-process
+// layout is the one kept, field for field (bitwise the same scatter).  Zen 4, N = 320, in-process
 // A/B, medians of 4: 1 thread 10.13 -> 9.60 CPU-s, 2 threads 10.72 -> 10.10; with the records, 48- and
 // 80-plane tiles were no faster than 64, and tiles at N = 256 still lost (5.42 against 5.27 untiled).
 template <typename real>

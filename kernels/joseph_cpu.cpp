@@ -35,20 +35,23 @@ struct ForwardPath {
 };
 // The -bands paths trace the same rays in another order (bitwise the same output); listed first so
 // that they are each build's default: on volumes beyond the L2 they keep the rate flat (1 thread,
-// load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md).
-// AVX-512 builds default to -fused-bands: 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
+// load 12-14: N = 256 1028 M/s against 520 view by view, N = 320 885-923 M/s; docs/INTERNALS.md, "Forward: bands
+// and view tiles").
+// -fused-bands (what the defaults below build on): 1.2-1.5x avx512-gather-bands from N = 64 to 320 (W1's geometry,
 // 1 thread), yet on the measurement's thin slab avx2-gather-bands ties with it (9.85 against 9.84 ms) while
-// running 0.63-0.72x its rate at N = 64-192: as the default, a rival must beat it by path_choice.CHOICE_MARGIN
-// (10%) to displace it.
-// AVX2-only builds default to avx2-gather-fused-bands: 1.47x avx2-gather-bands at N = 64, ahead at every N to
-// 320 (CTBENCH_MARCH=haswell build on this AVX-512 CPU, 1 thread; docs/INTERNALS.md, session 4).
-// -fused-tiles: -fused-bands, and where a band's planes exceed the L2 (N >= 256 for
-// W1's geometry) runs of views (4 then, 32 since session 10) traced in tiles of 64 planes (fwd::fused_forward_tiled): N = 320 1.14x,
-// N = 256 1.05x (1 thread, load 2-3; docs/INTERNALS.md, "Forward flat cost, session 5"); below, the same loop.
+// running 0.63-0.72x its rate at N = 64-192: as the default (in its -fused-pad-tiles form), a rival must beat it
+// by path_choice.CHOICE_MARGIN (10%) to displace it.
+// avx2-gather-fused-bands (the base of the AVX2-only builds' default): 1.47x avx2-gather-bands at N = 64, ahead
+// at every N to 320 (CTBENCH_MARCH=haswell build on an AVX-512 Xeon, 1 thread; docs/INTERNALS.md, "Forward: fused
+// set-up and edge planes").
+// -fused-tiles: -fused-bands, and where a band's planes exceed the L2 (for W1's geometry from N ~ 230 on a 2 MiB
+// L2, N ~ 165 on 1 MiB) runs of 32 views traced in plane tiles sized to the L2 (fwd::fused_forward_tiled): N = 320
+// 1.14x, N = 256 1.05x with runs of 4 and 64-plane tiles (Xeon, 1 thread, load 2-3; docs/INTERNALS.md, "Forward:
+// bands and view tiles"); below, the same loop.
 // -fused-pad-tiles (each build's default): -fused-tiles, and for slabs up to 32 MiB rays through zero-bordered
 // copies (fwd::pad_slab), so that nearly no plane needs the checked stencil: N = 64 1.05-1.1x.  Its float32
 // rounding (same samples) once moved a known-object self-calibration; that was the solver's step acceptance,
-// fixed (docs/INTERNALS.md, "Forward flat cost, session 6").
+// fixed (docs/INTERNALS.md, "Determinism and rounding").
 constexpr ForwardPath kForwardPaths[] = {
 #if defined(__AVX512F__)
     {"avx512-gather-fused-pad-tiles", true, ct::fwd::LaneKind::Avx512Gather, true, true, true, true},
@@ -85,27 +88,27 @@ struct BackPath {
 };
 constexpr BackPath kBackPaths[] = {
 #if defined(__SSE2__)
-    // the defaults' loops (session 5, docs/INTERNALS.md "Backprojection, session 5"): no z sub-chunks; each
+    // the defaults' loops (docs/INTERNALS.md "Back: bands and pair slots"): no z sub-chunks; each
     // thread's detector rows in bands of 8 (-b8), every view per band, so that a band's part of the
     // accumulators stays in cache across the views (W1, 1 thread, interleaved, load 3.9: 0.60 against
     // 0.76 CPU-s for pairs-padded-s4m-f16; N = 256: 5.2 against 7.5); dup-: the accumulators in z-row
     // pair slots (DupLayout: one 16-byte read-modify-write per sample; W1 0.57), taken for planes up
-    // to kDupMaxSlotPlane and hand-vectorised stencils only (AVX-512, and since session 14 AVX2 with FMA:
+    // to kDupMaxSlotPlane and hand-vectorised stencils only (AVX-512, and AVX2 with FMA:
     // GCC's vectorisation of the scalar pair-slot stencils ran W1 1.7x slower; Zen 3, W1, 1 thread:
     // 0.725 against 0.82 CPU-s for pairs-padded-rs-b8)
-    // -rs (session 6): at 2 threads and more, the threads split the detector rows' bands instead of the
+    // -rs: at 2 threads and more, the threads split the detector rows' bands instead of the
     // slab's z-chunks, each into accumulators of the z rows its rays can reach (BackOptions::row_split;
     // the z-chunks where the parts would overlap by much); at 1 thread the same code as without -rs
     // (W1, 2 threads, interleaved: 0.566 against 0.612 CPU-s, one thread 0.564); and where a band's
     // accumulator planes exceed 2 MiB (or the L2; W1's shape from N = 229), view tiles: runs of 64 views set
     // up once and scattered tile by tile of 64 planes of their dominant axis (BackOptions::tile_planes,
-    // back_tile_planes; session 11, 2 MiB L2, 1 thread: N = 256 4.04 against 4.63 CPU-s untiled, N = 320 8.36
+    // back_tile_planes; Xeon, 2 MiB L2, 1 thread: N = 256 4.04 against 4.63 CPU-s untiled, N = 320 8.36
     // against 8.79 with 128 planes; 1 MiB, N = 320: 10.9 against 12.2 and 13.2 untiled); runs of 64 views
-    // (session 8, Zen 4, 1 thread, N = 320, forced paths alternated: runs of 4/8/16/32 views 14.0/12.8/11.7/10.9
-    // CPU-s; sessions 11 and 12, 1 thread, builds alternated in one process: 64 against 32 views 0.975x the time
+    // (Zen 4, 1 thread, N = 320, forced paths alternated: runs of 4/8/16/32 views 14.0/12.8/11.7/10.9
+    // CPU-s; Xeon and Zen 4, 1 thread, builds alternated in one process: 64 against 32 views 0.975x the time
     // at N = 320 on both L2 sizes, 0.972x at N = 256 on 1 MiB, at 2 threads within noise; twice the kept rays'
-    // memory, about 21 MB a thread at a 1024-column detector); docs/INTERNALS.md "Backprojection, session 6",
-    // "session 7", "session 8", "session 11" and "session 12"
+    // memory, about 21 MB a thread at a 1024-column detector); docs/INTERNALS.md "Back: who owns which voxels"
+    // and "Back: view tiles"
 #if defined(CT_SIMD_LANES)  // the pair-slot paths need block_stencils_simd
     {"dup-padded-rs-b8", {true, 0, false, true, true, 0, true, true, 8, true, 64, 64}},
 #endif
@@ -116,7 +119,7 @@ constexpr BackPath kBackPaths[] = {
     {"pairs-padded-b8", {true, 0, false, true, true, 0, true, false, 8}},
     // bands of 4 with the row split and view tiles too, the twin that the measurement ranks (it cannot see
     // what -rs pays for, so pairs-padded-b4 alone beside dup-padded-rs-b8 let load noise drop both the split
-    // and the tiles; docs/INTERNALS.md "Path choice under load")
+    // and the tiles; docs/INTERNALS.md "CPU paths and how one is chosen")
     {"pairs-padded-rs-b4", {true, 0, false, true, true, 0, true, false, 4, true, 64, 64}},
     {"pairs-padded-b4", {true, 0, false, true, true, 0, true, false, 4}},
     // the previous default: padded accumulators walked in z sub-chunks of ~4 MiB of output, all views per
@@ -124,9 +127,9 @@ constexpr BackPath kBackPaths[] = {
     // pairs-padded, 1 thread, loads 3-6: N = 192 1.3x, N = 256 1.2x; N = 128 the same or better);
     // -sNm: seamless sub-chunks, each sample scattered whole by one sub-chunk (ZOwnership), not
     // clipped by both (W1: 0.731 vs 0.766 CPU-s for -z4m at load 10; docs/INTERNALS.md,
-    // "Backprojection, session 3"); -fK: sub-chunks of at least max(H, W) / K planes
+    // "The path table"); -fK: sub-chunks of at least max(H, W) / K planes
     // (BackOptions::depth_div), the same as -s4m up to N = 256 (N = 320, 1 thread, load 3.3:
-    // 394 against 335 M samples per CPU-s; docs/INTERNALS.md, "Backprojection, session 4")
+    // 394 against 335 M samples per CPU-s; Xeon)
     {"pairs-padded-s4m-f16", {true, i64(4) << 20, false, true, true, 16}},
     {"pairs-padded-s4m", {true, i64(4) << 20, false, true, true}},
     {"pairs-padded-s4m-f13", {true, i64(4) << 20, false, true, true, 13}},
@@ -221,7 +224,7 @@ inline void beam_forward(const real* CT_RESTRICT vol, const ct::Ray<real>* r, re
 // neighbouring pixels of a row (the detector axis that moves least along z)
 // in beams of kBeam rays, so consecutive rays share cache lines.
 //
-// Layout (docs/INTERNALS.md, "Forward projection: where the time goes"): a
+// Layout (docs/INTERNALS.md, "Forward: memory order"): a
 // ray's bilinear stencil in plane n spans axes b and c; neighbouring rays of a
 // row are spread along b.  With b the contiguous axis the two b-neighbours of
 // the stencil share a cache line and so do neighbouring rays: 2 lines per

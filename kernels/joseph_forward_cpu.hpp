@@ -2,7 +2,7 @@
 // group of neighbouring detector pixels run in the lanes of one vector, with
 // their state in structure-of-arrays form, and each plane's bilinear stencil is
 // fetched with gathers of 64-bit (b, b+1) pairs (the b axis is contiguous, see
-// docs/INTERNALS.md "CPU kernel layout choices").
+// docs/INTERNALS.md "Forward: memory order").
 //
 // Compiled in: AVX-512 (16 lanes) and AVX2 (8 lanes) where the build targets
 // them (an AVX-512 build has both), otherwise none (kForwardLanes == 0:
@@ -691,7 +691,7 @@ inline void trace_group(const float* vol, const Ray<float>* r, int n, unsigned p
 #if defined(__AVX512F__) || defined(__AVX2__)
 
 // ---------------------------------------------------------------- fused lanes
-// The -fused paths (docs/INTERNALS.md, "Forward flat cost, session 4"): at N = 64 a ray has only ~64
+// The -fused paths (docs/INTERNALS.md, "Forward: fused set-up and edge planes"): at N = 64 a ray has only ~64
 // samples, and the scalar per-ray work around the vector loop (setup_lanes' branchy double code, the
 // Ray structs and their copy into a LaneGroup, the checked edge planes ray by ray) took 59% of the
 // time.  Here a row group of up to 16 pixels is set up in AVX-512 double lanes straight into
@@ -1354,7 +1354,7 @@ inline void pad_plane(const float* src, i64 src_stride, int nz, int H, int W, bo
 }
 // Both copies in one parallel region (the planes of the two alternating, so that a static split gives each
 // thread as many transposed planes as straight ones): one fork and join fewer per call than one region per
-// copy (no gain beyond the noise measured at N = 64: docs/INTERNALS.md, "Forward flat cost, session 6").
+// copy (no gain beyond the noise measured at N = 64, Xeon; docs/INTERNALS.md, "Forward: zero-bordered copies").
 // `dst` holds the (z, y, x) copy, `dst + batch * dst_stride` the (z, x, y) one.
 inline void pad_slab(const float* src, i64 src_stride, int batch, int nz, int H, int W, float* dst, i64 dst_stride,
                      int nthreads) {
@@ -1501,7 +1501,7 @@ inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swa
 }
 
 // ---------------------------------------------------------------- view tiles
-// The -fused-tiles paths (docs/INTERNALS.md, "Forward flat cost, session 5"): beyond N ~ 256 a band's
+// The -fused-tiles paths (docs/INTERNALS.md, "Forward: bands and view tiles"): beyond N ~ 256 a band's
 // rays of one view touch more of the volume than the L2 holds (at N = 320 a band of 5 rows covers about
 // 6 z rows of every (x, y) line: ~2.4 MiB), and the views turn the sheets by up to ~2 planes each, so each
 // view fetched most of its band again from L3.  Here a band's views are taken in runs of
@@ -1512,7 +1512,7 @@ inline void fused_group(const float* vol, i64 vol_batch_stride, const float* swa
 #ifndef CT_FORWARD_TILE_PLANES
 #define CT_FORWARD_TILE_PLANES 0  // > 0: that many planes per tile (for measurements); 0: sized to the L2; < 0: no tiles
 #endif
-// Runs of 32 views, not 4 (session 10, Zen 4, 1 MiB L2, in-process A/B of builds, CPU-s medians, bitwise the
+// Runs of 32 views, not 4 (Zen 4, 1 MiB L2, in-process A/B of builds, CPU-s medians, bitwise the
 // same output): N = 320, 1 thread, 4 -> 8 -> 16 -> 32 views 1.16x, 1.06x, 1.07x faster at each step (64 within
 // noise of 32); runs of 32 against 4: N = 256 1 thread 7.39 -> 6.48, N = 320 2 threads 14.6 -> 11.8, N = 192
 // (tiled too) the same.  A tile's planes are read once per run, so longer runs read them fewer times; the

@@ -4,7 +4,7 @@ The calibration's loss ``|A x - y|^2 / |y|^2`` is summed in float64, but every p
 from a float32 kernel, rounded to within a few ulps of its exact sum.  That moves the loss by up to about
 ``2 eps sum |r_i| |p_i| / |y|^2`` (:func:`rounding_scale`), and how it moves changes with the geometry and
 with the kernel's order of additions: two forward paths that agree to 1e-6 relative gave losses 3e-10 apart
-where the scale was 4e-9 (docs/INTERNALS.md, "Forward flat cost, session 6").  Near a minimum a trial
+where the scale was 4e-9 (docs/INTERNALS.md, "Determinism and rounding").  Near a minimum a trial
 step changes the loss by less than that, so a strict ``trial < current`` is a coin toss on the last float32
 bits: a "rejected" step raised the damping five-fold per try, which carried over to the next parameter stage
 and level, and the solver stopped moving a parameter that had just joined (a known-object ``sdd`` stayed at

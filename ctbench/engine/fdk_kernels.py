@@ -71,14 +71,15 @@ def fdk_paths(dtype: torch.dtype = torch.float32) -> tuple[str, ...]:
 
 def build_default_fdk_path(dtype: torch.dtype = torch.float32) -> str:
     """The build's default for slabs of ``COLUMNS_MIN_Z`` or more planes: columns in lanes where the
-    build has them, else columns with a scalar z loop (docs/INTERNALS.md)."""
+    build has them, else columns with a scalar z loop (docs/INTERNALS.md, "FDK on the CPU")."""
     return "columns" if fdk_lanes(dtype) > 0 else "columns-scalar"
 
 
 def default_fdk_path(dtype: torch.dtype = torch.float32, nz: int = COLUMNS_MIN_Z) -> str:
     """The path a call runs unless ``CTBENCH_CPU_PATH`` forces one: rows for slabs thinner than
     ``COLUMNS_MIN_Z`` (fan 2D), else the path measured fastest on this CPU and cached beside the
-    library (:mod:`ctbench.engine.cpu.fdk_paths`; the build's default unless another beats it by 5 %)."""
+    library (:mod:`ctbench.engine.cpu.fdk_paths`; the build's default unless another beats it by more
+    than 10 %)."""
     if nz < COLUMNS_MIN_Z:
         return "rows"
     return measured_fdk_path(dtype)

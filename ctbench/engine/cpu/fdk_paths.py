@@ -1,10 +1,10 @@
-"""The FDK backprojection's cpu path chosen by measurement on this CPU (issue 24).
+"""The FDK backprojection's cpu path chosen by measurement on this CPU.
 
 The same rule as the Joseph paths (:mod:`ctbench.engine.joseph_paths`): the first time the fdk
 library is used, each of its paths is timed on a small problem per dtype, the fastest is kept unless it
-beats the build's default by less than 5 %, and the choice is cached beside the library under its
-SHA-256 and the CPU's signature (read only through the trust rules; a damaged or foreign file is
-measured again).  ``CTBENCH_CPU_PATH=fdk=NAME`` still overrides it (``fdk_kernels.fdk_path``).
+beats the build's default by less than 10 % (``path_choice.CHOICE_MARGIN``), and the choice is cached
+beside the library under its SHA-256 and the CPU's signature (read only through the trust rules; a damaged
+or foreign file is measured again).  ``CTBENCH_CPU_PATH=fdk=NAME`` still overrides it (``fdk_kernels.fdk_path``).
 """
 
 from __future__ import annotations

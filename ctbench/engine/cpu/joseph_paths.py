@@ -65,7 +65,7 @@ def rematch_time(default_s: float, challenger_s: float, ratios: list[float]) -> 
     time and the default's least time times the median of their paired ratios (challenger / default, one per
     round).  Least times alone let one lucky call decide: on a loaded 2-core Zen 4 one measurement in six
     ranked ``pairs-padded-b4`` 8% ahead of the default, which the six measurements' median put 3% behind, and
-    each such choice stays cached for the library's life (docs/INTERNALS.md, "Path choice under load").  A
+    each such choice stays cached for the library's life (docs/INTERNALS.md, "The measurement").  A
     ratio of two calls a few milliseconds apart sees the same spell of load."""
     if not ratios:
         return challenger_s
@@ -103,8 +103,8 @@ def _back_twin_left_out(name: str, names: list[str]) -> bool:
     """Whether the banded back path ``name`` is left out of the ranking beside its ``-rs`` twin (``X-bR`` beside
     ``X-rs-bR``): the twins differ only in how two or more threads split the work (z-chunks or detector rows) and in
     the view tiles beyond the L2; the measurement runs one thread on an in-cache slab, where they are the same code.
-    The row split ran W1 7% faster at 2 threads, the tiles N = 320 8-10% at 1 (docs/INTERNALS.md, "Backprojection,
-    session 6").  The z-chunk twin stays forceable."""
+    The row split ran W1 7% faster at 2 threads, the tiles N = 320 8-10% at 1 (docs/INTERNALS.md, "Back: who owns
+    which voxels", "Back: view tiles").  The z-chunk twin stays forceable."""
     m = _BACK_BANDS.search(name)
     return bool(m) and "-rs-" not in name and name[: m.start()] + "-rs" + name[m.start():] in names
 

@@ -3,7 +3,8 @@
 One rule for every family (the Joseph projector's forward/back paths, FDK's backprojection): the
 choice is read from ``paths-FAMILY-SHA.json`` when that file is trusted (library_trust's rules) and
 names this very library, CPU and list of paths; otherwise the paths are measured, the fastest is
-kept unless it beats the first listed by less than 5 %, and the choice is written atomically.
+kept unless it beats the first listed by less than 10 % (``path_choice.CHOICE_MARGIN``), and the choice
+is written atomically.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ runs the path measured fastest on this CPU; ``CTBENCH_CPU_PATH`` forces one per 
 benchmarks and tests: ``CTBENCH_CPU_PATH="forward=NAME,back=NAME,fdk=NAME"`` (any subset; an
 operation left out keeps the measured choice; ``NAME=default`` is the build's own default path,
 the same on every CPU, for bitwise comparisons between builds).  The Joseph projector's measurement and its use
-are in ``joseph_paths``; docs/INTERNALS.md ("CPU paths chosen by measurement") lists them.
+are in ``joseph_paths``; docs/INTERNALS.md ("CPU paths and how one is chosen") lists them.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ def write_choice(path: Path, family: str, sha256: str, cpu: str, known: dict[str
 # How much faster than the build's default a path must measure to replace it.  The measurement is a
 # second of small calls, cached for the library's life; on a loaded 2-core Zen 4 one measurement in six put
 # a path 7-8% ahead of the default that W1 at 2 threads ran 13-18% slower (pairs-padded-rs-b4 / -b4 against
-# dup-padded-rs-b8, CPU-s medians); with 5% the choice flipped on such noise (docs/INTERNALS.md, "Path choice
-# under load").
+# dup-padded-rs-b8, CPU-s medians); with 5% the choice flipped on such noise (docs/INTERNALS.md, "The
+# measurement").
 # The choices the measurement exists for differ by far more (gathers against scalar loads on slow-gather
 # cores, view-by-view against banded paths: 1.3-2x).
 CHOICE_MARGIN = 0.10
