@@ -16,6 +16,7 @@ from .cgls import cgls, cgls_iterations
 from .cylindrical import CylindricalProjector
 from .checkpoint import CheckpointError
 from .disk_cgls import disk_cgls, disk_cgls_iterations, plan_disk_cgls
+from .fista import fista, fista_iterations, fista_tv, fista_tv_iterations
 from .filtering import FILTERS, ramp_filter
 from .ordered_subsets import os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction
 from .sirt import sirt, sirt_iterations
@@ -29,4 +30,5 @@ __all__ = [
     "CheckpointError", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
     "os_sirt", "os_sirt_iterations", "os_tv_reconstruction", "os_tv_iterations",
+    "fista", "fista_iterations", "fista_tv", "fista_tv_iterations",
 ]
