@@ -43,7 +43,7 @@ from ._checks import check_finite, check_projector
 from ..engine.finite_differences import divergence, gradient
 
 __all__ = ["LeastSquares", "PoissonTransmission", "TotalVariation", "Huber", "Box", "nonnegativity",
-           "operator_norm", "projector_fingerprint", "check_counts", "check_flat", "check_weights"]
+           "operator_norm", "projector_fingerprint", "optimal_curvature", "check_counts", "check_flat", "check_weights"]
 
 
 # ------------------------------------------------------------------ checks
@@ -208,18 +208,24 @@ class PoissonTransmission(_DataTerm):
         return math.sqrt(float(self.projector.inner_projection(r, r)))
 
     def curvature_at(self, l: torch.Tensor) -> torch.Tensor:
-        """Erdogan & Fessler's optimal curvature: the smallest parabola tangent at ``l >= 0`` that lies
-        above each ray's term on ``[0, inf)``: ``2 I0 (1 - exp(-l) (1 + l)) / l^2`` (``I0`` at ``l = 0``)."""
-        l = l.clamp(min=0.0)
-        small = l < 1e-3
-        ls = torch.where(small, torch.ones_like(l), l)
-        exact = 2.0 * (-torch.expm1(-ls) - ls * torch.exp(-ls)) / ls.square()
-        series = 1.0 - 2.0 * l / 3.0 + l.square() / 4.0
-        return self.flat * torch.where(small, series, exact)
+        """The :func:`optimal_curvature` of every ray at ``l``."""
+        return optimal_curvature(l, self.flat)
 
     def lipschitz(self) -> float:
         x = self.counts
         return float(self.flat.max()) * operator_norm(self.projector, dtype=x.dtype, device=x.device) ** 2
+
+
+def optimal_curvature(l: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """Erdogan & Fessler's optimal curvature of ``h(l) = I0 exp(-l) + y l``: the smallest parabola tangent
+    at ``l >= 0`` that lies above ``h`` on ``[0, inf)``: ``2 I0 (1 - exp(-l) (1 + l)) / l^2`` (``I0`` at 0).
+    It does not depend on ``y``."""
+    l = l.clamp(min=0.0)
+    small = l < 1e-3
+    ls = torch.where(small, torch.ones_like(l), l)
+    exact = 2.0 * (-torch.expm1(-ls) - ls * torch.exp(-ls)) / ls.square()
+    series = 1.0 - 2.0 * l / 3.0 + l.square() / 4.0
+    return flat * torch.where(small, series, exact)
 
 
 # --------------------------------------------------------------- penalties
