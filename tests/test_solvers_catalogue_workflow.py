@@ -11,7 +11,7 @@ from ctbench.workbench.design import TrajectoryDesign
 from ctbench.workbench.estimate import CALLS, STATE
 from ctbench.workbench.workflow import ALGORITHMS, Progress, ReconRequest, reconstruct, run, simulate
 
-NEW = ("fista_tv", "lsqr", "sart", "mlem", "osem", "pwls")
+NEW = ("fista_tv", "lsqr", "lsmr", "sart", "mlem", "osem", "pwls")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,8 @@ def test_reconstruct_runs_the_solver(scan, name):
         ref = solvers.fista_tv(P, sino, 2, lam=d["lam"], prox_iter=d["prox_iter"])
     elif name == "lsqr":
         ref = solvers.lsqr(P, sino, 2)
+    elif name == "lsmr":
+        ref = solvers.lsmr(P, sino, 2)
     elif name == "sart":
         ref = solvers.sart(P, sino, 2, bounds=(0.0, None))
     elif name == "mlem":

@@ -145,6 +145,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("lsqr", "LSQR", True, (
         ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
     ), "least squares by bidiagonalisation: CGLS's iterates, more stable over many iterations"),
+    Algorithm("lsmr", "LSMR", True, (
+        ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
+    ), "least squares minimising the normal-equations residual: smooth convergence, a dependable stopping point"),
     Algorithm("sart", "SART", True, (
         ParamSpec("n_iter", "Sweeps", "int", 2, 1, 100000, help="sweeps over all views, one view per update"),
         ParamSpec("relax", "Relaxation", "float", 1.0, 0.01, 1.99, help="scales every update; below 1 damps "
@@ -349,6 +352,8 @@ def _iterations(problem: Problem, request: ReconRequest, x0, cancel, on_subset=N
                                            prox_iter=p["prox_iter"], x0=x0, cancel=cancel)
     if request.algorithm == "lsqr":
         return solvers.lsqr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "lsmr":
+        return solvers.lsmr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
     if request.algorithm == "sart":
         return solvers.sart_iterations(P, y, p["n_iter"], relax=p["relax"], bounds=nonneg, x0=x0, cancel=cancel,
                                        on_subset=on_subset)
