@@ -97,3 +97,9 @@ def test_fista_checks_its_arguments(problem):
         fista_tv(P, b, 3, prox_iter=0)
     with pytest.raises(ValueError, match="sinogram has shape"):
         fista_tv(P, b[:-1], 3)
+    P.partition = "space"          # a rank's slab: the penalties would miss the neighbours' planes
+    try:
+        with pytest.raises(ValueError, match="partitioned projector is not supported"):
+            fista_tv(P, b, 3)
+    finally:
+        P.partition = None

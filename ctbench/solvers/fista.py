@@ -29,7 +29,7 @@ import math
 import torch
 
 from ._checks import check_flag, check_projector, check_run, check_sinogram, initial_volume
-from .functionals import LeastSquares, TotalVariation, _count, _DataTerm, _positive
+from .functionals import LeastSquares, TotalVariation, _count, _DataTerm, _DifferencePenalty, _positive
 from .state import IterationState, ReconResult, iterate, run_to_end
 
 __all__ = ["fista_iterations", "fista", "fista_tv_iterations", "fista_tv"]
@@ -81,6 +81,10 @@ def _prepare(projector, smooth, prox, n_iter, x0, step, monotone, tol, callback,
     terms = _check_terms(smooth, prox)
     n_iter, tol, callback, cancel = check_run(n_iter, tol, callback, cancel)
     monotone = check_flag(monotone, "monotone")
+    if getattr(projector, "partition", None) in ("space", "hybrid") and any(
+            isinstance(t, _DifferencePenalty) for t in [*terms, prox]):
+        raise ValueError("TV/Huber penalties here act on the whole volume, not on a rank's slab: a "
+                         f"{projector.partition!r}-partitioned projector is not supported (use tv_iterations)")
     data = [t for t in terms if isinstance(t, _DataTerm)]
     like = data[0].data if data else None
     if like is None:
