@@ -1,5 +1,5 @@
 """Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV,
-and the catalogue: FISTA on composable functionals, FISTA-TV, LSQR, LSMR, transmission MLEM/OS-EM, SART/OS-SART, PWLS),
+and the catalogue: FISTA on composable functionals, FISTA-TV, LSQR, LSMR, transmission MLEM/OS-EM, SART/OS-SART, PWLS, TGV),
 and the projector of cylindrical detectors they reconstruct (:class:`CylindricalProjector`).
 
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
@@ -27,6 +27,7 @@ from .filtering import FILTERS, ramp_filter
 from .ordered_subsets import os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
+from .tgv import tgv, tgv_iterations
 from .streamed import fdk_into
 from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconstruction
 
@@ -39,5 +40,5 @@ __all__ = [
     "fista", "fista_iterations", "fista_tv", "fista_tv_iterations", "lsqr", "lsqr_iterations", "lsmr",
     "lsmr_iterations",
     "mlem", "mlem_iterations", "osem", "osem_iterations", "sart", "sart_iterations", "os_sart",
-    "os_sart_iterations", "pwls", "pwls_iterations",
+    "os_sart_iterations", "pwls", "pwls_iterations", "tgv", "tgv_iterations",
 ]
