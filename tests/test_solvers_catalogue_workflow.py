@@ -11,7 +11,7 @@ from ctbench.workbench.design import TrajectoryDesign
 from ctbench.workbench.estimate import CALLS, STATE
 from ctbench.workbench.workflow import ALGORITHMS, Progress, ReconRequest, reconstruct, run, simulate
 
-NEW = ("fista_tv", "lsqr", "lsmr", "sart", "mlem", "osem", "pwls")
+NEW = ("fista_tv", "lsqr", "lsmr", "sart", "mlem", "osem", "pwls", "tgv")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,8 @@ def test_reconstruct_runs_the_solver(scan, name):
         ref = solvers.fista_tv(P, sino, 2, lam=d["lam"], prox_iter=d["prox_iter"])
     elif name == "lsqr":
         ref = solvers.lsqr(P, sino, 2)
+    elif name == "tgv":
+        ref = solvers.tgv(P, sino, 2, alpha1=d["alpha1"], alpha0=d["alpha0_ratio"] * d["alpha1"])
     elif name == "lsmr":
         ref = solvers.lsmr(P, sino, 2)
     elif name == "sart":

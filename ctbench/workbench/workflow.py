@@ -142,6 +142,14 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
         ParamSpec("prox_iter", "TV steps", "int", 10, 1, 1000, help="inner steps of each TV proximal map "
                   "(warm-started); more: a more exact step, slower iterations"),
     ), "accelerated proximal gradient on least squares + TV: the TV objective, monotone"),
+    Algorithm("tgv", "TGV", True, (
+        ParamSpec("n_iter", "Iterations", "int", 200, 1, 100000),
+        ParamSpec("alpha1", "Jump weight α1", "float", 0.01, 0.0, 1e6, help="weight of jumps (as TV's λ)",
+                  log_scale=True),
+        ParamSpec("alpha0_ratio", "Slope weight α0/α1", "float", 2.0, 0.0, 1e6, help="weight of changes of slope "
+                  "relative to α1; 2 is the usual choice, large values approach TV"),
+        ParamSpec("nonneg", "Non-negative", "bool", True),
+    ), "total generalised variation: piecewise-smooth images without TV's staircases"),
     Algorithm("lsqr", "LSQR", True, (
         ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
     ), "least squares by bidiagonalisation: CGLS's iterates, more stable over many iterations"),
@@ -352,6 +360,9 @@ def _iterations(problem: Problem, request: ReconRequest, x0, cancel, on_subset=N
                                            prox_iter=p["prox_iter"], x0=x0, cancel=cancel)
     if request.algorithm == "lsqr":
         return solvers.lsqr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "tgv":
+        return solvers.tgv_iterations(P, y, p["n_iter"], alpha1=p["alpha1"], alpha0=p["alpha0_ratio"] * p["alpha1"],
+                                      nonneg=p["nonneg"], x0=x0, cancel=cancel)
     if request.algorithm == "lsmr":
         return solvers.lsmr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
     if request.algorithm == "sart":
