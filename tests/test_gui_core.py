@@ -202,7 +202,8 @@ def test_requests_validate_and_name_parameters():
         ReconRequest("art").validated()
     with pytest.raises(ValueError, match="Filter"):
         ReconRequest("fbp", {"filter": "box"}).validated()
-    assert set(ALGORITHMS) == {"fbp", "sirt", "cgls", "tv", "os_sirt", "os_tv"}
+    assert set(ALGORITHMS) == {"fbp", "sirt", "cgls", "tv", "os_sirt", "os_tv", "fista_tv", "lsqr", "lsmr", "sart",
+                               "mlem", "osem", "pwls", "tgv"}
 
 
 def test_simulate_matches_the_projector_and_its_noise_has_poisson_statistics():

@@ -1,4 +1,5 @@
-"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV),
+"""Reconstruction solvers: analytic (FDK, FBP, helical FDK) and iterative (SIRT, CGLS, TV, OS-SIRT, OS-TV,
+and the catalogue: FISTA on composable functionals, FISTA-TV, LSQR, LSMR, transmission MLEM/OS-EM, SART/OS-SART, PWLS, TGV),
 and the projector of cylindrical detectors they reconstruct (:class:`CylindricalProjector`).
 
 Analytic solvers return a volume.  Iterative solvers come in two forms: a
@@ -16,10 +17,17 @@ from .cgls import cgls, cgls_iterations
 from .cylindrical import CylindricalProjector
 from .checkpoint import CheckpointError
 from .disk_cgls import disk_cgls, disk_cgls_iterations, plan_disk_cgls
+from .fista import fista, fista_iterations, fista_tv, fista_tv_iterations
+from .em import mlem, mlem_iterations, osem, osem_iterations
+from .lsmr import lsmr, lsmr_iterations
+from .lsqr import lsqr, lsqr_iterations
+from .pwls import pwls, pwls_iterations
+from .sart import os_sart, os_sart_iterations, sart, sart_iterations
 from .filtering import FILTERS, ramp_filter
 from .ordered_subsets import os_sirt, os_sirt_iterations, os_tv_iterations, os_tv_reconstruction
 from .sirt import sirt, sirt_iterations
 from .state import IterationState, ReconResult
+from .tgv import tgv, tgv_iterations
 from .streamed import fdk_into
 from .tv import divergence, gradient, total_variation, tv_iterations, tv_reconstruction
 
@@ -29,4 +37,8 @@ __all__ = [
     "CheckpointError", "fdk_into", "tv_reconstruction", "tv_iterations",
     "total_variation", "gradient", "divergence", "IterationState", "ReconResult",
     "os_sirt", "os_sirt_iterations", "os_tv_reconstruction", "os_tv_iterations",
+    "fista", "fista_iterations", "fista_tv", "fista_tv_iterations", "lsqr", "lsqr_iterations", "lsmr",
+    "lsmr_iterations",
+    "mlem", "mlem_iterations", "osem", "osem_iterations", "sart", "sart_iterations", "os_sart",
+    "os_sart_iterations", "pwls", "pwls_iterations", "tgv", "tgv_iterations",
 ]

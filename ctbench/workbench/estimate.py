@@ -28,10 +28,10 @@ from .workflow import ReconRequest
 # 120 views of 192^2) problem, solved for volumes and sinograms; the arrays the solvers name (SIRT's C, R,
 # r, A x, ...; CGLS's r, p, s, q; TV's gradient field) plus torch's temporaries.  OS-TV is taken as TV.
 # tests/test_estimate_memory.py checks a third shape against a measured run within a factor of 2.
-STATE = {"fbp": (0, 3), "sirt": (7, 8), "cgls": (2, 2), "tv": (22, 10), "os_sirt": (11, 8), "os_tv": (22, 10)}
+STATE = {"fbp": (0, 3), "sirt": (7, 8), "cgls": (2, 2), "tv": (22, 10), "os_sirt": (11, 8), "os_tv": (22, 10), "fista_tv": (48, 12), "lsqr": (2, 1), "lsmr": (4, 1), "sart": (11, 8), "mlem": (8, 13), "osem": (10, 14), "pwls": (20, 14), "tgv": (88, 10)}
 # (set-up, per iteration) in units of one forward plus one backprojection of all views.
 CALLS = {"fbp": (0.0, 0.5), "sirt": (1.0, 1.0), "cgls": (0.5, 1.0), "tv": (0.5, 1.0), "os_sirt": (1.0, 1.0),
-         "os_tv": (1.0, 1.0)}
+         "os_tv": (1.0, 1.0), "fista_tv": (30.5, 1.0), "lsqr": (0.5, 1.0), "lsmr": (0.5, 1.0), "sart": (1.0, 1.0), "mlem": (1.0, 1.5), "osem": (1.0, 1.5), "pwls": (16.0, 1.0), "tgv": (0.5, 1.0)}
 MEASURED_VIEWS = 4          # views in the timed call: enough to amortise the call overhead, cheap on any scan
 
 _cache: dict = {}

@@ -134,6 +134,60 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                   "path-length-weighted data term", log_scale=True),
         ParamSpec("nonneg", "Non-negative", "bool", True),
     ), "ordered-subset SIRT with a total-variation step after each pass: fast piecewise-constant images"),
+    Algorithm("fista_tv", "FISTA-TV", True, (
+        ParamSpec("n_iter", "Iterations", "int", 50, 1, 100000),
+        ParamSpec("lam", "TV weight λ", "float", 0.01, 0.0, 1e6, help="total-variation weight against "
+                  "1/2 ||A x - b||^2 (the same objective as TV)", log_scale=True),
+        ParamSpec("nonneg", "Non-negative", "bool", True),
+        ParamSpec("prox_iter", "TV steps", "int", 10, 1, 1000, help="inner steps of each TV proximal map "
+                  "(warm-started); more: a more exact step, slower iterations"),
+    ), "accelerated proximal gradient on least squares + TV: the TV objective, monotone"),
+    Algorithm("tgv", "TGV", True, (
+        ParamSpec("n_iter", "Iterations", "int", 200, 1, 100000),
+        ParamSpec("alpha1", "Jump weight α1", "float", 0.01, 0.0, 1e6, help="weight of jumps (as TV's λ)",
+                  log_scale=True),
+        ParamSpec("alpha0_ratio", "Slope weight α0/α1", "float", 2.0, 0.0, 1e6, help="weight of changes of slope "
+                  "relative to α1; 2 is the usual choice, large values approach TV"),
+        ParamSpec("nonneg", "Non-negative", "bool", True),
+    ), "total generalised variation: piecewise-smooth images without TV's staircases"),
+    Algorithm("lsqr", "LSQR", True, (
+        ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
+    ), "least squares by bidiagonalisation: CGLS's iterates, more stable over many iterations"),
+    Algorithm("lsmr", "LSMR", True, (
+        ParamSpec("n_iter", "Iterations", "int", 20, 1, 100000),
+    ), "least squares minimising the normal-equations residual: smooth convergence, a dependable stopping point"),
+    Algorithm("sart", "SART", True, (
+        ParamSpec("n_iter", "Sweeps", "int", 2, 1, 100000, help="sweeps over all views, one view per update"),
+        ParamSpec("relax", "Relaxation", "float", 1.0, 0.01, 1.99, help="scales every update; below 1 damps "
+                  "the noise of the last views visited"),
+        ParamSpec("nonneg", "Non-negative", "bool", True, help="clip negative attenuation after each update"),
+    ), "SART: one view per update; a good image in one or two sweeps"),
+    Algorithm("mlem", "MLEM", True, (
+        ParamSpec("n_iter", "Iterations", "int", 30, 1, 100000),
+        ParamSpec("i0", "Photons per pixel I0", "float", 1e4, 1.0, 1e12, help="unattenuated counts per detector "
+                  "pixel; the counts are rebuilt as I0·exp(-p) from the line integrals p, so I0 sets the noise "
+                  "model, not the image", log_scale=True),
+    ), "maximum likelihood of the photon counts (transmission), non-negative, monotone; stop early on noisy data"),
+    Algorithm("osem", "OS-EM", True, (
+        ParamSpec("n_iter", "Passes", "int", 10, 1, 100000, help="passes over all subsets"),
+        ParamSpec("n_subsets", "Subsets", "int", 0, 0, 10000, help="view subsets per pass; 0: automatic"),
+        ParamSpec("i0", "Photons per pixel I0", "float", 1e4, 1.0, 1e12, help="unattenuated counts per detector "
+                  "pixel (sets the noise model)", log_scale=True),
+    ), "ordered-subset MLEM: the likelihood's image in a few passes"),
+    Algorithm("pwls", "PWLS", True, (
+        ParamSpec("n_iter", "Iterations", "int", 50, 1, 100000),
+        ParamSpec("i0", "Photons per pixel I0", "float", 1e4, 1.0, 1e12, help="unattenuated counts per detector "
+                  "pixel; rays are weighted by their counts I0·exp(-p) (inverse variance of the log data)",
+                  log_scale=True),
+        ParamSpec("penalty", "Penalty", "choice", "huber", choices=("huber", "tv", "none"),
+                  help="huber: smooths differences below δ, keeps edges; tv: piecewise constant; none: weighted "
+                  "least squares"),
+        ParamSpec("lam", "Penalty weight λ", "float", 0.01, 0.0, 1e6, help="weight of the penalty against the "
+                  "weighted data term", log_scale=True),
+        ParamSpec("delta", "Huber δ", "float", 1e-3, 1e-9, 1e6, help="attenuation step (per mm) between "
+                  "neighbouring voxels below which a difference counts as noise", log_scale=True),
+        ParamSpec("nonneg", "Non-negative", "bool", True),
+    ), "penalised weighted least squares: rays weighted by their photon counts, with an edge-keeping penalty"),
 )}
 
 
@@ -300,6 +354,30 @@ def _iterations(problem: Problem, request: ReconRequest, x0, cancel, on_subset=N
                                               bounds=(0.0, None) if p["nonneg"] else None, on_subset=on_subset)
         return solvers.os_tv_iterations(P, y, p["n_iter"], n_subsets=subsets, lam=p["lam"], nonneg=p["nonneg"],
                                         x0=x0, cancel=cancel, on_subset=on_subset)
+    nonneg = (0.0, None) if p.get("nonneg") else None
+    if request.algorithm == "fista_tv":
+        return solvers.fista_tv_iterations(P, y, p["n_iter"], lam=p["lam"], nonneg=p["nonneg"],
+                                           prox_iter=p["prox_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "lsqr":
+        return solvers.lsqr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "tgv":
+        return solvers.tgv_iterations(P, y, p["n_iter"], alpha1=p["alpha1"], alpha0=p["alpha0_ratio"] * p["alpha1"],
+                                      nonneg=p["nonneg"], x0=x0, cancel=cancel)
+    if request.algorithm == "lsmr":
+        return solvers.lsmr_iterations(P, y, p["n_iter"], x0=x0, cancel=cancel)
+    if request.algorithm == "sart":
+        return solvers.sart_iterations(P, y, p["n_iter"], relax=p["relax"], bounds=nonneg, x0=x0, cancel=cancel,
+                                       on_subset=on_subset)
+    if request.algorithm in ("mlem", "osem", "pwls"):
+        counts = p["i0"] * torch.exp(-y)      # the counts the line integrals stand for
+        if request.algorithm == "mlem":
+            return solvers.mlem_iterations(P, counts, p["i0"], p["n_iter"], x0=x0, cancel=cancel)
+        if request.algorithm == "osem":
+            return solvers.osem_iterations(P, counts, p["i0"], p["n_iter"], x0=x0, cancel=cancel,
+                                           n_subsets=min(p["n_subsets"], P.n_views))
+        return solvers.pwls_iterations(P, counts.clamp(min=torch.finfo(y.dtype).tiny), p["i0"], p["n_iter"],
+                                       penalty=p["penalty"], lam=p["lam"], delta=p["delta"], nonneg=p["nonneg"],
+                                       x0=x0, cancel=cancel)
     raise ValueError(f"{request.algorithm!r} is not an iterative algorithm")
 
 
