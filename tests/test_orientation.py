@@ -214,3 +214,15 @@ def test_orientation_fields_are_checked_and_round_trip():
     with pytest.raises(ValueError, match="not known"):
         Orientation().flip_columns
     np.testing.assert_allclose(reverse_rotation(np.radians([10.0, 13.0, 16.0])), np.radians([10.0, 7.0, 4.0]))
+
+
+def test_the_centre_disagreement_tolerance_follows_the_sharpness_sweeps_voxel():
+    """The sharpness sweep images the detector in SHARPNESS_PIXELS voxels: on a 1024-column detector it lands
+    within a few pixels of the conjugate rays (1.7 px in benchmarks/bench_centre.py), which is no sign of a
+    wrong orientation; up to 96 columns the tolerance stays DISAGREEMENT_PX."""
+    from ctbench.io.handedness import DISAGREEMENT_PX, disagreement_tolerance_px
+    from ctbench.preprocessing.centre import SHARPNESS_PIXELS
+
+    assert disagreement_tolerance_px(64) == disagreement_tolerance_px(SHARPNESS_PIXELS) == DISAGREEMENT_PX
+    assert disagreement_tolerance_px(1024) == pytest.approx(0.5 * 1024 / SHARPNESS_PIXELS)
+    assert disagreement_tolerance_px(1024) > 1.7 > disagreement_tolerance_px(256) * 0.5

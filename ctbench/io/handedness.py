@@ -29,7 +29,7 @@ the user fixed the convention in the config (``fixed``: the config keys set),
 it stops with :class:`OrientationConflict` naming the evidence and the keys
 to change instead.  A smaller lean (:data:`AMBIGUOUS_RATIO`) is a warning only.
 Whatever the orientation, centre methods that disagree by more than
-:data:`DISAGREEMENT_PX` give a warning.
+:func:`disagreement_tolerance_px` give a warning.
 
 The images may be a thin band of rows around the mid-plane (``offset_v_mm``
 locating the mid-plane inside the band): only the mid-plane rows are used.
@@ -43,7 +43,7 @@ import numpy as np
 
 from .orientation import Orientation, reverse_rotation
 
-DISAGREEMENT_PX = 0.5
+DISAGREEMENT_PX = 0.5      # the least disagreement that is a warning (detectors up to 96 columns)
 AMBIGUOUS_RATIO = 1.5     # conjugate-ray mismatch of the other reading over the chosen one's
 DATA_WIN_RATIO = 3.0      # ... above which the data overrule a stated orientation (the wrong class: 4.7 to 26x)
 CLASS_KEYS = ("image_seen_from", "image_columns", "rotation_direction")   # what decides the handedness class
@@ -167,6 +167,15 @@ def _evidence_text(ev: dict) -> str:
             f"{cx(s['cross_check_px'])} px, against {d['offset_px']:+.2f} and {cx(d['cross_check_px'])} px")
 
 
+def disagreement_tolerance_px(n_cols: int) -> float:
+    """How far (detector pixels) the two centre methods may part without a warning: half a voxel of the
+    sharpness sweep's quick FBP, which images the detector's width in ``SHARPNESS_PIXELS`` voxels (its steps
+    and its resolution; a 1024-column detector's sweep lands within a few pixels), and at least
+    :data:`DISAGREEMENT_PX`."""
+    from ..preprocessing.centre import SHARPNESS_PIXELS
+    return max(DISAGREEMENT_PX, 0.5 * int(n_cols) / SHARPNESS_PIXELS)
+
+
 def resolve_orientation(images, angles, orientation: Orientation, file_rotation: str, *, pitch: float,
                         pitch_v: float, sid: float, sdd: float, offset_v_mm: float = 0.0,
                         search_centre: bool = True, fixed=()) -> Resolved:
@@ -240,7 +249,7 @@ def resolve_orientation(images, angles, orientation: Orientation, file_rotation:
             f"{best.orientation.mirror().text()}), short of the {DATA_WIN_RATIO:g}x that overrules it; check "
             f"geometry.image_seen_from and geometry.rotation_direction")
     agree = c.agreement_px
-    if agree is not None and agree > DISAGREEMENT_PX:
+    if agree is not None and agree > disagreement_tolerance_px(np.shape(images)[-1]):
         res.warnings.append(
             f"the two centre methods disagree by {agree:.2f} px ({c.offset_px:+.2f} against "
             f"{c.cross_check_px:+.2f} px): the scan may be read with the wrong orientation or rotation "
