@@ -305,9 +305,19 @@ def markdown_table(path: Path, run_id: str | None = None) -> str:
     def rmse_of(case, impl, geo):
         return t(case, impl, geo)[1]
 
-    out = ["| case | reference RMSE | ctbench RMSE | RTK RMSE | ctbench s (min / median) | RTK s (min / median) "
-           "| speed-up (min / median) |",
-           "|---|---|---|---|---|---|---|"]
+    def speedup(case, geo, rtk_geo):
+        ours, peer = res.get((case, "ctbench", geo)), res.get((case, "rtk", rtk_geo))
+        if not (ours and peer and "seconds" in ours and "seconds" in peer):
+            return "—"
+        return f"{peer['seconds'] / ours['seconds']:.2f}x / {peer['median_s'] / ours['median_s']:.2f}x"
+
+    out = ["| case | reference RMSE | ctbench RMSE | / reference | RTK RMSE | ctbench s (min / median) "
+           "| RTK s (min / median) | speed-up (min / median) |",
+           "|---|---|---|---|---|---|---|---|"]
+    if ("calibrated", "ctbench", "exact") in res:
+        out.append(f"| exact circular geometry | — | {rmse_of('calibrated', 'ctbench', 'exact')} | — | "
+                   f"{rmse_of('calibrated', 'rtk', 'exact')} | {t('calibrated', 'ctbench', 'exact')[0]} | "
+                   f"{t('calibrated', 'rtk', 'exact')[0]} | {speedup('calibrated', 'exact', 'exact')} |")
     for s in (ln for ln in run if ln.get("kind") == "summary"):
         case, geo = s["case"], s["geometry"]
         if case == "calibrated":
@@ -319,16 +329,16 @@ def markdown_table(path: Path, run_id: str | None = None) -> str:
         else:
             label, ref = "cylinder (source-centred)", f"{s['rmse_flat']:.5f} (flat detector)"
             rtk_geo = "cylinder" if s["speed_reference"] == "rtk:cylinder" else "flat"
-        rtk_rmse = rmse_of(case, "rtk", rtk_geo) + ("" if rtk_geo == geo else " (flat; refuses the cylinder)")
-        speed = (f"{s['speedup_vs_rtk']:.2f}x / {s['speedup_vs_rtk_median']:.2f}x"
-                 if s.get("speedup_vs_rtk") else "—")
-        out.append(f"| {label} | {ref} | {rmse_of(case, 'ctbench', geo)} | {rtk_rmse} | "
-                   f"{t(case, 'ctbench', geo)[0]} | {t(case, 'rtk', rtk_geo)[0]} | {speed} |")
+        rtk_rmse = rmse_of(case, "rtk", rtk_geo) + ("" if rtk_geo == geo else " (flat: RTK refuses the cylinder)")
+        rel = s.get("rmse_vs_exact") or s.get("rmse_vs_centred") or s.get("rmse_vs_flat")
+        out.append(f"| {label} | {ref} | {rmse_of(case, 'ctbench', geo)} | {rel:.3f} | {rtk_rmse} | "
+                   f"{t(case, 'ctbench', geo)[0]} | {t(case, 'rtk', rtk_geo)[0]} | {speedup(case, geo, rtk_geo)} |")
     m = head["machine"]
     sizes = head["sizes"]
     out.append("")
     out.append(f"Run {run_id}: {m['cpu']} ({m['nproc']} CPUs, AVX-512: {'yes' if m['avx512'] else 'no'}), "
-               f"{head['threads']} threads each, a machine shared with other work; volume "
+               f"{head['threads']} threads each, a machine shared with other work (load average "
+               f"{m['loadavg'][0]:.1f} at the start); volume "
                f"{'x'.join(map(str, sizes['volume']))} of {sizes['voxel_mm']:g} mm, detector "
                f"{'x'.join(map(str, sizes['detector']))} of {sizes['pixel_mm']:g} mm, {sizes['views']} views over "
                f"360 degrees, SID {sizes['sid_mm']:g} mm, SDD {sizes['sdd_mm']:g} mm; {head['repeats']} timed calls each "
