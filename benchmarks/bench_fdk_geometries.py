@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Emitter, interleaved, machine_info, new_run_id, rounded, timing_fields  # noqa: E402
+from harness import Emitter, interleaved, machine_info, new_run_id, ratio_fields, rounded, timing_fields  # noqa: E402
 
 from ctbench import Projector, circular_trajectory_3d  # noqa: E402
 from ctbench.calibration.model import GeometryModel  # noqa: E402
@@ -187,12 +187,14 @@ def run_methods(emit, case: Case, name: str, methods: dict, masks, repeats: int,
     rmses = {}
     for label, (call, rec) in methods.items():
         impl, _, geometry = label.partition(":")
+        where = dict(workload=f"{name}: {geometry}, {threads} threads", op="fdk")  # readme_table's grouping
         if call is None:
-            emit(kind="result", case=name, geometry=geometry, impl=impl, threads=threads, **rec)
+            emit(kind="result", case=name, geometry=geometry, impl=impl, threads=threads, **where, **rec)
             continue
         vol = to_volume(outs[label])
         rmses[label] = case.rmse(vol, masks)
-        emit(kind="result", case=name, geometry=geometry, impl=impl, threads=threads, rmse=rounded(rmses[label], 5),
+        emit(kind="result", case=name, geometry=geometry, impl=impl, threads=threads, **where,
+             rmse=rounded(rmses[label], 5),
              fov_voxels=int(masks.sum()), **timing_fields(stats[label]), **rec)
         stats[label]["rmse"] = rmses[label]
     return stats
@@ -200,6 +202,14 @@ def run_methods(emit, case: Case, name: str, methods: dict, masks, repeats: int,
 
 def ratio(a, b):
     return rounded(a / b, 4) if a is not None and b else None
+
+
+def emit_speed_ratio(emit, name, geometry, threads, peer, ours, peer_label="rtk"):
+    """The ratio line readme_table.py shows beside the timings: peer time / ctbench time."""
+    if peer is None:
+        return
+    emit(kind="ratio", case=name, geometry=geometry, workload=f"{name}: {geometry}, {threads} threads", op="fdk",
+         ratio=f"{peer_label} / ctbench", **ratio_fields(peer, ours))
 
 
 def calibrated_case(emit, case: Case, rtk, args, threads):
@@ -215,8 +225,10 @@ def calibrated_case(emit, case: Case, rtk, args, threads):
         methods[f"rtk:{geo}"] = rtk_or_none(rtk, case, p, sino)
     stats = run_methods(emit, case, "calibrated", methods, mask, args.repeats, threads)
     exact = stats["ctbench:exact"]["rmse"]
+    emit_speed_ratio(emit, "calibrated", "exact", threads, stats.get("rtk:exact"), stats["ctbench:exact"])
     for geo in CALIBRATIONS:
         ours, peer = stats[f"ctbench:{geo}"], stats.get(f"rtk:{geo}")
+        emit_speed_ratio(emit, "calibrated", geo, threads, peer, ours)
         emit(kind="summary", case="calibrated", geometry=geo, threads=threads,
              rmse_ctbench=rounded(ours["rmse"], 5), rmse_exact_geometry=rounded(exact, 5),
              rmse_rtk=rounded(peer["rmse"], 5) if peer else None,
@@ -244,6 +256,8 @@ def half_fan_case(emit, case: Case, rtk, args, threads):
                "rtk:centred": rtk_or_none(rtk, case, *centred)}
     stats = run_methods(emit, case, "half-fan", methods, mask, args.repeats, threads)
     ours, ref, peer = stats["ctbench:half-fan"], stats["ctbench:centred"], stats.get("rtk:half-fan")
+    emit_speed_ratio(emit, "half-fan", "half-fan", threads, peer, ours)
+    emit_speed_ratio(emit, "half-fan", "centred", threads, stats.get("rtk:centred"), ref)
     emit(kind="summary", case="half-fan", geometry="half-fan", threads=threads, detector=[U, V],
          pixel_mm=[du, case.pixel], offset_of_width=HALF_FAN_OFFSET, overlap_of_width=HALF_FAN_OVERLAP,
          centred_detector=list(wide), rmse_ctbench=rounded(ours["rmse"], 5), rmse_centred=rounded(ref["rmse"], 5),
@@ -276,6 +290,11 @@ def cylinder_case(emit, case: Case, rtk, args, threads):
     ours, ref = stats["ctbench:cylinder"], stats["ctbench:flat"]
     peer = stats.get("rtk:cylinder")
     peer_flat = stats.get("rtk:flat")
+    if peer is not None:
+        emit_speed_ratio(emit, "cylinder", "cylinder", threads, peer, ours)
+    else:
+        emit_speed_ratio(emit, "cylinder", "cylinder", threads, peer_flat, ours, "rtk (flat detector)")
+    emit_speed_ratio(emit, "cylinder", "flat", threads, peer_flat, ref)
     emit(kind="summary", case="cylinder", geometry="cylinder", threads=threads,
          rmse_ctbench=rounded(ours["rmse"], 5), rmse_flat=rounded(ref["rmse"], 5),
          rmse_rtk=rounded(peer["rmse"], 5) if peer else None,
