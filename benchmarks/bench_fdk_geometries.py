@@ -360,8 +360,8 @@ def markdown_table(path: Path, run_id: str | None = None) -> str:
                f"{m['loadavg'][0]:.1f} at the start); volume "
                f"{'x'.join(map(str, sizes['volume']))} of {sizes['voxel_mm']:g} mm, detector "
                f"{'x'.join(map(str, sizes['detector']))} of {sizes['pixel_mm']:g} mm, {sizes['views']} views over "
-               f"360 degrees, SID {sizes['sid_mm']:g} mm, SDD {sizes['sdd_mm']:g} mm; {head['repeats']} timed calls each "
-               f"after a warm-up, interleaved.")
+               f"360 degrees, SID {sizes['sid_mm']:g} mm, SDD {sizes['sdd_mm']:g} mm; {head['repeats']} timed calls "
+               f"each after a warm-up, interleaved.")
     return "\n".join(out)
 
 
