@@ -358,8 +358,8 @@ def markdown_table(path: Path, run_id: str | None = None) -> str:
     sizes = head["sizes"]
     out.append("")
     out.append(f"Run {run_id}: {m['cpu']} ({m['nproc']} CPUs, AVX-512: {'yes' if m['avx512'] else 'no'}), "
-               f"{head['threads']} threads each, a machine shared with other work (load average "
-               f"{m['loadavg'][0]:.1f} at the start); volume "
+               f"{head['threads']} threads each, load average {m['loadavg'][0]:.1f} at the start"
+               f"{' (a machine shared with other work)' if m['loadavg'][0] > 0.5 * m['nproc'] else ''}; volume "
                f"{'x'.join(map(str, sizes['volume']))} of {sizes['voxel_mm']:g} mm, detector "
                f"{'x'.join(map(str, sizes['detector']))} of {sizes['pixel_mm']:g} mm, {sizes['views']} views over "
                f"360 degrees, SID {sizes['sid_mm']:g} mm, SDD {sizes['sdd_mm']:g} mm; {head['repeats']} timed calls "
@@ -368,6 +368,14 @@ def markdown_table(path: Path, run_id: str | None = None) -> str:
 
 
 # ------------------------------------------------------------------ main
+def _load_note() -> str:
+    """What the load at the start says about the times (a busy machine slows both libraries alike)."""
+    load, n = os.getloadavg()[0], os.cpu_count() or 1
+    busy = load > 0.5 * n
+    return (f"load average {load:.1f} on {n} CPUs at the start"
+            + (": a machine shared with other work, times indicative, ratios from interleaved calls" if busy else ""))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -411,7 +419,7 @@ def main(argv=None):
             print(f"itk-rtk not importable: {e!r}", file=sys.stderr)
     emit(kind="header", machine=machine_info(), threads=args.threads, repeats=args.repeats, sizes=case.sizes(),
          cases=cases, goals=GOALS, rtk=None if rtk is None else rtk.threader,
-         note=f"a {os.cpu_count()}-CPU machine shared with other work: times are indicative")
+         note=_load_note())
     for c in cases:
         runners[c](emit, case, rtk, args, args.threads)
 

@@ -58,7 +58,7 @@ def test_the_table_is_the_last_run_with_rmse_ratios_and_speedups(tmp_path):
     assert "0.21000" in roll and "1.050" in roll and "2.50x / 3.00x" in roll
     cyl = next(r for r in rows if r.startswith("| cylinder"))
     assert "RTK refuses the cylinder" in cyl and "3.00x / 3.50x" in cyl   # the flat detector's RTK time
-    assert "Run R2: Test CPU (2 CPUs, AVX-512: no), 2 threads" in rows[-1]
+    assert "Run R2: Test CPU (2 CPUs, AVX-512: no), 2 threads each, load average 1.5 at the start (a machine shared" in rows[-1]
     assert "9.000" not in "\n".join(rows)
     assert "9.000" in bench.markdown_table(path, "R1")
 
