@@ -1,6 +1,7 @@
 """RTK (itk-rtk) on ctbench's geometry: the axis map, the geometry check and RTK's Joseph filters.
 
-Used by bench_projector.py (the Joseph pair) and bench_recon.py (FDK).
+Used by bench_projector.py (the Joseph pair), bench_recon.py (FDK) and bench_fdk_geometries.py (FDK on
+per-view, displaced-detector and cylindrical geometries: ``rtk_geometry_vectors``, ``rtk_fdk``).
 """
 
 from __future__ import annotations
@@ -129,3 +130,94 @@ def rtk_calls(projector: Projector, volume, sino_ct, threads: int, n_calls: int)
 
     filters = {"forward": [forward() for _ in range(n_calls)], "back": [back() for _ in range(n_calls)]}
     return g, filters, output
+
+
+# ------------------------------------------------------------------ per-view geometry and FDK (bench_fdk_geometries)
+def rtk_geometry_vectors(trajectory, detector_radius: float = 0.0):
+    """RTK geometry view by view from the trajectory's own vectors (a calibrated, displaced or any per-view
+    geometry): ``AddProjection(source, detector centre, row, column)`` in RTK's world, with RTK's row = -u
+    (projections handed over reversed along u, as above) and column = v.  ``detector_radius`` > 0 asks for
+    RTK's cylindrical detector of that radius.  Check the result with ``rtk_geometry_deviation``."""
+    import itk
+    from itk import RTK as rtk
+
+    src, ctr, u, v = (t.detach().to(torch.float64).cpu().numpy() for t in trajectory.tensors())
+    for name, axis in (("u", u), ("v", v)):
+        norms = np.linalg.norm(axis, axis=1)
+        if np.abs(norms - 1).max() > 1e-9:
+            raise ValueError(f"rtk_geometry_vectors: the detector {name} axes must be unit vectors (RTK's pixel "
+                             f"pitch is the projection image's spacing); their lengths run "
+                             f"{norms.min():.6g} to {norms.max():.6g}")
+    g = rtk.ThreeDCircularProjectionGeometry.New()
+    if detector_radius:
+        g.SetRadiusCylindricalDetector(float(detector_radius))
+
+    def itk_of(kind, x):
+        out = kind()
+        for i in range(3):
+            out[i] = float(x[i])
+        return out
+
+    P, Vec = itk.Point[itk.D, 3], itk.Vector[itk.D, 3]
+    for k in range(trajectory.n_views):
+        ok = g.AddProjection(itk_of(P, _to_rtk_world(src[k])), itk_of(P, _to_rtk_world(ctr[k])),
+                             itk_of(Vec, _to_rtk_world(-u[k])), itk_of(Vec, _to_rtk_world(v[k])))
+        if not ok:
+            raise ValueError(f"rtk_geometry_vectors: RTK refused view {k} (its row and column vectors must be "
+                             "orthonormal)")
+    return g
+
+
+def rtk_volume_source(shape_zyx, spacing_zyx):
+    """An RTK ConstantImageSource of zeros laid out as ``_rtk_volume_image`` lays out ctbench's grid."""
+    import itk
+    from itk import RTK as rtk
+
+    D, H, W = shape_zyx
+    dz, dy, dx = spacing_zyx
+    s = rtk.ConstantImageSource[itk.Image[itk.F, 3]].New()
+    s.SetOrigin([-(W - 1) / 2 * dx, -(D - 1) / 2 * dz, -(H - 1) / 2 * dy])
+    s.SetSpacing([dx, dz, dy])
+    s.SetSize([W, D, H])
+    s.SetConstant(0.0)
+    s.Update()
+    return s
+
+
+def rtk_projections(sino_kuv, detector_spacing):
+    """ctbench sinogram [view, u, v] (a tensor or array) as RTK's projection stack (``_rtk_projection_image``)."""
+    arr = sino_kuv.detach().cpu().numpy() if isinstance(sino_kuv, torch.Tensor) else np.asarray(sino_kuv)
+    return _rtk_projection_image(arr, detector_spacing)
+
+
+def rtk_fdk(projections, geometry, volume, displaced: bool = False):
+    """RTK's FDK (ramp, no window) of an RTK projection stack into ``volume`` (an ``rtk_volume_source``),
+    after ``DisplacedDetectorImageFilter`` (Wang's weights, the truncated side padded) when ``displaced``.
+    Returns RTK's output image; ``from_rtk_volume(itk.array_from_image(out))`` is ctbench's layout."""
+    import itk
+    from itk import RTK as rtk
+
+    IT = itk.Image[itk.F, 3]
+    proj = projections
+    if displaced:
+        ddf = rtk.DisplacedDetectorImageFilter[IT].New()
+        ddf.SetInPlace(False)  # in place, it would consume the projections of the next call
+        ddf.SetInput(projections)
+        ddf.SetGeometry(geometry)
+        ddf.Update()
+        proj = ddf.GetOutput()
+    f = rtk.FDKConeBeamReconstructionFilter[IT].New()
+    f.SetInput(0, volume.GetOutput())
+    f.SetInput(1, proj)
+    f.SetGeometry(geometry)
+    f.Update()
+    out = f.GetOutput()
+    out.DisconnectPipeline()
+    return out
+
+
+def from_rtk_volume(img) -> np.ndarray:
+    """RTK volume image -> ctbench's [z, y, x] array."""
+    import itk
+
+    return _from_rtk_volume(np.asarray(itk.array_from_image(img)))
