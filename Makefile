@@ -10,9 +10,12 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 PIP     := $(VPY) -m pip
 TORCH   ?= torch==2.13.0
-# torch's CPU build (about 200 MB) from PyTorch's index; TORCH_INDEX= (empty) takes PyPI's, which on Linux
-# is the CUDA build (several GB, with its NVIDIA libraries)
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# torch's CPU build (about 200 MB) from PyTorch's index; TORCH_INDEX= (empty) takes pip's configured indexes
+# (PyPI's build, which on Linux is the CUDA one: several GB with its NVIDIA libraries). Where PyTorch's index
+# does not resolve (a machine that reaches only a mirror or a local wheel folder), it is left out rather than
+# retried package by package for minutes.
+TORCH_INDEX ?= $(shell $(PY) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" >/dev/null 2>&1 \
+                 && echo https://download.pytorch.org/whl/cpu)
 OUTDIR  ?= out
 PYTEST_ARGS ?=
 
