@@ -615,7 +615,7 @@ def test_a_result_shown_in_steps_ends_as_shown_at_once(make_napari_viewer):
     np.testing.assert_allclose(res_s.contrast_limits, percentile_window(res_s.data), rtol=1e-5)
     assert not ref_s.visible and res_s.visible and stepped.dims.ndisplay == 3     # nothing else yet
     steps[1]()
-    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z (mm)", "y (mm)", "x (mm)")
+    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z", "y", "x")
     steps[2]()
     show_result(at_once, res_o)
     assert stepped.dims.point[0] == pytest.approx(0.0, abs=0.6)          # the central slice

@@ -38,11 +38,13 @@ def _designer(viewer, **changes) -> TrajectoryDesignerWidget:
 
 def test_every_widget_docks_from_the_manifest(make_napari_viewer):
     viewer = make_napari_viewer()
+    from ctbench_napari._qt.calibrate import CalibrateWidget
     from ctbench_napari._qt.jobs import JobsPanel
     from ctbench_napari._qt.scan import ScanImportWidget
 
     kinds = {"Trajectory designer": TrajectoryDesignerWidget, "Projection": ProjectionWidget,
-             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Jobs": JobsPanel}
+             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Calibrate": CalibrateWidget,
+             "Jobs": JobsPanel}
     assert set(WIDGETS) == set(kinds)
     for name in WIDGETS:
         dock, widget = viewer.window.add_plugin_dock_widget(PLUGIN, name)
@@ -293,7 +295,7 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
     assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",
-                      "JobsPanel"}                               # the Jobs panel is docked with the rest
+                      "CalibrateWidget", "JobsPanel"}            # Calibrate and Jobs are docked with the rest
     from qtpy.QtWidgets import QTabBar
     bars = [b for b in viewer.window._qt_window.findChildren(QTabBar)
             if "Trajectory designer" in [b.tabText(i) for i in range(b.count())]]
