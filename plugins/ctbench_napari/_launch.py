@@ -124,21 +124,33 @@ def fit_docks(viewer, docks) -> None:
     """Give the canvas most of the window: the side docks as narrow as their contents allow (at 1366 px the
     canvas had 449 px between a 330-pixel layer dock and a 554-pixel widget dock), set again once the
     window is laid out and whenever it is resized a lot (a laptop screen, a maximised window)."""
+    import weakref
+
     from qtpy.QtCore import QEvent, QObject, Qt, QTimer
 
     window = viewer.window._qt_window
     qt_viewer = viewer.window._qt_viewer
     left = [d for d in (getattr(qt_viewer, "dockLayerControls", None), getattr(qt_viewer, "dockLayerList", None))
             if d is not None]
+    # Weak references only: the filter lives as long as the window (its Qt child), and a strong reference
+    # from it to the window or the docks would keep the viewer's widgets alive after the viewer closed.
+    window_ref = weakref.ref(window)
+    dock_refs = [weakref.ref(d) for d in docks]
+    left_refs = [weakref.ref(d) for d in left[:1]]
 
     def fit():
+        win = window_ref()
+        right_docks = [d for d in (r() for r in dock_refs) if d is not None]
+        left_docks = [d for d in (r() for r in left_refs) if d is not None]
+        if win is None or not right_docks:
+            return
         try:
-            w = window.width()
-            right = min(max(max(d.minimumSizeHint().width() for d in docks), int(0.26 * w)), 620)
+            w = win.width()
+            right = min(max(max(d.minimumSizeHint().width() for d in right_docks), int(0.26 * w)), 620)
             lw = max(240, min(300, int(0.18 * w)))
-            window.resizeDocks(docks[:1], [right], Qt.Horizontal)
-            if left:
-                window.resizeDocks(left[:1], [lw], Qt.Horizontal)
+            win.resizeDocks(right_docks[:1], [right], Qt.Horizontal)
+            if left_docks:
+                win.resizeDocks(left_docks, [lw], Qt.Horizontal)
         except RuntimeError:
             pass                       # closed meanwhile
 
