@@ -296,15 +296,20 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
     assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",
                       "CalibrateWidget", "JobsPanel"}            # Calibrate and Jobs are docked with the rest
-    from qtpy.QtWidgets import QTabBar
+    from qtpy.QtWidgets import QDockWidget, QTabBar
     bars = [b for b in viewer.window._qt_window.findChildren(QTabBar)
-            if "Trajectory designer" in [b.tabText(i) for i in range(b.count())]]
+            if "Designer" in [b.tabText(i) for i in range(b.count())]]
     assert len(bars) == 1
     [bar] = bars
     from ctbench_napari._testing import wait_for
-    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Trajectory designer", timeout=5)   # starts there
-    assert [bar.tabText(i) for i in range(bar.count())] == list(ctbench_napari.WIDGETS)   # whole titles
+    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Designer", timeout=5)   # starts in the designer
+    # short tab titles (six tabs side by side in a narrow dock), never elided; the full name is the dock's tooltip
+    assert [bar.tabText(i) for i in range(bar.count())] == ["Designer", "Projection", "Reconstruct", "Scan import",
+                                                            "Calibrate", "Jobs"]
     assert bar.elideMode() == Qt.ElideNone
+    docks = {d.windowTitle(): d.toolTip() for d in viewer.window._qt_window.findChildren(QDockWidget)
+             if d.windowTitle() in [bar.tabText(i) for i in range(bar.count())]}
+    assert docks == {ctbench_napari.TAB_TITLES.get(n, n): n for n in ctbench_napari.WIDGETS}
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)
 
