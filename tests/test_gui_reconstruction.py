@@ -147,7 +147,12 @@ def test_quick_preview_equals_the_full_central_slice_on_a_parallel_beam(make_nap
     np.testing.assert_allclose(layer.data[0], full.volume[16].numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_viewer, quiet_qt_warning):
+def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_viewer, quiet_qt_warning,
+                                                                   monkeypatch):
+    import napari._vispy.canvas as vispy_canvas
+
+    canvas_warnings = []          # napari's canvas warns (a toast over it) when the layers' units disagree
+    monkeypatch.setattr(vispy_canvas, "show_warning", canvas_warnings.append)
     viewer = make_napari_viewer(show=True)
     _, proj, recon = _workbench(viewer)
     # Only the reconstruction widget stays docked: the screenshots show it in use.
@@ -241,6 +246,9 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert viewer.window._qt_viewer.canvas.grid is vispy_grid and not phantom.visible
     diffs = [x for x in viewer.layers if x.name.startswith("difference")]
     assert len(diffs) == 2 and diffs == recon.comparison.differences_added
+    # in millimetres from their creation, as every layer: no draw ever saw mixed units
+    assert all(str(u) == "millimeter" for d in diffs for u in d.units)
+    assert not canvas_warnings, canvas_warnings
     assert diffs[1].metadata["ctbench"]["difference"] == {"result": b.name, "reference": phantom.name}
     bar = recon.comparison.colour_bar                                 # colour carries meaning: a key
     assert not bar.isHidden() and bar.lo == pytest.approx(-bar.hi) and len(bar.colours) == 64

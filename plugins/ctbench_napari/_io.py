@@ -25,7 +25,7 @@ from ctbench.workbench.design import SCAN_FORMAT, ScanGeometry, design_of, scan_
 from ctbench.geometry import Trajectory
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
-from ._layers import KEY, LayerData, display_to_sinogram, sinogram_layer, trajectory_layers, volume_layer
+from ._layers import KEY, UNITS, LayerData, display_to_sinogram, sinogram_layer, trajectory_layers, volume_layer
 
 
 def _single(path) -> str | None:
@@ -92,7 +92,7 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
     if ds.sinogram is not None:
         if ds.geometry is None:
             # Without geometry the sinogram is only an image: say so in the metadata.
-            layers.append((np.asarray(ds.sinogram), {"name": f"{name} sinogram (no geometry)",
+            layers.append((np.asarray(ds.sinogram), {"name": f"{name} sinogram (no geometry)", "units": UNITS,
                                                      "metadata": {KEY: {"kind": "image"}}}, "image"))
         else:
             layers.append(sinogram_layer(ds.sinogram, ds.geometry, f"{name} sinogram",

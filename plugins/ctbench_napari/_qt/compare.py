@@ -317,7 +317,8 @@ class ComparePanel(QGroupBox):
             meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
             # Hidden until its own turn (show): napari's add (controls, visual, selection) and the layer's
             # first draw were one turn and one repaint together.
-            made[name] = Image(d, name=name, scale=layer.scale, translate=layer.translate, multiscale=False,
+            made[name] = Image(d, name=name, scale=layer.scale, translate=layer.translate, units=layer.units,
+                               multiscale=False,
                                colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta,
                                visible=False)
             prepare_sliders_for(self.viewer, made[name])

@@ -10,6 +10,8 @@ import numpy as np
 from qtpy.QtCore import Signal
 from qtpy.QtWidgets import QComboBox
 
+from .._layers import UNITS
+
 log = logging.getLogger("ctbench_napari")
 
 
@@ -157,7 +159,10 @@ def add_or_update(viewer, layer_data, *, keep_display: bool = True):
             except (ValueError, TypeError):
                 log.debug("in-place update of %s failed; replacing the layer", name, exc_info=True)
         viewer.layers.remove(layer)
-    return getattr(viewer, f"add_{ltype}")(data, **kwargs)
+    # Millimetres from the start, as every ctbench layer (units.py): a layer added in napari's default pixels
+    # mixes units until the display rule's hook changes them, and a draw in between puts napari's
+    # "Inconsistent units across layers" toast over the canvas.
+    return getattr(viewer, f"add_{ltype}")(data, **{"units": UNITS, **kwargs})
 
 
 def set_placement(layer, scale=None, translate=None) -> None:
