@@ -60,10 +60,10 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     wait_for(lambda: not w.running, timeout=300)
     ticker.stop()
     assert w.message.level != "error", w.message.text()
-    assert w.message.text().startswith("completed: the reconstruction's reprojection misfit falls")
+    assert w.message.text().startswith("completed: the reprojection misfit of the reconstruction falls")
     assert len(inserted) == 2 and inserted[0] < inserted[1], inserted       # before, after: separate turns
     wait_for(lambda: not w.comparison.busy, timeout=60)
-    assert w.layers["before"].visible and w.layers["after"].visible    # shown by the comparison, in 2D
+    assert w.layers["nominal"].visible and w.layers["calibrated"].visible    # shown by the comparison, in 2D
     assert viewer.dims.ndisplay == 2 and not layer.visible
     [res] = results
     assert abs(res.value("offset_u") - 3.6) < 0.15
@@ -73,22 +73,26 @@ def test_calibrate_widget_recovers_offset_and_sharpens(make_napari_viewer):
     assert len(w.plot.points) == len(res.loss_history) >= 2              # one point per progress step
     assert [n for _, n in w.plot.stage_starts] == ["binned ×2", "full resolution"]
     assert_ticks_fit(w.plot)
-    # the after-image fits the data better and is closer to the object (RMSE against it, measured here and
-    # by the comparison panel with the object as its reference)
-    assert w.misfit["after"] < 0.7 * w.misfit["before"]
+    # the after-image fits the data better and is closer to the object (RMSE against it, measured here)
+    assert w.misfit["calibrated"] < 0.7 * w.misfit["nominal"]
     truth = object_volume(ells, P).numpy().astype(np.float32)
-    err = {k: float(np.sqrt(np.mean((w.layers[k].data - truth) ** 2))) for k in ("before", "after")}
-    print(f"RMSE against the object: before {err['before']:.3e}, after {err['after']:.3e}")
-    assert err["after"] < 0.9 * err["before"]
+    err = {k: float(np.sqrt(np.mean((w.layers[k].data - truth) ** 2))) for k in ("nominal", "calibrated")}
+    print(f"RMSE against the object: before {err['nominal']:.3e}, after {err['calibrated']:.3e}")
+    assert err["calibrated"] < 0.9 * err["nominal"]
     viewer.add_image(truth, name="object", scale=P.voxel_spacing,
                      translate=[-(n - 1) / 2 * d for n, d in zip(truth.shape, P.voxel_spacing)])
-    w.comparison.reference.select("object")
+    # The Calibrate comparison's only reference is the reconstruction on the exact geometry (truth.json); this
+    # scan has none, so a volume on the same grid (the object) is not offered as one: the comparison shows the
+    # nominal and calibrated images side by side, with no metrics to measure against.
+    w.comparison.reference.refresh()
+    assert "exact" not in w.layers and w.comparison.reference.names() == []
+    with pytest.raises(ValueError, match="no layer named 'object'"):
+        w.comparison.reference.select("object")
     shown = w.comparison.compare(layers=w.checked_results())
-    assert [l.name for l in shown] == ["object", "misaligned scan before calibration",
-                                       "misaligned scan after calibration"]
+    assert [l.name for l in shown] == ["misaligned scan: nominal geometry (before calibration)",
+                                       "misaligned scan: calibrated geometry"]
     wait_for(lambda: not w.comparison.busy, timeout=60)    # the comparison's numbers come from a worker thread
-    m = w.comparison.last_metrics
-    assert m["misaligned scan after calibration"].rmse < m["misaligned scan before calibration"].rmse
+    assert w.comparison.last_metrics == {}
     w.apply()
     applied = ScanGeometry.from_dict(layer.metadata["ctbench"]["geometry"])
     torch.testing.assert_close(applied.trajectory.detector_center, res.trajectory.detector_center.float())
@@ -237,32 +241,48 @@ def test_scan_import_calibrate_step_sharpens_a_misaligned_sample(make_napari_vie
     assert w.message.level != "error", w.message.text()
     wait_for(lambda: not w.running, timeout=600)
     assert w.message.level != "error", w.message.text()
+    assert "exact geometry (truth.json)" in w.message.text(), w.message.text()     # the closing message names it
     [res] = results
     assert abs(res.value("offset_u") - spec.offset_u_px) < 0.15
 
     geo = ScanGeometry.from_dict(sino.metadata["ctbench"]["geometry"])
     P = geo.projector(backend="cpu")
     truth = object_volume(random_object(0.38 * field_mm, seed=spec.seed), P).numpy()
-    before, after = (w.layers[k].data for k in ("before", "after"))
-    err = {k: float(np.sqrt(np.mean((v - truth) ** 2))) for k, v in (("before", before), ("after", after))}
-    sharp = {k: _gradient_energy(v) for k, v in (("before", before), ("after", after))}
-    print(f"Scan import -> Calibrate: RMSE against the object {err['before']:.3e} -> {err['after']:.3e}; "
-          f"gradient energy {sharp['before']:.3e} -> {sharp['after']:.3e} (object {_gradient_energy(truth):.3e})")
-    assert err["after"] < 0.8 * err["before"]
-    assert sharp["after"] > 1.05 * sharp["before"]
+    before, after = (w.layers[k].data for k in ("nominal", "calibrated"))
+    err = {k: float(np.sqrt(np.mean((v - truth) ** 2))) for k, v in (("nominal", before), ("calibrated", after))}
+    sharp = {k: _gradient_energy(v) for k, v in (("nominal", before), ("calibrated", after))}
+    print(f"Scan import -> Calibrate: RMSE against the object {err['nominal']:.3e} -> {err['calibrated']:.3e}; "
+          f"gradient energy {sharp['nominal']:.3e} -> {sharp['calibrated']:.3e} (object {_gradient_energy(truth):.3e})")
+    assert err["calibrated"] < 0.8 * err["nominal"]
+    assert sharp["calibrated"] > 1.05 * sharp["nominal"]
     w.apply()
     assert sino.metadata["ctbench"]["calibration"]["offset_u"] == pytest.approx(res.value("offset_u"))
 
-    # the screenshots for docs/CALIBRATION.md: the widget, and before | after side by side
-    DOC = doc_images_dir()
-    w.comparison.reference.select(w.layers["before"].name)
-    w.comparison.compare(layers=[w.layers["after"]])
+    # The sample's truth.json gives the exact geometry: its reconstruction is the comparison's reference (the
+    # only one offered), and the calibrated image is closer to it than the nominal one.
+    assert "exact" in w.layers, "the sample's truth.json was not used"
+    assert w.misfit["exact"] < w.misfit["nominal"] and w.misfit["calibrated"] < w.misfit["nominal"]
+    names = {k: w.layers[k].name for k in ("nominal", "calibrated", "exact")}
+    w.comparison.reference.refresh()
+    assert w.comparison.reference.names() == [names["exact"]]
+    with pytest.raises(ValueError, match="no layer named"):
+        w.comparison.reference.select(names["nominal"])
+    w.comparison.reference.select(names["exact"])
+    shown = w.comparison.compare(layers=w.checked_results())
+    assert [x.name for x in shown] == [names["exact"], names["nominal"], names["calibrated"]]
     wait_for(lambda: not w.comparison.busy, timeout=120)
+    m = w.comparison.last_metrics
+    print(f"RMSE against the exact geometry's reconstruction: nominal {m[names['nominal']].rmse:.3e}, "
+          f"calibrated {m[names['calibrated']].rmse:.3e}")
+    assert m[names["calibrated"]].rmse < 0.8 * m[names["nominal"]].rmse
+
+    # the screenshots for docs/CALIBRATION.md: the widget, and exact | nominal | calibrated side by side
+    DOC = doc_images_dir()
     _settle()
     save_widget_screenshot(w.scroll_area.widget(), "calibrate_from_scan_import", DOC)
     for layer in viewer.layers:
-        layer.visible = layer.name in (w.layers["before"].name, w.layers["after"].name)
-    # the comparison panel lays them out side by side (before is its reference)
+        layer.visible = layer.name in names.values()
+    # the comparison panel lays them out side by side (the exact one is its reference)
     viewer.dims.ndisplay = 2
     viewer.dims.set_point(0, 0.0)
     viewer.reset_view()

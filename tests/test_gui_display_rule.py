@@ -45,7 +45,7 @@ def assert_volume_frame(viewer) -> None:
     """No visible layer of the pixel frame; the axes in mm."""
     visible = [x for x in viewer.layers if x.visible]
     assert visible and all(frame_of(x) == VOLUME_FRAME for x in visible), [x.name for x in visible]
-    assert viewer.dims.axis_labels[-1] == "x (mm)"
+    assert viewer.dims.axis_labels[-1] == "x"
 
 
 def test_every_source_puts_its_layers_in_their_own_frame(make_napari_viewer, qtbot, tmp_path):

@@ -55,7 +55,7 @@ def test_estimate_before_run_is_the_planners_memory_and_follows_the_settings(mak
     wait_for(lambda: not label.busy and label.last is not None and label.last.n_iter == 10, timeout=60)
     geo = recon.problem_geometry()
     expected = estimate.estimate_run(geo, recon.request("full"))   # same measured pair (cached per shape)
-    assert label.text() == f"Estimate for Run: {expected.summary()}"
+    assert label.text() == f"Estimate for Run, {expected.summary()}"
     data, state, kernel = estimate.memory_of(geo, "sirt")
     assert label.last.peak_bytes == data + state + kernel
     # A setting changes: the estimate follows by itself (debounced), without a click.

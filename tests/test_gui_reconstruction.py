@@ -147,8 +147,15 @@ def test_quick_preview_equals_the_full_central_slice_on_a_parallel_beam(make_nap
     np.testing.assert_allclose(layer.data[0], full.volume[16].numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_viewer, quiet_qt_warning):
+def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_viewer, quiet_qt_warning,
+                                                                   monkeypatch):
+    import napari._vispy.canvas as vispy_canvas
+
+    # napari's canvas warns (a toast over it) when it draws layers whose units disagree
+    canvas_warnings = []
     viewer = make_napari_viewer(show=True)
+    monkeypatch.setattr(vispy_canvas, "show_warning", lambda text: canvas_warnings.append(
+        (text, [(x.name, [str(u) for u in x.units]) for x in viewer.layers if str(x.units[0]) != "millimeter"])))
     _, proj, recon = _workbench(viewer)
     # Only the reconstruction widget stays docked: the screenshots show it in use.
     for dock in recon.test_docks.values():
@@ -233,6 +240,9 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     save_widget_screenshot(recon, "compare_widget", SHOTS)
     # Difference images: result − reference, in the grid with the others.
     vispy_grid = viewer.window._qt_viewer.canvas.grid          # napari's view boxes of the comparison grid
+    # The test's own pixel layers above ("an unrelated 2D image") were drawn once in pixels, as any layer from
+    # outside ctbench is; the layers ctbench adds are in mm from their creation.
+    canvas_warnings.clear()
     recon.comparison.difference_button.click()
     wait_for(lambda: not recon.comparison.busy, timeout=60)
     # The results beside their differences, the reference out of the grid: the same 2 x 2 grid, not rebuilt.
@@ -241,6 +251,9 @@ def test_compare_side_by_side_with_linked_cameras_and_screenshots(make_napari_vi
     assert viewer.window._qt_viewer.canvas.grid is vispy_grid and not phantom.visible
     diffs = [x for x in viewer.layers if x.name.startswith("difference")]
     assert len(diffs) == 2 and diffs == recon.comparison.differences_added
+    # in millimetres from their creation: no draw saw mixed units
+    assert all(str(u) == "millimeter" for d in diffs for u in d.units)
+    assert not canvas_warnings, canvas_warnings
     assert diffs[1].metadata["ctbench"]["difference"] == {"result": b.name, "reference": phantom.name}
     bar = recon.comparison.colour_bar                                 # colour carries meaning: a key
     assert not bar.isHidden() and bar.lo == pytest.approx(-bar.hi) and len(bar.colours) == 64

@@ -615,7 +615,7 @@ def test_a_result_shown_in_steps_ends_as_shown_at_once(make_napari_viewer):
     np.testing.assert_allclose(res_s.contrast_limits, percentile_window(res_s.data), rtol=1e-5)
     assert not ref_s.visible and res_s.visible and stepped.dims.ndisplay == 3     # nothing else yet
     steps[1]()
-    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z (mm)", "y (mm)", "x (mm)")
+    assert stepped.dims.ndisplay == 2 and stepped.dims.axis_labels == ("z", "y", "x")
     steps[2]()
     show_result(at_once, res_o)
     assert stepped.dims.point[0] == pytest.approx(0.0, abs=0.6)          # the central slice
@@ -1128,7 +1128,8 @@ def test_an_iterative_runs_layer_is_added_hidden_and_shown_a_turn_later_and_canc
         make_napari_viewer):
     """The live layer's add and its first draw are turns of their own (napari's add and the first draw were one
     turn and one window repaint): the layer arrives hidden, with no worker yet; a Cancel in the next turn
-    removes it (no hidden layer stays); an uncancelled run shows it before its worker starts."""
+    removes it (no hidden layer stays); an uncancelled run keeps it hidden while its worker starts (an all-zero
+    layer on top would blacken the canvas) and shows it with its first preview or its result."""
     from qtpy.QtCore import QTimer
 
     viewer, recon, before = _viewer_with_a_sirt_ready(make_napari_viewer)
@@ -1149,10 +1150,17 @@ def test_an_iterative_runs_layer_is_added_hidden_and_shown_a_turn_later_and_canc
     arrived.clear()
     hook = lambda e: inserted(e, cancel=False)         # noqa: E731
     viewer.layers.events.inserted.connect(hook)
+    at_start = []                  # the live layer as the worker starts (no preview can have come yet)
+    real_start = recon.runner.start
+
+    def start(*args, **kwargs):
+        live = recon.last_run["name"]
+        at_start.append((live in viewer.layers, live in viewer.layers and viewer.layers[live].visible))
+        return real_start(*args, **kwargs)
+    recon.runner.start = start
     recon.run_button.click()
     name = recon.last_run["name"]
-    wait_for(lambda: recon.runner.running or recon.last_run.get("finished") is not None, timeout=60)
-    assert viewer.layers[name].visible                                         # shown before its worker starts
     wait_for(lambda: not recon.running, timeout=300)
+    assert at_start == [(True, False)]                   # there before the worker, hidden: nothing to draw yet
     assert arrived == [(name, False, False)]
     assert viewer.layers[name].visible and recon.results[-1].name == name

@@ -38,11 +38,13 @@ def _designer(viewer, **changes) -> TrajectoryDesignerWidget:
 
 def test_every_widget_docks_from_the_manifest(make_napari_viewer):
     viewer = make_napari_viewer()
+    from ctbench_napari._qt.calibrate import CalibrateWidget
     from ctbench_napari._qt.jobs import JobsPanel
     from ctbench_napari._qt.scan import ScanImportWidget
 
     kinds = {"Trajectory designer": TrajectoryDesignerWidget, "Projection": ProjectionWidget,
-             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Jobs": JobsPanel}
+             "Reconstruction": ReconstructionWidget, "Scan import": ScanImportWidget, "Calibrate": CalibrateWidget,
+             "Jobs": JobsPanel}
     assert set(WIDGETS) == set(kinds)
     for name in WIDGETS:
         dock, widget = viewer.window.add_plugin_dock_widget(PLUGIN, name)
@@ -293,16 +295,21 @@ def test_launch_docks_the_widgets_and_loads_a_sample(make_napari_viewer, monkeyp
     assert [layer.name for layer in viewer.layers] == ["Shepp-Logan phantom"]
     docked = {type(w).__name__ for w in viewer.window.dock_widgets.values()}
     assert docked == {"TrajectoryDesignerWidget", "ProjectionWidget", "ReconstructionWidget", "ScanImportWidget",
-                      "JobsPanel"}                               # the Jobs panel is docked with the rest
-    from qtpy.QtWidgets import QTabBar
+                      "CalibrateWidget", "JobsPanel"}            # Calibrate and Jobs are docked with the rest
+    from qtpy.QtWidgets import QDockWidget, QTabBar
     bars = [b for b in viewer.window._qt_window.findChildren(QTabBar)
-            if "Trajectory designer" in [b.tabText(i) for i in range(b.count())]]
+            if "Designer" in [b.tabText(i) for i in range(b.count())]]
     assert len(bars) == 1
     [bar] = bars
     from ctbench_napari._testing import wait_for
-    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Trajectory designer", timeout=5)   # starts there
-    assert [bar.tabText(i) for i in range(bar.count())] == list(ctbench_napari.WIDGETS)   # whole titles
+    wait_for(lambda: bar.tabText(bar.currentIndex()) == "Designer", timeout=5)   # starts in the designer
+    # short tab titles (six tabs side by side in a narrow dock), never elided; the full name is the dock's tooltip
+    assert [bar.tabText(i) for i in range(bar.count())] == ["Designer", "Projection", "Reconstruct", "Scan import",
+                                                            "Calibrate", "Jobs"]
     assert bar.elideMode() == Qt.ElideNone
+    docks = {d.windowTitle(): d.toolTip() for d in viewer.window._qt_window.findChildren(QDockWidget)
+             if d.windowTitle() in [bar.tabText(i) for i in range(bar.count())]}
+    assert docks == {ctbench_napari.TAB_TITLES.get(n, n): n for n in ctbench_napari.WIDGETS}
     with pytest.raises(ValueError, match="sample must be one of"):
         ctbench_napari.launch("nope", block=False)
 

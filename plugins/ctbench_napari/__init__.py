@@ -10,7 +10,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 PLUGIN = "ctbench"  # the npe2 plugin name must equal the distribution name
-WIDGETS = ("Trajectory designer", "Projection", "Reconstruction", "Scan import", "Jobs")
+WIDGETS = ("Trajectory designer", "Projection", "Reconstruction", "Scan import", "Calibrate", "Jobs")
+# The dock tabs' titles: six tabs fit a 480-pixel dock side by side (the full name is the tab's tooltip).
+TAB_TITLES = {"Trajectory designer": "Designer", "Reconstruction": "Reconstruct"}
 SAMPLES = ("phantom", "phantom_scan", "htc2022", "lab_scan")
 
 
@@ -25,4 +27,4 @@ def launch(sample: str | None = "phantom", *, block: bool = True):
     return open_workbench(sample, block=block)
 
 
-__all__ = ["launch", "PLUGIN", "WIDGETS", "SAMPLES", "__version__"]
+__all__ = ["launch", "PLUGIN", "WIDGETS", "TAB_TITLES", "SAMPLES", "__version__"]

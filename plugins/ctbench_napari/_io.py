@@ -27,7 +27,7 @@ from ctbench.geometry import Trajectory
 from ctbench.io.ome_zarr import is_ctbench_volume
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
-from ._layers import (KEY, LayerData, display_to_sinogram, placement, sinogram_layer, trajectory_layers,
+from ._layers import (KEY, UNITS, LayerData, display_to_sinogram, placement, sinogram_layer, trajectory_layers,
                       volume_layer)
 
 
@@ -97,7 +97,7 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
     if ds.sinogram is not None:
         if ds.geometry is None:
             # Without geometry the sinogram is only an image: say so in the metadata.
-            layers.append((np.asarray(ds.sinogram), {"name": f"{name} sinogram (no geometry)",
+            layers.append((np.asarray(ds.sinogram), {"name": f"{name} sinogram (no geometry)", "units": UNITS,
                                                      "metadata": {KEY: {"kind": "image"}}}, "image"))
         else:
             layers.append(sinogram_layer(ds.sinogram, ds.geometry, f"{name} sinogram",

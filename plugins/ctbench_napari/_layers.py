@@ -30,6 +30,10 @@ from ctbench.workbench.design import ScanGeometry
 
 KEY = "ctbench"
 LayerData = tuple[Any, dict, str]
+# napari's world units of every layer the plugin makes: ctbench's world frame is in millimetres, and the scale
+# bar takes its unit from the layers (pixel-frame layers carry it too, so that the units agree; the bar is
+# only shown on volume slices, see _qt/units.py).
+UNITS = "mm"
 
 # display order of sinogram data, by ndim: napari shows the last two axes
 SINOGRAM_AXES_3D = ["view", "-v", "u"]
@@ -100,7 +104,8 @@ def volume_layer(volume, voxel_spacing, name: str, *, origin=None, geometry: Sca
     if geometry is not None:
         meta["geometry"] = geometry.to_dict()
     meta.update(extra or {})
-    kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", **placement(vol.shape, voxel_spacing, origin)}
+    kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", "units": UNITS,
+          **placement(vol.shape, voxel_spacing, origin)}
     kw.update(kwargs)
     return vol, kw, "image"
 
@@ -156,7 +161,7 @@ def sinogram_layer(sino, geometry: ScanGeometry, name: str, *, extra: dict | Non
         scale = [1.0, 1.0]
     else:
         scale = [1.0, geometry.detector_spacing[1] / geometry.detector_spacing[0], 1.0]
-    kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", "scale": scale}
+    kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", "scale": scale, "units": UNITS}
     kw.update(kwargs)
     return sinogram_to_display(s), kw, "image"
 
@@ -236,7 +241,7 @@ def trajectory_layers(geometry: ScanGeometry, name: str = "trajectory", *, n_fra
                             for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
         edges = [(a, b) for a in range(8) for b in range(a + 1, 8) if bin(a ^ b).count("1") == 1]
         box = _segments(corners[[a for a, _ in edges]], corners[[b for _, b in edges]], False)
-    common = {"vector_style": "line", "length": 1.0}
+    common = {"vector_style": "line", "length": 1.0, "units": UNITS}
     meta_src = {KEY: {"kind": "trajectory", "geometry": geo, "frame_views": views}}
     meta_part = {KEY: {"kind": "trajectory_part"}}
     width = max(reach / 80, 0.3)
@@ -262,7 +267,8 @@ def completeness_layer(counts, n_views: int, voxel_spacing, name: str = "traject
     meta = {KEY: {"kind": "completeness", "n_views": int(n_views), "voxel_spacing": [float(s) for s in voxel_spacing],
                   "full": float((c >= n_views).mean()), "unreached": float((c == 0).mean())}}
     kw = {"name": name, "metadata": meta, "colormap": COMPLETENESS_COLORMAP, "contrast_limits": (0.0, float(max(n_views, 1))),
-          "opacity": 0.6, "rendering": "minip", "blending": "translucent", **placement(c.shape, voxel_spacing)}
+          "opacity": 0.6, "rendering": "minip", "blending": "translucent", "units": UNITS,
+          **placement(c.shape, voxel_spacing)}
     return c, kw, "image"
 
 

@@ -21,7 +21,7 @@ from ctbench.io.bruker import find_skyscan_log
 from ctbench.io.nexus import NEXUS_SUFFIXES
 from ctbench.io.tiff import TIFF_SUFFIXES
 
-from ._layers import KEY, LayerData
+from ._layers import KEY, UNITS, LayerData
 
 VENDOR_SUFFIXES = (".xtekct", ".txrm", ".log")     # Nikon, Zeiss, Bruker SkyScan (DXchange is .h5)
 
@@ -35,7 +35,7 @@ def scan_layer(path, *, format: str = "auto", raw: dict | None = None, name: str
             "source": {"path": str(path), "format": scan.format, "raw": raw},
             "scan": {k: v for k, v in scan.describe().items() if k != "angles_deg"}}
     label = name or f"{Path(path).name} ({scan.values})"
-    return scan.projections, {"name": label, "metadata": {KEY: meta}, "colormap": "gray",
+    return scan.projections, {"name": label, "metadata": {KEY: meta}, "colormap": "gray", "units": UNITS,
                               "contrast_limits": (lo, hi if hi > lo else lo + 1)}, "image"
 
 

@@ -20,13 +20,19 @@ from ctbench.workbench.design import ScanGeometry
 
 from .._layers import (KEY, LayerError, has_geometry, info, is_sinogram, is_volume_candidate, sinogram_of,
                        volume_layer, volume_of)
-from .common import LayerPicker, MessageLabel, ProgressBar, Steps, report_errors, scroll_contents
+from ctbench.workbench.geometry_summary import truth_of
+
+from .common import LayerPicker, MessageLabel, ProgressBar, Steps, report_errors, scroll_contents, unwrap
 from .compare import ComparePanel
 from .convergence import ConvergencePlot
+from .geometry_table import GeometryTable
 from .param_table import ParameterTable
 from .runner import LocalRunner
 
 DEFAULT_FREE = ("offset_u", "roll", "shift_u", "shift_v")
+RESULT_KEYS = ("nominal", "calibrated", "exact")
+RESULT_NAMES = {"nominal": "nominal geometry (before calibration)", "calibrated": "calibrated geometry",
+                "exact": "exact geometry (truth.json)"}
 RECON_ITERATIONS = 12      # CGLS iterations of the before/after reconstructions
 
 
@@ -74,11 +80,14 @@ def known_object_of(layer, geo: ScanGeometry) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(data, dtype=np.float32))
 
 
-def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None):
-    """Worker generator: calibration states, then ("result", result, before, after, geometry, misfit).
+def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known=None, truth=None):
+    """Worker generator: calibration states, then ("result", result, volumes, geometry, misfit).
 
-    The data checks (finite values, structure) run here, off the GUI thread: they read the whole sinogram.
-    A cancelled run skips the before/after reconstructions (before and after are None)."""
+    ``volumes`` holds the reconstructions on the nominal (the sinogram's attached) geometry, the calibrated
+    one and, when ``truth`` (a scan's truth.json) is given and fits the data, the exact one; ``misfit`` the
+    reprojection misfit of each against the measured sinogram.  The data checks (finite values, structure)
+    run here, off the GUI thread: they read the whole sinogram.  A cancelled run skips the reconstructions
+    (``volumes`` is None)."""
     from ctbench.solvers import cgls
 
     y = torch.from_numpy(np.ascontiguousarray(sino, dtype=np.float32))
@@ -93,14 +102,27 @@ def _events(P, geo: ScanGeometry, sino: np.ndarray, free, n_outer, cancel, known
     cal_geo = ScanGeometry(result.trajectory.to(dtype=torch.float32), geo.detector_shape, geo.detector_spacing,
                            geo.volume_shape, geo.voxel_spacing)
     if result.stopped != "completed":
-        yield ("result", result, None, None, cal_geo, None)
+        yield ("result", result, None, cal_geo, None)
         return
-    yield ("status", "reconstructing before and after")
-    before = cgls(P, y, RECON_ITERATIONS).volume
-    Q = cal_geo.projector(backend="cpu")
-    after = cgls(Q, y, RECON_ITERATIONS).volume
-    misfit = {"before": _misfit(P, before, y), "after": _misfit(Q, after, y)}
-    yield ("result", result, before.numpy(), after.numpy(), cal_geo, misfit)
+    geometries = {"nominal": geo, "calibrated": cal_geo}
+    if truth is not None:
+        from ctbench.workbench.geometry_summary import exact_trajectory
+
+        exact = exact_trajectory(geo.trajectory, geo.detector_spacing, truth)
+        geometries["exact"] = ScanGeometry(exact.to(dtype=torch.float32), geo.detector_shape, geo.detector_spacing,
+                                           geo.volume_shape, geo.voxel_spacing)
+    volumes, misfit = {}, {}
+    for key, g in geometries.items():
+        yield ("status", f"reconstructing on the {key} geometry ({RECON_ITERATIONS} CGLS iterations)")
+        Q = P if key == "nominal" else g.projector(backend="cpu")
+        x = cgls(Q, y, RECON_ITERATIONS).volume
+        volumes[key], misfit[key] = x.numpy(), _misfit(Q, x, y)
+    if "exact" in misfit and misfit["exact"] > misfit["nominal"]:
+        # The truth does not describe this scan as imported (another frame, flips): not exact after all.
+        volumes.pop("exact"), misfit.pop("exact"), geometries.pop("exact")
+        yield ("status", "truth.json does not fit this scan as imported (its misfit is above the nominal "
+               "geometry's): left out of the comparison")
+    yield ("result", result, volumes, {k: g for k, g in geometries.items() if k in volumes}, misfit)
 
 
 def open_calibrate(viewer, layer) -> "CalibrateWidget":
@@ -172,6 +194,11 @@ class CalibrateWidget(QWidget):
         self.plot.setToolTip("the misfit after each outer iteration; dashed lines: a new level (binning) or "
                              "parameter stage, where the misfit is measured anew")
         self.table = ParameterTable()
+        self.geometries = GeometryTable()
+        self.result = None
+        self.layers: dict = {}      # before the comparison panel: it asks for this widget's layers as it is built
+        self.misfit: dict = {}
+        self._target = None
         self.comparison = ComparePanel(napari_viewer, self)
         form = QFormLayout()
         form.addRow("Sinogram", self.sinogram)
@@ -189,6 +216,7 @@ class CalibrateWidget(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(self.table)
         layout.addWidget(self.plot)
+        layout.addWidget(self.geometries)
         layout.addWidget(self.comparison)
         layout.addStretch(1)
         scroll_contents(self)       # the comparison below makes the panel tall: it scrolls, the window fits
@@ -200,10 +228,6 @@ class CalibrateWidget(QWidget):
         self.run_button.clicked.connect(lambda: self.run())
         self.cancel_button.clicked.connect(lambda: self.runner.cancel())
         self.apply_button.clicked.connect(lambda: self.apply())
-        self.result = None
-        self.layers: dict = {}
-        self.misfit: dict = {}
-        self._target = None
 
     # ------------------------------------------------------------ actions
     @property
@@ -214,9 +238,20 @@ class CalibrateWidget(QWidget):
     def free(self) -> tuple[str, ...]:
         return tuple(n for n, b in self.checks.items() if b.isChecked())
 
+    @property
+    def results(self) -> list:
+        """This widget's reconstructions (nominal, calibrated, exact when known) still in the viewer."""
+        return [self.layers[k] for k in RESULT_KEYS if k in self.layers and self.layers[k] in self.viewer.layers]
+
     def checked_results(self) -> list:
-        """The before/after layers, for the comparison panel."""
-        return [self.layers[k] for k in ("before", "after") if k in self.layers]
+        """The layers the comparison shows: nominal and calibrated (the exact one is its reference)."""
+        return [self.layers[k] for k in ("nominal", "calibrated") if k in self.layers]
+
+    def reference_candidate(self, layer) -> bool:
+        """The comparison's reference: the reconstruction on the exact geometry, and nothing else (an
+        unrelated phantom or another scan's volume is never the truth of this one)."""
+        exact = self.layers.get("exact")
+        return exact is not None and unwrap(layer) is unwrap(exact)
 
     @report_errors
     def run(self, *_) -> None:
@@ -241,6 +276,8 @@ class CalibrateWidget(QWidget):
         # checks that read the whole sinogram (finite, structure) run in the worker and come back as its error.
         P = geo.projector(backend="cpu")
         check_free(free, beam=P.beam, n_views=P.n_views)
+        src = info(layer).get("source")
+        truth = truth_of(src.get("path")) if isinstance(src, dict) else None
         self._target = layer
         self.result = None
         self.steps.cancel()
@@ -254,7 +291,7 @@ class CalibrateWidget(QWidget):
         self.message.note(f"calibrating {', '.join(free)}" + (f" against the known object '{obj.name}'" if known
                                                               is not None else "") + " …")
         # A RuntimeError in the worker (torch's out-of-memory) reaches runner.failed: common.start_worker.
-        self.runner.start(lambda cancel: _events(P, geo, sino, free, n_outer, cancel, known))
+        self.runner.start(lambda cancel: _events(P, geo, sino, free, n_outer, cancel, known, truth))
 
     def _event(self, ev) -> None:
         kind = ev[0]
@@ -268,9 +305,10 @@ class CalibrateWidget(QWidget):
         elif kind == "status":
             self.message.note(ev[1])
         elif kind == "result":
-            _, res, before, after, cal_geo, misfit = ev
+            _, res, volumes, geometries, misfit = ev
+            cal_geo = geometries if isinstance(geometries, ScanGeometry) else geometries["calibrated"]
             self.result, self.calibrated_geometry, self.misfit = res, cal_geo, misfit
-            if before is None:          # cancelled: the estimate so far, no reconstructions
+            if volumes is None:          # cancelled: the estimate so far, no reconstructions
                 self.table.show_result(res)
                 self.apply_button.setEnabled(True)
                 self.message.note(f"{res.stopped} after {len(res.loss_history)} steps: the table holds the "
@@ -281,9 +319,14 @@ class CalibrateWidget(QWidget):
             self.progress.setValue(self.progress.maximum())
             # One step per turn: a new layer builds its shaders when first drawn (software OpenGL: a long frame
             # each), so the table, each layer and the comparison land in separate frames.
-            self.steps.run([functools.partial(self.table.show_result, res),
-                            functools.partial(self._add_volume, "before", before, cal_geo),
-                            functools.partial(self._add_volume, "after", after, cal_geo),
+            for key in [k for k in self.layers if k not in volumes]:     # an exact layer of an earlier run
+                old = self.layers.pop(key)
+                if old in self.viewer.layers:
+                    self.viewer.layers.remove(old)
+            adds = [functools.partial(self._add_volume, key, volumes[key], geometries[key]) for key in RESULT_KEYS
+                    if key in volumes]
+            self.steps.run([functools.partial(self.table.show_result, res), *adds,
+                            functools.partial(self.geometries.show, geometries, misfit),
                             lambda: self.comparison.compare(layers=self.checked_results()),
                             functools.partial(self._show_result, res, misfit)],
                            on_error=lambda e: (self.message.error(f"showing the calibration failed: {e}"),
@@ -295,9 +338,11 @@ class CalibrateWidget(QWidget):
 
     def _show_result(self, res, misfit) -> None:
         self.apply_button.setEnabled(True)
-        self.message.note(f"{res.stopped}: the reconstruction's reprojection misfit falls from "
-                          f"{misfit['before']:.3g} (nominal geometry) to {misfit['after']:.3g} (calibrated)"
-                          + ("; " + res.notes[0] if res.notes else ""))
+        exact = (f"; exact geometry (truth.json) {misfit['exact']:.3g}, the comparison's reference"
+                 if "exact" in misfit else "")
+        self.message.note(f"{res.stopped}: the reprojection misfit of the reconstruction falls from "
+                          f"{misfit['nominal']:.3g} (nominal geometry) to {misfit['calibrated']:.3g} (calibrated)"
+                          + exact + ("; " + res.notes[0] if res.notes else ""))
         self._done()
         self.finished.emit(res)
 
@@ -310,7 +355,8 @@ class CalibrateWidget(QWidget):
         from napari.layers import Layer
 
         # Added hidden: the comparison shows the layers one per turn (a first draw builds shaders), in 2D.
-        data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{self._target.name} {key} calibration",
+        data, kw, _ = volume_layer(vol, cal_geo.voxel_spacing, f"{self._target.name}: {RESULT_NAMES[key]}",
+                                   geometry=cal_geo,
                                    extra={"recon": {"algorithm": "cgls", "n_iter": RECON_ITERATIONS,
                                                     "calibration": key}}, visible=False)
         old = self.layers.get(key)

@@ -15,6 +15,7 @@ from ctbench.workbench import metrics
 
 from .._layers import KEY, LayerError, info, kind_of
 from .common import LayerPicker, Steps, next_turn, report_errors, rows_height, same_layer, unwrap
+from .cell_labels import overlay_of
 from .display import prepare_sliders_for, set_contrast, set_visible, show_frame_steps
 from .plot import ColourBar, nice_ticks, tick_label, tick_margin
 
@@ -192,7 +193,11 @@ class ComparePanel(QGroupBox):
             results_source.result_added.connect(lambda *_: self.reference.refresh())
 
     def _is_reference_candidate(self, layer) -> bool:
-        """A volume on the grid of the results (any volume while there are none): never an unrelated image."""
+        """A volume on the grid of the results (any volume while there are none): never an unrelated image.
+        A source that knows its reference (Calibrate: the exact geometry's reconstruction) decides alone."""
+        own = getattr(self.source, "reference_candidate", None)
+        if own is not None:
+            return bool(own(layer))
         if not _is_volume(layer):
             return False
         results = [x for x in getattr(self.source, "results", []) if x in self.viewer.layers]
@@ -229,7 +234,7 @@ class ComparePanel(QGroupBox):
             self._pending = max(0, self._pending - 1)
 
         start_worker(work, on_return=deliver, on_error=lambda e: self.message.error(error_text(e)),
-                     on_finished=finished)
+                     on_finished=finished, owner=self)
 
     # ------------------------------------------------------------ actions
     @report_errors
@@ -312,7 +317,8 @@ class ComparePanel(QGroupBox):
             meta = {KEY: {"kind": "volume", "difference": {"result": layer.name, "reference": ref_name}}}
             # Hidden until its own turn (show): napari's add (controls, visual, selection) and the layer's
             # first draw were one turn and one repaint together.
-            made[name] = Image(d, name=name, scale=layer.scale, translate=layer.translate, multiscale=False,
+            made[name] = Image(d, name=name, scale=layer.scale, translate=layer.translate, units=layer.units,
+                               multiscale=False,
                                colormap=DIFFERENCE_COLORMAP, contrast_limits=(-m, m), metadata=meta,
                                visible=False)
             prepare_sliders_for(self.viewer, made[name])
@@ -383,6 +389,9 @@ class ComparePanel(QGroupBox):
         self.cells.clear()
         self.cells.hide()
         self.cell_list = []
+        overlay = overlay_of(self.viewer)
+        if overlay is not None:
+            overlay.hide()
         if self.compared:
             alive = [x for x in self.compared if x in self.viewer.layers]
             if len(alive) > 1:
@@ -392,6 +401,8 @@ class ComparePanel(QGroupBox):
             key = id(unwrap(layer))
             if key in saved and saved[key][0] is unwrap(layer):
                 set_visible(layer, saved[key][1])
+            elif info(layer).get("difference"):
+                set_visible(layer, False)      # made while comparing: it belongs to the grid, not the single view
         self._saved_visibility = None
         self.compared = []
         self.colour_bar.hide()
@@ -408,6 +419,13 @@ class ComparePanel(QGroupBox):
         items = [f"<b>{r + 1},{c + 1}</b>&nbsp;{html.escape(name)}" for (r, c), name in self.cell_list]
         self.cells.setText("<b>Grid cells</b> (row, column): " + " &nbsp;·&nbsp; ".join(items))
         self.cells.show()
+        grid = _grid(self.viewer)
+        overlay = overlay_of(self.viewer)
+        if overlay is not None:
+            if grid.enabled:        # each cell's name in its corner, on the canvas
+                overlay.show(cells, grid.actual_shape(list(self.viewer.layers)))
+            else:
+                overlay.hide()
 
     # ------------------------------------------------------------ numbers
     def _mask(self, ref_data: np.ndarray):

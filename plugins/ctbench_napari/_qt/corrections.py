@@ -18,7 +18,6 @@ from qtpy.QtWidgets import QCheckBox, QComboBox, QFormLayout, QGroupBox, QLineEd
 
 from .common import MessageLabel, add_or_update, double_spin, error_text, start_worker
 from .common import int_spin as _ispin
-from .common import row_of as _row
 
 PREVIEW = "correction preview"
 PREVIEW_ROW = "correction preview (sinogram row)"
@@ -33,21 +32,38 @@ class CorrectionsBox(QGroupBox):
         self.viewer = napari_viewer
         self.context = context
         form = QFormLayout(self)
-        self.zingers = QCheckBox("zingers")
+        # One labelled field a row (the dock is narrow): a method's fields show only while it is on.
+        self.form = form
+        self.zingers = QCheckBox("Remove zingers")
         self.z_threshold = double_spin(1e-4, 100, 0.1, decimals=4)
+        self.z_threshold.setToolTip("a value this much above its neighbourhood's median (relative) is a zinger")
         self.z_size = _ispin(3, 15, 3)
-        form.addRow(self.zingers, _row(self.z_threshold, self.z_size))
+        self.z_size.setToolTip("the median filter's width in pixels")
+        form.addRow(self.zingers)
+        form.addRow("Zinger threshold", self.z_threshold)
+        form.addRow("Zinger filter size (px)", self.z_size)
         self.rings = QComboBox()
         self.rings.addItems(["off", "sorting", "wavelet"])
         self.r_size = _ispin(3, 201, 21)
         self.r_level = _ispin(1, 8, 3)
         self.r_sigma = double_spin(0.1, 50, 1.0, decimals=2)
-        form.addRow("Rings (size | level, σ)", _row(self.rings, self.r_size, self.r_level, self.r_sigma))
-        self.phase = QCheckBox("Paganin")
+        form.addRow("Ring removal", self.rings)
+        form.addRow("Sorting filter size (px)", self.r_size)
+        form.addRow("Wavelet levels", self.r_level)
+        form.addRow("Wavelet damping σ", self.r_sigma)
+        self.phase = QCheckBox("Paganin phase retrieval")
         self.p_ratio = double_spin(1e-3, 1e6, 300, decimals=2)
         self.p_energy = double_spin(0.1, 1000, 25, decimals=2, suffix="keV")
         self.p_distance = double_spin(1e-3, 1e6, 100, decimals=3, suffix="mm")
-        form.addRow(self.phase, _row(self.p_ratio, self.p_energy, self.p_distance))
+        form.addRow(self.phase)
+        form.addRow("δ/β ratio", self.p_ratio)
+        form.addRow("Energy", self.p_energy)
+        form.addRow("Propagation distance", self.p_distance)
+        self._method_rows = {self.zingers: (self.z_threshold, self.z_size), self.phase: (self.p_ratio, self.p_energy,
+                                                                                        self.p_distance)}
+        for box in self._method_rows:
+            box.toggled.connect(self._show_rows)
+        self.rings.currentIndexChanged.connect(self._show_rows)
         self.hardening = QLineEdit()
         self.hardening.setPlaceholderText("beam hardening c1, c2, … (empty: off)")
         form.addRow("Beam hardening", self.hardening)
@@ -58,6 +74,23 @@ class CorrectionsBox(QGroupBox):
         form.addRow(self.message)
         self._worker = None
         self.last_preview = None
+        self._show_rows()
+
+    def _show_rows(self, *_) -> None:
+        """Each method's fields only while the method is on (its label with it)."""
+        for box, fields in self._method_rows.items():
+            for f in fields:
+                self._row_visible(f, box.isChecked())
+        method = self.rings.currentText()
+        self._row_visible(self.r_size, method == "sorting")
+        self._row_visible(self.r_level, method == "wavelet")
+        self._row_visible(self.r_sigma, method == "wavelet")
+
+    def _row_visible(self, field, on: bool) -> None:
+        field.setVisible(on)
+        label = self.form.labelForField(field)
+        if label is not None:
+            label.setVisible(on)
 
     # ----------------------------------------------------------------- keys
     def keys(self) -> dict:
@@ -100,7 +133,7 @@ class CorrectionsBox(QGroupBox):
             return None
         self.preview_button.setEnabled(False)
         self._worker = start_worker(_preview, open_scan, pre, pitch, view, on_return=self._show,
-                                    on_error=lambda e: self.message.error(error_text(e)), on_finished=self._done)
+                                    on_error=lambda e: self.message.error(error_text(e)), on_finished=self._done, owner=self)
         return self._worker
 
     def _done(self) -> None:

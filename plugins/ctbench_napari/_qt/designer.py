@@ -187,7 +187,7 @@ class TrajectoryDesignerWidget(QWidget):
 
         self._pending += 1
         start_worker(work, on_return=lambda r: self._guard(done, r),
-                     on_error=lambda e: self.message.error(error_text(e)), on_finished=self._one_done)
+                     on_error=lambda e: self.message.error(error_text(e)), on_finished=self._one_done, owner=self)
 
     def _guard(self, fn, arg) -> None:
         if is_deleted(self):

@@ -27,7 +27,8 @@ from ctbench.workbench.metrics import percentile_window
 from .._layers import kind_of
 from .per_viewer import viewer_state
 
-VOLUME_AXES = ("z (mm)", "y (mm)", "x (mm)")
+# Named by what they are; a slider's position in mm is written beside it (units.py): napari's slider counts slices.
+VOLUME_AXES = ("z", "y", "x")
 SINOGRAM_AXES = ("view", "v (px)", "u (px)")
 SINOGRAM_AXES_2D = ("view", "u (px)")
 # The designer's 3D line of sight in (z, y, x): 65 degrees from the rotation axis, from above and aside.
@@ -59,12 +60,14 @@ def set_visible(layer, visible: bool) -> bool:
     return True
 
 
-def _label_axes(viewer, labels) -> None:
+def label_axes(viewer, labels) -> None:
+    """Name the frame's axes (the last ones); axes the frame does not use (a 2D image in a 3D viewer) get
+    plain numbers, never another frame's name (("view", "view", "u (px)") was the HTC2022 scan's)."""
     n = viewer.dims.ndim
     labels = list(labels)[-n:]
-    current = list(viewer.dims.axis_labels)
-    current[n - len(labels):] = labels
-    viewer.dims.axis_labels = tuple(current)
+    current = [str(i) for i in range(n - len(labels))] + labels
+    if tuple(current) != tuple(viewer.dims.axis_labels):
+        viewer.dims.axis_labels = tuple(current)
 
 
 def show_frame(viewer, layers, *, ndisplay: int = 2) -> None:
@@ -99,9 +102,9 @@ def show_frame_steps(viewer, layers, *, ndisplay: int = 2, before=()) -> list:
     def dimensions():
         viewer.dims.ndisplay = ndisplay
         if frame == SINOGRAM_FRAME:
-            _label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
+            label_axes(viewer, SINOGRAM_AXES_2D if layers[0].ndim == 2 else SINOGRAM_AXES)
         else:
-            _label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
+            label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in layers):])
 
     def placement():
         _keep_frame_ranges(viewer)
@@ -139,6 +142,13 @@ def _scale_bar(viewer, frame: str, layers) -> None:
         real.dims.events.ndisplay.connect(lambda e: _follow_ndisplay(ref()) if ref() is not None else None)
         _BAR_FOLLOWS.add(real)
     bar.visible = frame == VOLUME_FRAME and viewer.dims.ndisplay == 2
+
+
+def show_scale_bar(viewer) -> None:
+    """The scale bar as the frame rule has it (volume slices in 2D only), for layers that arrive by themselves."""
+    shown = [x for x in viewer.layers if x.visible]
+    if shown:
+        _scale_bar(viewer, frame_of(shown[-1]), shown)
 
 
 def _follow_ndisplay(viewer) -> None:
@@ -200,6 +210,9 @@ def frame_range(viewer, extra=()):
     ranges = list(viewer.dims.range)
     for axis in range(n):
         if not np.isfinite(lo[axis]):
+            # No visible layer spans this axis (a 2D result or scan with 3D layers hidden): one step, so napari
+            # hides its slider instead of offering the hidden layers' slices.
+            ranges[axis] = (0.0, 0.0, 1.0)
             continue
         steps = [float(x.scale[axis - (n - x.ndim)]) for x in visible if axis - (n - x.ndim) >= 0]
         step = min(steps) if steps else ranges[axis][2]
@@ -383,7 +396,7 @@ def show_result_steps(viewer, layer, *, keep=(), limits=None) -> list:
 def oblique_3d(viewer, layers=()) -> None:
     """The designer's 3D view: oblique camera, fitted to the preview."""
     viewer.dims.ndisplay = 3
-    _label_axes(viewer, VOLUME_AXES)
+    label_axes(viewer, VOLUME_AXES)
     # Looking down on the orbit from 25 degrees above its plane, z (the rotation axis) up on the screen.
     viewer.scene.camera.set_view_direction(OBLIQUE_VIEW, up_direction=(1.0, 0.0, 0.0))
     if layers:

@@ -24,7 +24,9 @@ from qtpy.QtCore import QTimer
 from .._layers import kind_of
 from .common import is_deleted, qt_window
 from .per_viewer import viewer_state
-from .display import PIXEL_KINDS, VOLUME_FRAME, frame_of, set_contrast, set_visible, show_frame
+from .units import give_world_units, install_slider_readouts
+from .display import (PIXEL_KINDS, VOLUME_AXES, VOLUME_FRAME, frame_of, label_axes, set_contrast, set_visible,
+                      show_frame, show_scale_bar)
 
 _INSTALLED: dict = {}
 
@@ -47,6 +49,7 @@ def install(viewer) -> None:
     timer.setInterval(0)
 
     def inserted(event) -> None:
+        give_world_units(event.value)       # the scale bar reads mm (units.py)
         pending.append(event.value)
         try:
             # After napari's own insertion (and after the widget that added it has placed it); the layers
@@ -74,6 +77,7 @@ def install(viewer) -> None:
     from .warm_up import install as warm_up
 
     thumbnail_fix.install()
+    install_slider_readouts(real)
     warm_up(real)
 
 
@@ -95,9 +99,12 @@ def apply(viewer, layer) -> None:
         return
     if frame == VOLUME_FRAME and layer.visible:
         mixed = [x for x in viewer.layers if x.visible and frame_of(x) != VOLUME_FRAME]
+        shown = [x for x in viewer.layers if x.visible and frame_of(x) == VOLUME_FRAME]
         if mixed:
-            shown = [x for x in viewer.layers if x.visible and frame_of(x) == VOLUME_FRAME]
             show_frame(viewer, shown, ndisplay=2)
+        else:       # the axes named z, y, x (napari's "-3", "-2", "-1" otherwise) with the slider in mm
+            label_axes(viewer, VOLUME_AXES[-max(x.ndim for x in shown):])
+            show_scale_bar(viewer)
 
 
 def reveal(viewer, layer) -> None:

@@ -37,7 +37,16 @@ class EstimateLabel(QLabel):
         return self._pending > 0 or self._timer.isActive()
 
     def schedule(self, *_) -> None:
+        """Estimate again shortly (debounced); the old figure is marked out of date at once, naming the new
+        settings, so it never describes a method or size that is no longer chosen."""
         self._timer.start()
+        self._generation += 1          # an answer for the old settings that arrives now is dropped
+        try:
+            title = self.widget.request("full").title()
+        except Exception:  # noqa: BLE001 - invalid settings: refresh says why
+            title = ""
+        self.last = None
+        self.setText(f"Estimate for {title}: updating…" if title else "Estimate: updating…")
 
     # A window closed with an estimate still due started its worker afterwards, after the viewer was gone
     # (seen: a test's closed workbench estimating inside the next test).  Hidden, the estimate waits; shown
@@ -60,6 +69,7 @@ class EstimateLabel(QLabel):
 
         self._timer.stop()
         if getattr(self.widget, "running", False):
+            self.setText("Estimate: after the run (a timing now would be skewed by it)")
             return          # the run in progress would skew the timing; the widget asks again when it ends
         self._generation += 1
         gen = self._generation
@@ -77,7 +87,7 @@ class EstimateLabel(QLabel):
                 return
             self.last = est
             self.n_estimates += 1
-            self.setText(f"Estimate for Run: {est.summary()}")
+            self.setText(f"Estimate for Run, {est.summary()}")
 
         def failed(e):
             if not is_deleted(self) and gen == self._generation:
@@ -88,4 +98,5 @@ class EstimateLabel(QLabel):
             self._pending = max(0, self._pending - 1)
 
         self._pending += 1
-        start_worker(estimate_run, geo, request, on_return=done, on_error=failed, on_finished=finished)
+        start_worker(estimate_run, geo, request, on_return=done, on_error=failed, on_finished=finished,
+                     owner=self)

@@ -12,6 +12,7 @@ finished result as a layer with its geometry and parameters.
 from __future__ import annotations
 
 import tempfile
+import threading
 from pathlib import Path
 
 from qtpy.QtCore import QTimer
@@ -19,8 +20,11 @@ from qtpy.QtWidgets import (QAbstractItemView, QComboBox, QFormLayout, QGroupBox
                             QLineEdit, QPlainTextEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem,
                             QVBoxLayout, QWidget)
 
+from .._job_text import jobs_missing, machine_ranks, readable_log, result_name
 from .common import MessageLabel, error_text, is_deleted, scroll_contents
 from .runner import LocalRunner
+
+JOBS_EXTRA = 'pip install "ctbench[jobs]"'
 
 
 def bridge_client(url: str = "", token_file: str = ""):
@@ -44,20 +48,80 @@ class JobRunner(LocalRunner):
         self.info: dict = {}
 
     def job_events(self, geometry, sinogram, request):
-        """The event factory of a job run (what ``reconstruct`` is for a local run)."""
+        """The event factory of a job run (what ``reconstruct`` is for a local run).
+
+        Until the job's first event, a watcher thread posts its start-up phases (uploading, queued, launching
+        N ranks, with the seconds so far) so the bar and status say what is happening."""
         from ctbench.jobs.runs import job_events
 
         url, token_file, options = self._options()
         self.info = {}
+        info = self.info
+        ranks = int(options.get("nproc", 1))
 
         def make(cancel):
+            yield JobPhase(f"uploading the scan ({_mib(sinogram)} MiB) to the "
+                           f"{'bridge at ' + url.strip() if url.strip() else 'local bridge'}…")
             client = bridge_client(url, token_file)
+            first = threading.Event()
+            watcher = threading.Thread(target=self._watch_start_up, args=(url, token_file, info, first, cancel,
+                                                                          ranks),
+                                       name="ctbench-job-start-up", daemon=True)
+            watcher.start()
             try:
-                yield from job_events(client, geometry, sinogram, request, options=options, cancel=cancel,
-                                      info=self.info)
+                for ev in job_events(client, geometry, sinogram, request, options=options, cancel=cancel,
+                                     info=info):
+                    first.set()
+                    yield ev
             finally:
+                first.set()
                 client.close()
         return make
+
+    def _watch_start_up(self, url, token_file, info, first, cancel, ranks) -> None:
+        """Post the job's phase every half second until its first event arrives (runs in its own thread)."""
+        import time
+
+        t0 = time.perf_counter()
+        client = None
+        try:
+            while not first.wait(0.5) and not cancel.is_set():
+                job_id = info.get("job_id")
+                if job_id is None:
+                    continue
+                if client is None:
+                    client = bridge_client(url, token_file)
+                state = client.status(job_id).get("state")
+                secs = time.perf_counter() - t0
+                if state == "queued":
+                    text = f"job {job_id[:8]} queued: waiting for the bridge to start it ({secs:.0f} s)"
+                elif state == "running":
+                    text = (f"job {job_id[:8]}: launching {ranks} rank{'s' if ranks > 1 else ''} (torchrun), "
+                            f"then loading the scan and the kernels… {secs:.0f} s")
+                else:
+                    break
+                if first.is_set():
+                    break
+                self.post(JobPhase(text))
+        except Exception:  # noqa: BLE001 - the phases are a courtesy; the run's own events carry any error
+            pass
+        finally:
+            if client is not None:
+                client.close()
+
+
+class JobPhase:
+    """A background job's start-up phase, in words, for the reconstruction widget's status and bar."""
+
+    def __init__(self, phase: str):
+        self.phase = phase
+
+
+def _mib(sinogram) -> str:
+    try:
+        return f"{sinogram.numel() * sinogram.element_size() / 2**20:.1f}"
+    except AttributeError:
+        return "?"
 
 
 class BackgroundJobChoice(QGroupBox):
@@ -69,8 +133,10 @@ class BackgroundJobChoice(QGroupBox):
         self.setCheckable(True)
         self.setChecked(False)
         self.nproc = QSpinBox()
-        self.nproc.setRange(1, 256)
-        self.nproc.setValue(2)
+        self.nproc.setRange(1, machine_ranks())     # a local bridge runs the ranks on this machine
+        self.nproc.setValue(min(2, machine_ranks()))
+        self.nproc.setToolTip(f"torchrun processes; at most {machine_ranks()} here (this machine's cores, or its "
+                              "GPUs); a remote bridge (Bridge URL) allows up to 256")
         self.partition = QComboBox()
         self.partition.addItems(["views", "space"])
         self.devices = QLineEdit()
@@ -87,6 +153,14 @@ class BackgroundJobChoice(QGroupBox):
         form.addRow("Token file", self.token_file)
         self.runner = JobRunner(self.options, recon_widget)
         self.toggled.connect(self._toggled)
+        self.url.textChanged.connect(self._bound_ranks)
+        missing = jobs_missing()
+        if missing:                  # the jobs extra is not installed: one line, no traceback later
+            self.setEnabled(False)
+            self.setToolTip(f"background jobs need {missing}: {JOBS_EXTRA}")
+
+    def _bound_ranks(self, url: str) -> None:
+        self.nproc.setMaximum(256 if url.strip() else machine_ranks())
 
     @property
     def enabled(self) -> bool:
@@ -95,6 +169,9 @@ class BackgroundJobChoice(QGroupBox):
     def options(self):
         devices = [d.strip() for d in self.devices.text().split(",") if d.strip()] or None
         opts = {"nproc": int(self.nproc.value()), "partition": self.partition.currentText()}
+        name = self.recon.job_name() if hasattr(self.recon, "job_name") else ""
+        if name:
+            opts["name"] = name[:200]
         if devices:
             opts["devices"] = devices
         return self.url.text(), self.token_file.text(), opts
@@ -180,20 +257,34 @@ class JobsPanel(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(refresh_ms)
         self.timer.timeout.connect(self._auto_refresh)
-        self.timer.start()
-        QTimer.singleShot(0, self._first_look)   # before the panel is shown (a bound slot: not after close)
+        self.missing = jobs_missing()
+        if self.missing:
+            self._without_jobs_extra()
+        else:
+            self.timer.start()
+            QTimer.singleShot(0, self._first_look)   # before the panel is shown (a bound slot: not after close)
         scroll_contents(self)
+
+    def _without_jobs_extra(self) -> None:
+        """The jobs extra is not installed: one line saying how to get it; no polling, no traceback."""
+        self.bridge_found = False
+        self.bridge_state.setText(f"Background jobs need {self.missing}, which is not installed: {JOBS_EXTRA}")
+        self.start_bridge_button.hide()
+        for b in (self.refresh_button, *self._job_buttons):
+            b.setEnabled(False)
 
     def _first_look(self) -> None:
         self.refresh(quiet=True)
 
     # ------------------------------------------------------------- plumbing
-    def client(self):
+    POLL_TIMEOUT_S = 3.0     # a poll that hangs (a bridge that accepts and never answers) ends soon
+
+    def client(self, timeout: float = 10.0):
         """A client of the bridge named in the form (or the local one); BridgeNotFound if none is known."""
         from ctbench.jobs.client import BridgeClient
 
         return BridgeClient(self.url.text().strip() or None, token_file=self.token_file.text().strip() or None,
-                            timeout=10)
+                            timeout=timeout)
 
     def _in_thread(self, work, done, *, quiet: bool = False) -> None:
         """``work()`` in a worker thread, ``done(result)`` on the GUI thread; errors in the message line only."""
@@ -204,7 +295,11 @@ class JobsPanel(QWidget):
         def failed(e):
             if is_deleted(self):
                 return          # the panel was closed while the bridge answered
-            if _no_bridge(e):
+            if isinstance(e, ModuleNotFoundError):
+                self.missing = e.name or "a package of the jobs extra"
+                self.timer.stop()
+                self._without_jobs_extra()
+            elif _no_bridge(e):
                 self._set_bridge(False, e)
             elif not quiet:
                 self.message.error(error_text(e))
@@ -217,7 +312,7 @@ class JobsPanel(QWidget):
             except Exception as e:  # noqa: BLE001 - a display problem shows in the panel
                 self.message.error(error_text(e))
 
-        start_worker(work, on_return=deliver, on_error=failed, on_finished=self._idle)
+        start_worker(work, on_return=deliver, on_error=failed, on_finished=self._idle, owner=self)
 
     def _idle(self) -> None:
         self._busy = max(0, self._busy - 1)
@@ -257,12 +352,14 @@ class JobsPanel(QWidget):
 
     # --------------------------------------------------------------- actions
     def _auto_refresh(self) -> None:
-        if self.isVisible() and not self.busy:
+        if self.isVisible() and not self.busy and not self.missing:
             self.refresh(quiet=True)
 
     def refresh(self, *_, quiet: bool = False) -> None:
+        timeout = self.POLL_TIMEOUT_S if quiet else 10.0
+
         def work():
-            with self.client() as c:
+            with self.client(timeout) as c:
                 return c.list()
         self._in_thread(work, self._show_jobs, quiet=quiet)
 
@@ -297,8 +394,7 @@ class JobsPanel(QWidget):
                 self.table.setItem(i, k, QTableWidgetItem(text))
         if keep:
             self.select(keep)
-        if self.message.level == "error":
-            self.message.clear()
+        # An error stays until the user dismisses it or acts again: a refresh every 2 s must not wipe it.
 
     def cancel_selected(self, *_) -> None:
         job = self.selected()
@@ -337,8 +433,7 @@ class JobsPanel(QWidget):
 
         def done(res):
             text, st = res
-            head = f"job {st['id']}: {st['state']}" + (f" ({st['reason']})" if st.get("reason") else "")
-            self.log.setPlainText(head + "\n" + text)
+            self.log.setPlainText(readable_log(text, st))
         self._in_thread(work, done)
 
     def load_selected(self, *_) -> None:
@@ -360,7 +455,7 @@ class JobsPanel(QWidget):
         def work():
             with self.client() as c:
                 path = c.fetch(job["id"], dest)
-            return path, result_layers(path)
+            return path, result_layers(path), job
 
         self._in_thread(work, self._add_result)
 
@@ -369,19 +464,24 @@ class JobsPanel(QWidget):
 
         from .display import show_result
 
-        path, layer_data = res
+        path, layer_data, job = res
         for data in layer_data:
-            layer = self.viewer.add_layer(Layer.create(*data))
+            kw = dict(data[1])
+            kw["name"] = result_name(job, kw.get("name", ""), [x.name for x in self.viewer.layers])
+            layer = self.viewer.add_layer(Layer.create(data[0], kw, data[2]))
             self.loaded.append(layer)
             if layer.metadata.get("ctbench", {}).get("kind") == "volume":
                 show_result(self.viewer, layer, limits=tuple(layer.contrast_limits))
-        self.message.note(f"loaded {path.name}")
+        self.message.note(f"loaded the result of job {job['id']} as '{self.loaded[-1].name}'" if self.loaded
+                          else f"loaded {path.name}")
 
 
 def _no_bridge(e: BaseException) -> bool:
     """No bridge known, or the known one does not answer (a stale bridge.json after a crash or reboot)."""
-    import httpx
+    try:
+        import httpx
 
-    from ctbench.jobs.client import BridgeNotFound
-
+        from ctbench.jobs.client import BridgeNotFound
+    except ImportError:         # without the jobs extra there is no bridge to talk to
+        return True
     return isinstance(e, (BridgeNotFound, httpx.TransportError))

@@ -20,12 +20,13 @@ from ctbench.calibration.parameters import PER_VIEW
 
 from .common import rows_height
 
-HEADERS = ("parameter", "start", "estimate", "± 1 sd", "identifiability", "status")
+HEADERS = ("parameter", "start", "change", "± 1 sd", "ident.", "status")
 TIPS = ("the parameter and its unit (per-view shifts: the RMS over the views)",
-        "where the calibration started (0: the nominal geometry)",
-        "the calibrated value (while running: the current estimate)",
+        "where the calibration started, relative to the sinogram's attached geometry (0: that geometry)",
+        "the calibrated change from the attached geometry (while running: the current estimate); the "
+        "comparison below gives each geometry's values in the scan's frame",
         "one standard deviation from the linearised fit (per-view shifts: their RMS)",
-        "the share of the parameter's effect on the data that neither a changed object nor the other "
+        "identifiability: the share of the parameter's effect on the data that neither a changed object nor the other "
         "parameters explain (0 to 1)",
         "estimated, at bound, not identifiable (held at its start: the scan does not determine it), "
         "not reached (cancelled before its stage)")

@@ -54,18 +54,17 @@ class ResidualPlot(QWidget):
             return QPointF(box.left() + (i - x0) / (x1 - x0) * box.width(),
                            box.bottom() - (lg - y0) / (y1 - y0) * box.height())
 
-        # Ticks: every decade (or 1-2-5 steps of log10 when the range is under a decade) and round iterations.
-        yt = [float(k) for k in range(math.ceil(y0), math.floor(y1) + 1)]
-        if len(yt) < 2:
-            yt = nice_ticks(y0, y1, 4)
+        # Ticks: every decade when the residual spans two or more; else round values of the residual itself
+        # (1-2-5 steps), at least two of them, labelled with the digits their spacing needs.
+        yt, labels = residual_ticks(y0, y1)
         faint = QColor(fg)
         faint.setAlpha(60)
-        for lg in yt:
+        for lg, text in zip(yt, labels):
             y = pt(x0, lg).y()
             p.setPen(QPen(faint, 1))
             p.drawLine(QPointF(box.left(), y), QPointF(box.right(), y))
             p.setPen(QPen(fg, 1))
-            p.drawText(QRectF(0, y - 7, left - 4, 14), Qt.AlignRight | Qt.AlignVCenter, f"{10 ** lg:.2g}")
+            p.drawText(QRectF(0, y - 7, left - 4, 14), Qt.AlignRight | Qt.AlignVCenter, text)
         xt = [t for t in nice_ticks(x0, x1, 6) if float(t).is_integer()] or [x0, x1]
         for i in xt:
             x = pt(i, y0).x()
@@ -74,6 +73,24 @@ class ResidualPlot(QWidget):
         p.setPen(QPen(QColor("#4fc3f7"), 2))
         p.drawPolyline(QPolygonF([pt(i, lg) for i, lg in zip(its, logs)]))
         p.end()
+
+
+def residual_ticks(log_lo: float, log_hi: float) -> tuple[list[float], list[str]]:
+    """Tick positions (log10 of the residual) and labels for a residual axis spanning ``[log_lo, log_hi]``:
+    the decades when there are two or more, else at least two round residual values inside the range."""
+    decades = [float(k) for k in range(math.ceil(log_lo), math.floor(log_hi) + 1)]
+    if len(decades) >= 2:
+        return decades, [f"{10 ** k:.0e}" if abs(k) > 3 else f"{10 ** k:g}" for k in decades]
+    lo, hi = 10 ** log_lo, 10 ** log_hi
+    ticks = []
+    for n in (4, 6, 8, 12):
+        ticks = [t for t in nice_ticks(lo, hi, n) if t > 0]
+        if len(ticks) >= 2:
+            break
+    if len(ticks) < 2:                   # a flat curve: its ends
+        ticks = [lo, hi] if hi > lo else [lo]
+    labels = [tick_label(t, ticks) if 1e-3 <= max(ticks) < 1e5 else f"{t:.3g}" for t in ticks]
+    return [math.log10(t) for t in ticks], labels
 
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:

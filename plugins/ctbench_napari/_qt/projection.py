@@ -119,7 +119,7 @@ class ProjectionWidget(QWidget):
         self._failed = False
         self._worker = start_worker(_simulate, geo, data, i0, seed, on_yield=self._step,
                                     on_return=lambda sino: self._show(sino, geo, name, vol_layer.name, i0, seed),
-                                    on_error=self._error, on_finished=self._finished)
+                                    on_error=self._error, on_finished=self._finished, owner=self)
         return self._worker
 
     def _step(self, done_total) -> None:

@@ -16,7 +16,7 @@ from ctbench.workbench.applicability import unusable_reason
 from ctbench.workbench.workflow import (ALGORITHMS, Finished, Progress, ReconRequest, Started, SubsetProgress,
                                         reconstruct)
 
-from .._layers import KEY, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
+from .._layers import KEY, UNITS, LayerError, geometry_of, has_geometry, is_sinogram, placement, sinogram_of
 from .datasets import install as install_dataset_handling
 from .display_rule import install as install_display_rule, reveal
 from .common import (LayerPicker, MessageLabel, ParamForm, ProgressBar, Steps, error_text,
@@ -173,12 +173,15 @@ class ReconstructionWidget(QWidget):
         """Use another runner (same event interface), e.g. one that drives a background job."""
         if self.runner is not runner and self.runner.running:
             raise RuntimeError("cannot switch runners while a reconstruction is running")
-        for sig, slot in ((self.runner.event, self._on_event), (self.runner.failed, self._on_failed),
-                          (self.runner.done, self._on_done)):
-            try:
-                sig.disconnect(slot)
-            except (TypeError, RuntimeError):
-                pass
+        connected = getattr(self, "_connected_runner", None)    # disconnect only what was connected (PySide6
+        if connected is not None:                                  # warns on anything else)
+            for sig, slot in ((connected.event, self._on_event), (connected.failed, self._on_failed),
+                              (connected.done, self._on_done)):
+                try:
+                    sig.disconnect(slot)
+                except (TypeError, RuntimeError):
+                    pass
+        self._connected_runner = runner
         self.runner = runner
         runner.event.connect(self._on_event)
         runner.failed.connect(self._on_failed)
@@ -322,7 +325,9 @@ class ReconstructionWidget(QWidget):
                 name,
                 lambda: _image(np.zeros(shape, np.float32), name, meta, placement(shape, geo.voxel_spacing, None)),
                 lambda: self._live_layer(name, shape, geo.voxel_spacing, None, recon),
-                lambda layer: setattr(self, "live_layer", layer))
+                lambda layer: setattr(self, "live_layer", layer), show=False)
+            # Hidden until its first live preview (or its result): an all-zero layer on top would blacken the
+            # canvas until then, and for the whole run when previews are rare.
             self.display_steps.run([*added, start], on_error=self._not_started, later=True)
         else:
             start()
@@ -379,6 +384,10 @@ class ReconstructionWidget(QWidget):
             self.display_steps.cancel()      # still adding its layer: the worker never starts
             self._not_started()
 
+    def job_name(self) -> str:
+        """The name a background job of the current run is listed under: method, parameters and input."""
+        return self._run.get("name", "")
+
     @property
     def running(self) -> bool:
         """A run is going, or its last events are still being shown."""
@@ -415,6 +424,11 @@ class ReconstructionWidget(QWidget):
                 self._on_progress(event)
             elif isinstance(event, Finished):
                 self._on_finished(event)
+            elif getattr(event, "phase", None):          # a background job's start-up (jobs.JobPhase)
+                self.status.setText(event.phase)
+                if "started" not in self._run:
+                    self.progress.setRange(0, 0)          # busy: nothing to count yet
+                    self.progress.setFormat(event.phase)
         except Exception as e:  # noqa: BLE001 - a display problem must not kill the run silently
             self.message.error(error_text(e))
 
@@ -517,6 +531,9 @@ class ReconstructionWidget(QWidget):
                       "geometry": g.to_dict() if g is not None else None}}
         if ev.stopped == "cancelled":
             self.progress.setFormat(f"{ev.n_iter} / {self.progress.maximum()} (cancelled)")
+            if ev.n_iter == 0 or shown.get("empty"):
+                self._nothing_computed(ev)
+                return
 
         def result(layer):
             if layer.metadata is not meta:
@@ -552,6 +569,16 @@ class ReconstructionWidget(QWidget):
         self.status.setText(f"{ev.request.title()}{note}: {ev.stopped} after {ev.n_iter} iteration(s) "
                             f"in {ev.elapsed:.2f} s")
 
+    def _nothing_computed(self, ev: Finished) -> None:
+        """A run cancelled before it computed anything (or a job whose estimate never left the bridge): no
+        result layer, nothing offered for comparison, and the message says so."""
+        layer, self.live_layer = self.live_layer, None
+        if layer is not None and layer in self.viewer.layers:
+            self.viewer.layers.remove(layer)
+        self._run["no_result"] = True
+        self.status.setText(f"{ev.request.title()}: cancelled after {ev.n_iter} iteration(s)")
+        self.message.note("cancelled before a first estimate was computed: no result was added")
+
     def _display_steps(self, layer, window=None) -> list:
         """``show_result``'s steps for ``layer``, each skipped once the user has removed the layer."""
         def guarded(step):
@@ -574,7 +601,20 @@ class ReconstructionWidget(QWidget):
                 self.viewer.layers.remove(layer)
             self.live_layer = None
 
+    def _record_rates(self) -> None:
+        """What a completed full run took on this machine: the next estimate of that method starts from it."""
+        ev, geo = self._run.get("finished"), self._run.get("geometry")
+        if ev is None or geo is None or ev.stopped != "completed" or ev.request.mode != "full":
+            return
+        if getattr(self.runner, "job_events", None) is not None:
+            return                      # a background job ran elsewhere, at another rate
+        from ctbench.workbench.estimate import record_run
+
+        progress = [(i, t) for i, t, _ in self._run.get("progress", [])]
+        record_run(geo, ev.request.algorithm, progress, float(ev.elapsed))
+
     def _on_done(self) -> None:
+        self._record_rates()
         self._set_running(False)
         self.estimate.schedule()       # settings may have changed during the run
         ev = self._run.get("finished")
@@ -635,6 +675,7 @@ def _image(data, name: str, meta: dict, placed: dict, limits=None):
     kw = dict(placed)
     if limits is not None and limits[1] > limits[0]:
         kw["contrast_limits"] = [float(limits[0]), float(limits[1])]
+    kw.setdefault("units", UNITS)
     return Image(data, name=name, colormap="gray", metadata=meta, multiscale=False, **kw)
 
 

@@ -31,7 +31,7 @@ def for_display(ev):
         from ctbench.workbench.metrics import percentile_window
 
         data = ev.volume.detach().cpu().numpy().astype(np.float32, copy=False)
-        ev.display = {"data": data, "window": percentile_window(data)}
+        ev.display = {"data": data, "window": percentile_window(data), "empty": not bool(np.any(data))}
     return ev
 
 
@@ -123,7 +123,8 @@ class LocalRunner(Runner):
         # One error path: ``failed`` (no napari traceback toast, no re-raise that would abort a script).
         self._worker = start_worker(work, on_yield=lambda ev: self._enqueue(ev),
                                     on_error=lambda e: self._enqueue(_Failed(e)),
-                                    on_finished=lambda: self._enqueue(_DONE))
+                                    on_finished=lambda: self._enqueue(_DONE),
+                                    owner=self, cancel=cancel.set)
 
     def cancel(self) -> None:
         self._cancel.set()

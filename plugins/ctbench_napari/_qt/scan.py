@@ -12,6 +12,7 @@ config.  All work is done by :mod:`ctbench.io` and
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,17 @@ from .common import int_spin as _ispin
 from .common import row_of as _row
 from .corrections import CorrectionsBox
 from .display_rule import install as install_display_rule
+
+
+def _at(step: str):
+    """The action belongs to ``step``: its messages appear under that step's buttons (``self.message``)."""
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            self._step = step
+            return method(self, *args, **kwargs)
+        return wrapper
+    return decorate
 
 
 def _is_stack(layer) -> bool:
@@ -74,6 +86,7 @@ class ScanImportWidget(QWidget):
         self.open_button = QPushButton("Open")
         self.open_button.clicked.connect(self.open_scan)
         form.addRow(self.open_button)
+        self._step_message("open", form)
         lay.addWidget(box)
 
         # ------------------------------------------------------ preprocess
@@ -98,6 +111,7 @@ class ScanImportWidget(QWidget):
         self.correct_button = QPushButton("Correct")
         self.correct_button.clicked.connect(self.correct)
         form.addRow(self.correct_button)
+        self._step_message("correct", form)
         lay.addWidget(box)
 
         # -------------------------------------------------------- geometry
@@ -112,7 +126,7 @@ class ScanImportWidget(QWidget):
         self.offset_u, self.offset_v = _spin(-1e4, 1e4, 0, 0.1, 4, "mm"), _spin(-1e4, 1e4, 0, 0.1, 4, "mm")
         form.addRow("Detector offset u / v", _row(self.offset_u, self.offset_v))
         self.angle_range, self.start_angle = _spin(1, 3600, 360, 10, 2, "°"), _spin(-3600, 3600, 0, 10, 2, "°")
-        form.addRow("Range / start (no angles in file)", _row(self.angle_range, self.start_angle))
+        form.addRow("Angles if the file has none: range / start", _row(self.angle_range, self.start_angle))
         # Orientation (docs/SCANS.md): "auto" is decided by Find centre from the data.
         self.seen_from, self.rotation = QComboBox(), QComboBox()
         self.seen_from.addItems(["auto", "source", "detector"])
@@ -135,6 +149,7 @@ class ScanImportWidget(QWidget):
                                          "drift, tilts): the Calibrate widget on this sinogram")
         self.calibrate_button.clicked.connect(self.calibrate)
         form.addRow(_row(self.centre_button, self.attach_button, self.calibrate_button))
+        self._step_message("geometry", form)
         lay.addWidget(box)
 
         # ---------------------------------------------------------- export
@@ -155,14 +170,13 @@ class ScanImportWidget(QWidget):
         self.config_button.clicked.connect(self.save_config)
         form.addRow(self.export_button)
         form.addRow("Config", _row(self.config_path, self.config_button))
+        self._step_message("export", form)
         lay.addWidget(box)
 
         self.progress = ProgressBar()      # never paints the canvas inside a slot
         self.progress.setRange(0, 1)
         self.progress.hide()
         lay.addWidget(self.progress)
-        self.message = MessageLabel()
-        lay.addWidget(self.message)
         lay.addStretch(1)
         self._worker = None
         # The form follows the chosen scan: SID/SDD/pixel pitch from its scan.json as soon as it is picked.
@@ -173,6 +187,35 @@ class ScanImportWidget(QWidget):
         scroll_contents(self)     # last: the steps scroll on a short screen
 
     # ----------------------------------------------------------------- helpers
+    def _step_message(self, step: str, form) -> None:
+        """A message line under the buttons of ``step``: where the eye is after pressing one of them."""
+        if not hasattr(self, "_messages"):
+            self._messages: dict = {}
+            self._forms: dict = {}
+            self._step = step
+        self._messages[step] = MessageLabel()
+        self._forms[step] = form
+        form.addRow(self._messages[step])
+
+    def _progress_at_step(self) -> None:
+        """The busy bar moves into the step that is working, above its message line."""
+        form = self._forms[self._step]
+        if self.progress.parentWidget() is form.parentWidget():
+            return
+        old = self.progress.parentWidget()
+        layout = old.layout() if old is not None else None
+        if isinstance(layout, QFormLayout):
+            layout.takeRow(self.progress)           # the row goes too, no gap left behind
+        elif layout is not None:
+            layout.removeWidget(self.progress)
+        row, _ = form.getWidgetPosition(self._messages[self._step])
+        form.insertRow(max(row, 0), self.progress)
+
+    @property
+    def message(self) -> MessageLabel:
+        """The message line of the step the latest action belongs to."""
+        return self._messages[self._step]
+
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a scan", "", "Scans (*.tif *.tiff *.nxs *.h5 *.hdf5 "
                                                                        "*.raw *.bin *.json);;All files (*)")
@@ -228,6 +271,7 @@ class ScanImportWidget(QWidget):
 
         if self._worker is not None:
             raise RuntimeError("the widget is still working on the previous step; wait for it to finish")
+        self._progress_at_step()
         self.progress.setRange(0, 0)          # busy indicator
         self.progress.setFormat(what)
         self.progress.show()
@@ -236,7 +280,7 @@ class ScanImportWidget(QWidget):
         # start_worker: errors only in the message line (no toast, no re-raise that aborts a script)
         self._worker = start_worker(fn, *args, on_return=lambda result: self._deliver(on_done, result),
                                     on_error=lambda e: self.message.error(error_text(e)),
-                                    on_finished=self._finished)
+                                    on_finished=self._finished, owner=self)
         return self._worker
 
     def _deliver(self, on_done, result) -> None:
@@ -253,6 +297,7 @@ class ScanImportWidget(QWidget):
             b.setEnabled(True)
 
     # ----------------------------------------------------------------- actions
+    @_at("open")
     @report_errors
     def open_scan(self, *_):
         self.message.clear()
@@ -286,6 +331,7 @@ class ScanImportWidget(QWidget):
         if o.get("rotation_direction"):
             self.rotation.setCurrentText(o["rotation_direction"])
 
+    @_at("correct")
     @report_errors
     def correct(self, *_):
         """Flat/dark-correct the chosen projections in a worker; a line-integrals layer appears when done."""
@@ -334,6 +380,7 @@ class ScanImportWidget(QWidget):
             raise ValueError("no image stack to attach a geometry to: correct a scan (step 2) or open one")
         return layer
 
+    @_at("geometry")
     @report_errors
     def find_centre(self, *_):
         """Search the detector offset in a worker; fills "Detector offset u" when done."""
@@ -378,6 +425,7 @@ class ScanImportWidget(QWidget):
                               image_seen_from=self.seen_from.currentText(),
                               rotation_direction=self.rotation.currentText())
 
+    @_at("geometry")
     @report_errors
     def attach_geometry(self, *_):
         self.message.clear()
@@ -397,6 +445,7 @@ class ScanImportWidget(QWidget):
         # The geometry, the sinogram's display copy and its window are computed in a worker thread.
         return self._start(_attach, args, self._show_attached, "attaching the geometry…")
 
+    @_at("geometry")
     @report_errors
     def calibrate(self, *_):
         """The Calibrate step: the Calibrate widget on the sinogram that Attach geometry made."""
@@ -413,6 +462,7 @@ class ScanImportWidget(QWidget):
                           "(pick it in the Reconstruction widget)")
         return out
 
+    @_at("export")
     @report_errors
     def export(self, *_):
         self.message.clear()
@@ -466,6 +516,7 @@ class ScanImportWidget(QWidget):
                            preprocess=pre, geometry=geo, algorithm=algo,
                            output=OutputConfig(path=out, overwrite=self.overwrite.isChecked()) if out else None)
 
+    @_at("export")
     @report_errors
     def save_config(self, *_):
         self.message.clear()
