@@ -104,8 +104,8 @@ def test_cgls_acrylic_centre_and_residual(full, projector, cgls_full):
 
 
 def test_sirt_acrylic_centre(full, projector):
-    res = sirt(projector, full.sinogram, 100)
-    assert res.n_iter == 100
+    res = sirt(projector, full.sinogram, 40)     # the centre is within 1.2% of the value by then
+    assert res.n_iter == 40
     med = float(res.volume[CENTRE].median())
     assert abs(med - HTC2022_ATTENUATION) < 0.02 * HTC2022_ATTENUATION, med
     weighted = [h["weighted_residual"] for h in res.history]

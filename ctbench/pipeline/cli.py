@@ -64,7 +64,10 @@ def _launch_ranks(args) -> int:
         # sees ranks that ended normally and adds no failure summary of its own; a crash still shows it.
         rc = subprocess.call(cmd, env=dict(os.environ, **{RANK_STATUS_ENV: status}))
         mine = Path(status) / "rank0.rc"
-        return int(mine.read_text()) if rc == 0 and mine.exists() else rc
+        if rc != 0 or not mine.exists():
+            return rc
+        from .. import guarded_open
+        return int(guarded_open.read_bytes(mine, limit=64))
 
 
 RANK_STATUS_ENV = "CTBENCH_RANK_STATUS"
