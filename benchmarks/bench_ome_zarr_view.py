@@ -4,8 +4,9 @@ A 1024^3 float32 volume (4 GiB at full resolution) as ``ctbench recon`` writes i
 middle plane written (napari's first picture reads real chunks; the other chunks are the store's fill value,
 so the file stays small). Each call is a fresh process under Xvfb: a napari viewer at 1366 x 768, then
 ``viewer.open(path, plugin=P)`` until the first canvas screenshot, then one step of the z slider to another
-written plane until its screenshot. Readers, interleaved call by call: ``ctbench`` (the plugin's reader) and
-``napari-ome-zarr``. Min and median of ``--repeats`` calls; the process's memory growth while opening.
+written plane until its screenshot. Readers, interleaved call by call: ``ctbench`` (the plugin's reader, its
+first use importing ctbench and torch), ``ctbench-imported`` (the same with the plugin already imported, as in
+a session with a ctbench widget docked) and ``napari-ome-zarr``. Min and median of ``--repeats`` calls; the process's memory growth while opening.
 Software OpenGL under Xvfb is slower than a GPU-backed display: the figures are an upper bound.
 
 Output: JSON lines on stdout, appended to ``--out`` (results/bench_ome_zarr_view.jsonl).
@@ -29,7 +30,7 @@ from harness import Emitter, machine_info  # noqa: E402
 
 BENCH = "ome_zarr_view"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "bench_ome_zarr_view.jsonl"
-READERS = ("ctbench", "napari-ome-zarr")
+READERS = ("ctbench", "ctbench-imported", "napari-ome-zarr")
 
 CHILD = r"""
 import json, sys, time
@@ -37,6 +38,9 @@ import psutil
 import napari
 from qtpy.QtWidgets import QApplication
 path, plugin = sys.argv[1], sys.argv[2]
+if plugin == "ctbench-imported":
+    import ctbench_napari._io  # noqa: F401
+    plugin = "ctbench"
 viewer = napari.Viewer(show=True)
 viewer.window._qt_window.resize(1366, 768)
 for _ in range(3):
