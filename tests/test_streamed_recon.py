@@ -321,7 +321,8 @@ from ctbench.pipeline import parse_config
 from ctbench.pipeline.steps import build_geometry, oriented_scan
 from ctbench.io.scan import images_to_sinogram
 from ctbench.workbench.workflow import ReconRequest, run
-cfg = parse_config({"input": {"path": sys.argv[1]}, "preprocess": {"ring_filter": 5}})
+cfg = parse_config({"input": {"path": sys.argv[1]}, "preprocess": {"ring_filter": 5},
+                    "geometry": {"volume_shape": [96, 128, 128], "voxel_size_mm": 1.0}})
 scan, prep, sid, sdd, angles, res, cfg = oriented_scan(cfg, lambda m: None)
 geo = build_geometry(prep, cfg.geometry, sid, sdd, angles, res.centre.offset_mm)
 run(geo, torch.from_numpy(np.ascontiguousarray(images_to_sinogram(prep.images))), ReconRequest("fbp").validated())
@@ -339,7 +340,8 @@ def test_a_budget_below_the_in_memory_peak_holds_measured_in_a_subprocess(tmp_pa
     cfg = tmp_path / "small.json"
     cfg.write_text(json.dumps({"input": {"path": str(big)}, "algorithm": {"name": "fdk"},
                                "preprocess": {"ring_filter": 5}, "output": {"path": str(tmp_path / "small.ome.zarr")},
+                               "geometry": {"volume_shape": [96, 128, 128], "voxel_size_mm": 1.0},
                                "resources": {"memory": budget}}))
     small = _peak_of([sys.executable, "-m", "ctbench.cli", "recon", "--quiet", str(cfg)])
     assert small <= budget, (small, budget)
-    assert OmeZarrVolume.open(tmp_path / "small.ome.zarr").read().shape == (192, 256, 256)
+    assert OmeZarrVolume.open(tmp_path / "small.ome.zarr").read().shape == (96, 128, 128)
