@@ -277,17 +277,19 @@ class StreamedRecon:
         so no two ranks ever write the same chunk."""
         self.ranks.barrier()
         todo = [w for w in windows if not run.is_done(step, *w)]
-        if chunk is None or self.ranks.world == 1:
-            mine = self.ranks.share(todo)
-        else:
-            groups = sorted({a // chunk for a, _ in todo})
-            ours = set(self.ranks.share(groups))
-            mine = [w for w in todo if w[0] // chunk in ours]
+        chunk = chunk or 1                   # (without a chunk, each window is a group of its own)
+        ours = set(self.ranks.share(sorted({a // chunk for a, _ in todo})))
+        mine = [w for w in todo if w[0] // chunk in ours]
         self.windows_done[step] = self.windows_done.get(step, 0) + len(mine)
         return mine
 
-    def _advance(self, stage, run: RunFolder, step: str, windows: list) -> None:
-        """The stage's bar at what every rank has finished (each rank marks its own windows)."""
+    def _advance(self, stage, run: RunFolder, step: str, windows: list, width: int) -> None:
+        """The stage's bar after this rank finished a window of ``width``: alone, by that; among ranks, at what
+        every rank has marked done."""
+        if self.ranks.world == 1:
+            if width:
+                stage.advance(width)
+            return
         done = sum(b - a for a, b in windows if run.is_done(step, a, b))
         if done > stage.done:
             stage.advance(done - stage.done)
@@ -361,9 +363,9 @@ class StreamedRecon:
                 del raw
                 store.array[a:b] = lines
                 run.mark_done("read", a, b, json.dumps(diff_counts(corr.summary(), before)))
-                self._advance(stage, run, "read", windows)
+                self._advance(stage, run, "read", windows, b - a)
         self.ranks.barrier()
-        self._advance(stage, run, "read", windows)
+        self._advance(stage, run, "read", windows, 0)
         stage.close()
         self.counts = merge_counts([corr.summary_fields()] + [json.loads(run.done_data("read", a, b) or "{}")
                                                               for a, b in windows])
@@ -400,9 +402,9 @@ class StreamedRecon:
                     if j + 1 < len(todo) else None
                 dst.array[:, r0:r1] = self.corr.rows(band)
                 run.mark_done("rings", r0, r1)
-                self._advance(stage, run, "rings", windows)
+                self._advance(stage, run, "rings", windows, r1 - r0)
         self.ranks.barrier()
-        self._advance(stage, run, "rings", windows)
+        self._advance(stage, run, "rings", windows, 0)
         stage.close()
         return dst
 
@@ -527,12 +529,9 @@ class StreamedRecon:
                 vol.write_slab(z0, acc.numpy())
                 del acc
                 run.mark_done("backproject", z0, z1)
-                if shared:
-                    self._advance(stage, run, "backproject", slabs)
-                else:
-                    stage.advance(int(round((z1 - z0) - done_planes)))
+                self._advance(stage, run, "backproject", slabs, int(round((z1 - z0) - done_planes)))
         self.ranks.barrier()
-        self._advance(stage, run, "backproject", slabs)
+        self._advance(stage, run, "backproject", slabs, 0)
         stage.close()
 
     def _solve(self, run: RunFolder, reader: BandReader, geometry, path: Path) -> dict:

@@ -27,8 +27,8 @@ from ctbench.geometry import Trajectory
 from ctbench.io.ome_zarr import is_ctbench_volume
 from ctbench.workbench.dataset import Dataset, is_dataset, load_dataset, save_dataset
 
-from ._layers import (KEY, UNITS, LayerData, display_to_sinogram, placement, sinogram_layer, trajectory_layers,
-                      volume_layer)
+from ._layers import (KEY, UNITS, LayerData, display_to_sinogram, sinogram_layer, trajectory_layers,
+                      volume_layer_kwargs)
 
 
 def _single(path) -> str | None:
@@ -88,12 +88,9 @@ def dataset_layers(ds: Dataset, name: str) -> list[LayerData]:
     layers = []
     if ds.volume is not None:
         vol = ds.volume
-        lazy = not isinstance(vol, np.ndarray)
-        # A zero-byte stand-in of the right shape gives the placement; the layer keeps the lazy array.
-        shape_only = np.broadcast_to(np.zeros((), dtype=vol.dtype), vol.shape) if lazy else vol
-        data, kw, kind = volume_layer(shape_only, ds.voxel_spacing, f"{name} volume", geometry=ds.geometry,
-                                      extra={"dataset_meta": ds.meta})
-        layers.append((vol if lazy else data, kw, kind))
+        kw = volume_layer_kwargs(vol.shape, ds.voxel_spacing, f"{name} volume", geometry=ds.geometry,
+                                 extra={"dataset_meta": ds.meta})
+        layers.append((vol, kw, "image"))    # a lazy array stays lazy
     if ds.sinogram is not None:
         if ds.geometry is None:
             # Without geometry the sinogram is only an image: say so in the metadata.
@@ -129,10 +126,9 @@ def read_ome_zarr(path) -> list[LayerData]:
     extra = {"source": "ome-zarr", "path": str(Path(p).resolve()), "levels": len(levels)}
     if isinstance(recon.get("algorithm"), dict):
         extra["recon"] = recon["algorithm"]
-    _, kw, kind = volume_layer(np.zeros((1, 1, 1), np.float32), vol.voxel_spacing,
-                               Path(p.rstrip("/")).name.removesuffix(".ome.zarr"), geometry=geometry, extra=extra)
-    kw.update(placement(levels[0].shape, vol.voxel_spacing), multiscale=True, contrast_limits=[lo, hi])
-    return [(levels, kw, kind)]
+    kw = volume_layer_kwargs(levels[0].shape, vol.voxel_spacing, Path(p.rstrip("/")).name.removesuffix(".ome.zarr"),
+                             geometry=geometry, extra=extra, multiscale=True, contrast_limits=[lo, hi])
+    return [(levels, kw, "image")]
 
 
 def read_dataset(path) -> list[LayerData]:

@@ -96,18 +96,25 @@ def placement(shape, voxel_spacing, origin=None) -> dict:
     return {"scale": spacing, "translate": [float(o) for o in origin]}
 
 
-def volume_layer(volume, voxel_spacing, name: str, *, origin=None, geometry: ScanGeometry | None = None,
-                 extra: dict | None = None, **kwargs) -> LayerData:
-    """An image LayerDataTuple of a volume, placed in world mm."""
-    vol = _numpy(volume)
+def volume_layer_kwargs(shape, voxel_spacing, name: str, *, origin=None, geometry: ScanGeometry | None = None,
+                        extra: dict | None = None, **kwargs) -> dict:
+    """The image layer keywords of a ``shape`` volume placed in world mm (for lazy data: no array is read)."""
     meta = {"kind": "volume", "voxel_spacing": [float(s) for s in voxel_spacing]}
     if geometry is not None:
         meta["geometry"] = geometry.to_dict()
     meta.update(extra or {})
     kw = {"name": name, "metadata": {KEY: meta}, "colormap": "gray", "units": UNITS,
-          **placement(vol.shape, voxel_spacing, origin)}
+          **placement(shape, voxel_spacing, origin)}
     kw.update(kwargs)
-    return vol, kw, "image"
+    return kw
+
+
+def volume_layer(volume, voxel_spacing, name: str, *, origin=None, geometry: ScanGeometry | None = None,
+                 extra: dict | None = None, **kwargs) -> LayerData:
+    """An image LayerDataTuple of a volume, placed in world mm."""
+    vol = _numpy(volume)
+    return vol, volume_layer_kwargs(vol.shape, voxel_spacing, name, origin=origin, geometry=geometry, extra=extra,
+                                    **kwargs), "image"
 
 
 def volume_of(layer) -> tuple[np.ndarray, tuple[float, ...]]:
