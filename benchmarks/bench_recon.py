@@ -63,6 +63,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import Emitter as _ProjectorEmitter, cpu_flags, cpu_model, machine_info  # noqa: E402
 from harness import interleaved as timed_in_turn  # noqa: E402
+from peers_rtk import rtk_fdk  # noqa: E402
 
 from ctbench import Projector, circular_trajectory_3d  # noqa: E402
 from ctbench.phantoms import Ellipsoid, ellipsoid_phantom, ellipsoid_projections, shepp_logan_ellipsoids
@@ -222,14 +223,7 @@ class Rtk:
             parker.SetGeometry(geometry)
             parker.Update()
             proj = parker.GetOutput()
-        f = self.rtk.FDKConeBeamReconstructionFilter[self.Image].New()
-        f.SetInput(0, src.GetOutput())
-        f.SetInput(1, proj)
-        f.SetGeometry(geometry)
-        f.Update()
-        out = f.GetOutput()
-        out.DisconnectPipeline()
-        return out
+        return rtk_fdk(proj, geometry, src)
 
     def fov_mask(self, projections, geometry) -> torch.Tensor:
         ones = self.volume_source(1.0)
